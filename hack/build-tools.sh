@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Builds the binaries of the local test environment from the Go module proxy into a versioned
+# cache directory outside the repository:
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm
+# Versions come from hack/versions.env. Binaries already present are not rebuilt, so a second run
+# finishes in seconds. Prints the cache directory on stdout when done; progress goes to stderr.
+#
+# Usage: hack/build-tools.sh [--print-dir | --check]
+#   --print-dir   only print the cache directory (nothing is built)
+#   --check       exit 0 when every tool is in the cache, 1 otherwise (nothing is built)
+# Environment:
+#   FLOTILLA_CACHE_DIR   cache root (default: ${XDG_CACHE_HOME:-~/.cache}/flotilla)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+case "${1:-}" in
+  --print-dir) echo "${TOOLS_BIN}"; exit 0 ;;
+  --check)
+    for b in "${ALL_TOOLS[@]}"; do [[ -x "${TOOLS_BIN}/${b}" ]] || { echo "missing: ${b}"; exit 1; }; done
+    [[ -f "${KWOK_STAGES_DIR}/.ready" ]] || { echo "missing: kwok stages"; exit 1; }
+    echo "${TOOLS_BIN}"; exit 0 ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) die "unknown argument '$1' (see --help)" ;;
+esac
+
+command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH: hack/build-tools.sh needs the 'go' command (Go >= 1.25) to build the Kubernetes binaries"
+
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0
+WORK="${FLOTILLA_CACHE_DIR}/work"
+mkdir -p "${TOOLS_BIN}" "${WORK}"
+# One build at a time per cache; a second caller waits and then finds everything cached.
+exec 8>"${FLOTILLA_CACHE_DIR}/.build.lock"
+flock 8
+
+K8S_MINOR="$(echo "${KUBERNETES_VERSION}" | cut -d. -f2)"
+K8S_STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
+BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+
+# Runs a go command, turning a refused module into a message that names it.
+go_or_die() {
+  local what="$1"; shift
+  local out
+  if ! out="$("$@" 2>&1)"; then
+    printf '%s\n' "${out}" | tail -n 30 >&2
+    if grep -qE 'not found|410 Gone|404 Not Found|unknown revision|invalid version' <<<"${out}"; then
+      die "the Go module proxy refused a module needed for ${what} (see the lines above); check hack/versions.env"
+    fi
+    die "building ${what} failed (see the lines above)"
+  fi
+}
+
+have() { [[ -x "${TOOLS_BIN}/$1" ]]; }
+
+report() { # name start
+  log "$(printf '%-24s built in %4ss' "$1" "$(( $(now) - $2 ))")"
+}
+
+skip() { log "$(printf '%-24s cached' "$1")"; }
+
+k8s_wrapper() {
+  local dir="${WORK}/kubernetes-${KUBERNETES_VERSION}"
+  if [[ -f "${dir}/.ready" ]]; then echo "${dir}"; return; fi
+  rm -rf "${dir}"; mkdir -p "${dir}"
+  (
+    cd "${dir}"
+    go_or_die "k8s.io/kubernetes@${KUBERNETES_VERSION}" go mod init flotilla.local/k8s-tools
+    local gomod
+    gomod="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+    [[ -f "${gomod}" ]] || die "the Go module proxy did not serve k8s.io/kubernetes@${KUBERNETES_VERSION}"
+    # k8s.io/kubernetes replaces its staging modules with ./staging/...; point them at the
+    # published versions instead.
+    local mods
+    mods="$(grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging/' "${gomod}" | awk '{print $1}')"
+    [[ -n "${mods}" ]] || die "found no staging replace directives in k8s.io/kubernetes@${KUBERNETES_VERSION}'s go.mod"
+    local args=()
+    for m in ${mods}; do args+=("-replace=${m}=${m}@${K8S_STAGING_VERSION}"); done
+    go mod edit "${args[@]}" "-require=k8s.io/kubernetes@${KUBERNETES_VERSION}" \
+      -tool=k8s.io/kubernetes/cmd/kube-apiserver \
+      -tool=k8s.io/kubernetes/cmd/kube-controller-manager \
+      -tool=k8s.io/kubernetes/cmd/kube-scheduler \
+      -tool=k8s.io/kubernetes/cmd/kubectl
+    go_or_die "k8s.io/kubernetes@${KUBERNETES_VERSION} (go mod tidy)" go mod tidy
+  ) >&2
+  touch "${dir}/.ready"
+  echo "${dir}"
+}
+
+build_k8s() {
+  local missing=()
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    if have "$b"; then skip "$b"; else missing+=("$b"); fi
+  done
+  [[ ${#missing[@]} -gt 0 ]] || return 0
+  local t0 dir
+  t0="$(now)"
+  dir="$(k8s_wrapper)"
+  log "$(printf '%-24s module graph ready in %ss' "kubernetes" "$(( $(now) - t0 ))")"
+  local ldf=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldf+=" -X ${p}.gitVersion=${KUBERNETES_VERSION} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${K8S_MINOR}"
+    ldf+=" -X ${p}.gitTreeState=clean -X ${p}.buildDate=${BUILD_DATE}"
+  done
+  for b in "${missing[@]}"; do
+    t0="$(now)"
+    (cd "${dir}" && go_or_die "$b" go build -mod=mod -trimpath -ldflags "-s -w${ldf}" -o "${TOOLS_BIN}/.$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    mv "${TOOLS_BIN}/.$b.tmp" "${TOOLS_BIN}/$b"
+    report "$b" "${t0}"
+  done
+}
+
+build_etcd() {
+  if have etcd; then skip etcd; return; fi
+  local t0 dir
+  t0="$(now)"
+  dir="${WORK}/etcd-${ETCD_VERSION}"
+  if [[ ! -f "${dir}/.ready" ]]; then
+    rm -rf "${dir}"; mkdir -p "${dir}"
+    (
+      cd "${dir}"
+      go_or_die "etcd" go mod init flotilla.local/etcd-tools
+      go mod edit "-require=go.etcd.io/etcd/server/v3@${ETCD_VERSION}" -tool=go.etcd.io/etcd/server/v3
+      go_or_die "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" go mod tidy
+    ) >&2
+    touch "${dir}/.ready"
+  fi
+  (cd "${dir}" && go_or_die etcd go build -mod=mod -trimpath -ldflags "-s -w" -o "${TOOLS_BIN}/.etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "${TOOLS_BIN}/.etcd.tmp" "${TOOLS_BIN}/etcd"
+  report etcd "${t0}"
+}
+
+build_kwok() {
+  if have kwok && [[ -f "${KWOK_STAGES_DIR}/.ready" ]]; then skip kwok; return; fi
+  local t0
+  t0="$(now)"
+  local tmp="${WORK}/kwok-gobin"
+  rm -rf "${tmp}"; mkdir -p "${tmp}"
+  (cd "${WORK}" && GOBIN="${tmp}" go_or_die "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}")
+  # kwok v0.8 ships no built-in stages: take the stage files from its module.
+  local moddir
+  moddir="$(go env GOMODCACHE)/sigs.k8s.io/kwok@${KWOK_VERSION}"
+  [[ -d "${moddir}/kustomize/stage" ]] || die "kwok's stage files are missing from ${moddir}/kustomize/stage"
+  rm -rf "${KWOK_STAGES_DIR}"; mkdir -p "${KWOK_STAGES_DIR}"
+  local f
+  for s in node-initialize node-heartbeat-with-lease pod-ready pod-complete pod-delete; do
+    f="$(find "${moddir}/kustomize/stage" -name "${s}.yaml" | head -n1)"
+    [[ -n "${f}" ]] || die "kwok stage ${s}.yaml not found under ${moddir}/kustomize/stage"
+    cp "${f}" "${KWOK_STAGES_DIR}/${s}.yaml"
+  done
+  chmod u+w "${KWOK_STAGES_DIR}"/*.yaml
+  touch "${KWOK_STAGES_DIR}/.ready"
+  mv "${tmp}/kwok" "${TOOLS_BIN}/kwok"
+  report kwok "${t0}"
+}
+
+build_helm() {
+  if have helm; then skip helm; return; fi
+  local t0
+  t0="$(now)"
+  local tmp="${WORK}/helm-gobin" ldf="-s -w"
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ldf+=" -X ${p}.k8sVersionMajor=1 -X ${p}.k8sVersionMinor=${K8S_MINOR}"
+  done
+  rm -rf "${tmp}"; mkdir -p "${tmp}"
+  (cd "${WORK}" && GOBIN="${tmp}" go_or_die "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" go install -trimpath -ldflags "${ldf}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}")
+  mv "${tmp}/helm" "${TOOLS_BIN}/helm"
+  report helm "${t0}"
+}
+
+T0="$(now)"
+log "tool cache: ${TOOLS_BIN}"
+build_etcd
+build_kwok
+build_helm
+build_k8s
+log "all tools ready in $(( $(now) - T0 ))s"
+echo "${TOOLS_BIN}"

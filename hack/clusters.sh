@@ -1,0 +1,622 @@
+#!/usr/bin/env bash
+# A local Flotilla environment made of real Kubernetes control planes on one machine:
+# one etcd, a hub (kube-apiserver + a controller-manager without workload controllers) and N
+# members (kube-apiserver + controller-manager + scheduler + kwok with two fake Nodes each).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+  cat <<EOF
+Usage: hack/clusters.sh [--run-dir DIR] [--port-base PORT] COMMAND [ARGS]
+
+Commands:
+  up [--members N]     start etcd, the hub and N members (default 3); a no-op when the
+                       environment in the run directory is already running
+  down                 stop every process this environment recorded (by PID) and delete its data
+  status               show each cluster, its processes and whether its apiserver is ready
+  env                  print the export lines for tests and tools (FLOTILLA_HUB_KUBECONFIG, ...)
+  stop-member NAME     stop a member's processes: its apiserver becomes unreachable
+  start-member NAME    start a stopped member again; its data (kept in etcd) is intact
+  add-member NAME      add one more member to the running environment
+  remove-member NAME   stop a member and delete its data
+
+Options (also read from the environment):
+  --run-dir DIR        FLOTILLA_RUN_DIR: where kubeconfigs, PKI, logs and PIDs live
+                       (default: \${TMPDIR:-/tmp}/flotilla-env)
+  --port-base PORT     FLOTILLA_PORT_BASE, used by 'up' only: the hub's apiserver listens on PORT,
+                       member N on PORT+N, etcd on PORT+7347 and PORT+7357 (default 16443).
+                       A second environment needs another run directory and port base.
+
+Tools come from hack/build-tools.sh (run it first, or use hack/test.sh which does).
+EOF
+}
+
+RUN_DIR="${FLOTILLA_RUN_DIR:-${TMPDIR:-/tmp}/flotilla-env}"
+PORT_BASE="${FLOTILLA_PORT_BASE:-16443}"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --run-dir) RUN_DIR="$2"; shift 2 ;;
+    --run-dir=*) RUN_DIR="${1#*=}"; shift ;;
+    --port-base) PORT_BASE="$2"; shift 2 ;;
+    --port-base=*) PORT_BASE="${1#*=}"; shift ;;
+    -h|--help|help) usage; exit 0 ;;
+    *) break ;;
+  esac
+done
+[[ $# -ge 1 ]] || { usage >&2; exit 2; }
+COMMAND="$1"; shift
+mkdir -p "$(dirname "${RUN_DIR}")"
+RUN_DIR="$(cd "$(dirname "${RUN_DIR}")" && pwd)/$(basename "${RUN_DIR}")"
+
+PKI="${RUN_DIR}/pki"
+PIDS="${RUN_DIR}/pids"
+LOGS="${RUN_DIR}/logs"
+CLUSTERS="${RUN_DIR}/clusters"
+KUBECONFIGS="${RUN_DIR}/kubeconfigs"
+CONF="${RUN_DIR}/env.conf"
+
+APISERVER_TIMEOUT="${FLOTILLA_APISERVER_TIMEOUT:-180}"
+SMOKE_TIMEOUT="${FLOTILLA_SMOKE_TIMEOUT:-240}"
+
+# ---------------------------------------------------------------------------------------------
+# Processes: every process is recorded as "<pid> <start time>" in pids/<name>; it is only ever
+# signalled when both still match, so a recycled PID is never hit.
+
+proc_starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null || true; }
+
+proc_alive() { # name
+  local f="${PIDS}/$1" pid st
+  [[ -f "${f}" ]] || return 1
+  read -r pid st <"${f}" || return 1
+  [[ -n "${pid}" && -d "/proc/${pid}" && "$(proc_starttime "${pid}")" == "${st}" ]]
+}
+
+start_proc() { # name binary args...
+  local name="$1"; shift
+  mkdir -p "${PIDS}" "${LOGS}"
+  if proc_alive "${name}"; then return 0; fi
+  setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null 9>&- &
+  local pid=$!
+  local st=""
+  for _ in $(seq 50); do
+    st="$(proc_starttime "${pid}")"
+    [[ -n "${st}" ]] && break
+    sleep 0.1
+  done
+  echo "${pid} ${st}" >"${PIDS}/${name}"
+}
+
+stop_proc() { # name
+  local f="${PIDS}/$1" pid st
+  [[ -f "${f}" ]] || return 0
+  read -r pid st <"${f}" || true
+  if proc_alive "$1"; then
+    kill -TERM "${pid}" 2>/dev/null || true
+    for _ in $(seq 100); do
+      proc_alive "$1" || break
+      sleep 0.1
+    done
+    if proc_alive "$1"; then kill -KILL "${pid}" 2>/dev/null || true; fi
+    for _ in $(seq 50); do
+      proc_alive "$1" || break
+      sleep 0.1
+    done
+  fi
+  rm -f "${f}"
+}
+
+recorded_procs() { [[ -d "${PIDS}" ]] && ls "${PIDS}" 2>/dev/null || true; }
+
+tail_log() { # name
+  if [[ -f "${LOGS}/$1.log" ]]; then
+    echo "--- last lines of ${LOGS}/$1.log ---" >&2
+    tail -n 20 "${LOGS}/$1.log" >&2
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and PKI
+
+load_conf() {
+  [[ -f "${CONF}" ]] || die "no environment in ${RUN_DIR}: run 'hack/clusters.sh up' first"
+  # shellcheck source=/dev/null
+  source "${CONF}"
+  [[ -x "${TOOLS_BIN}/kube-apiserver" ]] || die "tools missing in ${TOOLS_BIN}: run hack/build-tools.sh"
+}
+
+etcd_port() { echo $(( PORT_BASE + 7347 )); }
+etcd_peer_port() { echo $(( PORT_BASE + 7357 )); }
+
+require_tools() {
+  local missing=()
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+    [[ -x "${TOOLS_BIN}/${b}" ]] || missing+=("${b}")
+  done
+  [[ ${#missing[@]} -eq 0 ]] || die "missing tools in ${TOOLS_BIN}: ${missing[*]} (run hack/build-tools.sh)"
+  for c in openssl curl setsid flock; do
+    command -v "${c}" >/dev/null || die "'${c}' is required (Debian: apt-get install openssl curl util-linux)"
+  done
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+gen_pki() {
+  mkdir -p "${PKI}"
+  [[ -f "${PKI}/serving.crt" ]] && return 0
+  (
+    cd "${PKI}"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=flotilla-local-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=flotilla-local-apiserver" \
+      -keyout serving.key -out serving.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >serving.ext
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile serving.ext -out serving.crt 2>/dev/null
+    rm -f serving.csr serving.ext
+  )
+}
+
+# Per-cluster credentials: a service-account key and issuer, a client CA (so certificates signed
+# for one cluster are not accepted by another) and static tokens for an admin and a non-admin user.
+gen_cluster_creds() { # name
+  local dir="${CLUSTERS}/$1"
+  mkdir -p "${dir}"
+  [[ -f "${dir}/tokens.csv" ]] && return 0
+  (
+    cd "${dir}"
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=flotilla-$1-client-ca" \
+      -keyout client-ca.key -out client-ca.crt 2>/dev/null
+    local admin user
+    admin="$(openssl rand -hex 24)"
+    user="$(openssl rand -hex 24)"
+    printf '%s,flotilla-admin,flotilla-admin,"system:masters"\n%s,flotilla-user,flotilla-user,"flotilla:users"\n' \
+      "${admin}" "${user}" >tokens.csv
+    chmod 600 tokens.csv sa.key client-ca.key
+    echo "${admin}" >admin.token
+    echo "${user}" >user.token
+    chmod 600 admin.token user.token
+  )
+}
+
+write_kubeconfig() { # file cluster port token user
+  local ca
+  ca="$(base64 -w0 <"${PKI}/ca.crt")"
+  umask 077
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: $2
+  cluster:
+    server: https://127.0.0.1:$3
+    certificate-authority-data: ${ca}
+users:
+- name: $5@$2
+  user:
+    token: $4
+contexts:
+- name: $5@$2
+  context:
+    cluster: $2
+    user: $5@$2
+current-context: $5@$2
+EOF
+}
+
+cluster_port() { cat "${CLUSTERS}/$1/port"; }
+cluster_role() { cat "${CLUSTERS}/$1/role"; }
+
+# Clusters in port order (the hub first).
+all_clusters() {
+  [[ -d "${CLUSTERS}" ]] || return 0
+  local d
+  for d in "${CLUSTERS}"/*/; do
+    [[ -f "${d}/port" ]] && echo "$(cat "${d}/port") $(basename "${d}")"
+  done | sort -n | awk '{print $2}'
+}
+members() { local c; for c in $(all_clusters); do [[ "$(cluster_role "${c}")" == member ]] && echo "${c}"; done; return 0; }
+
+kc() { # cluster kubectl-args...
+  local c="$1"; shift
+  "${TOOLS_BIN}/kubectl" --kubeconfig "${KUBECONFIGS}/${c}.kubeconfig" "$@"
+}
+
+prepare_cluster() { # name role port
+  local name="$1" role="$2" port="$3"
+  gen_cluster_creds "${name}"
+  echo "${role}" >"${CLUSTERS}/${name}/role"
+  echo "${port}" >"${CLUSTERS}/${name}/port"
+  mkdir -p "${KUBECONFIGS}"
+  write_kubeconfig "${KUBECONFIGS}/${name}.kubeconfig" "${name}" "${port}" \
+    "$(cat "${CLUSTERS}/${name}/admin.token")" flotilla-admin
+  write_kubeconfig "${KUBECONFIGS}/${name}-user.kubeconfig" "${name}" "${port}" \
+    "$(cat "${CLUSTERS}/${name}/user.token")" flotilla-user
+}
+
+# ---------------------------------------------------------------------------------------------
+# Components
+
+start_etcd() {
+  local p pp
+  p="$(etcd_port)"; pp="$(etcd_peer_port)"
+  mkdir -p "${DATA_DIR}"
+  start_proc etcd "${TOOLS_BIN}/etcd" --name flotilla --data-dir "${DATA_DIR}/etcd" \
+    --listen-client-urls "http://127.0.0.1:${p}" --advertise-client-urls "http://127.0.0.1:${p}" \
+    --listen-peer-urls "http://127.0.0.1:${pp}" --initial-advertise-peer-urls "http://127.0.0.1:${pp}" \
+    --initial-cluster "flotilla=http://127.0.0.1:${pp}" --unsafe-no-fsync --log-level warn
+}
+
+wait_etcd() {
+  local t0; t0="$(now)"
+  until curl -sf "http://127.0.0.1:$(etcd_port)/health" >/dev/null 2>&1; do
+    proc_alive etcd || { tail_log etcd; die "etcd exited during start-up"; }
+    (( $(now) - t0 < 60 )) || { tail_log etcd; die "etcd not healthy after 60s"; }
+    sleep 0.5
+  done
+}
+
+start_apiserver() { # name
+  local name="$1" dir="${CLUSTERS}/$1"
+  start_proc "${name}.apiserver" "${TOOLS_BIN}/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$(etcd_port)" --etcd-prefix "/${name}/registry" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$(cluster_port "${name}")" \
+    --endpoint-reconciler-type none \
+    --tls-cert-file "${PKI}/serving.crt" --tls-private-key-file "${PKI}/serving.key" \
+    --client-ca-file "${dir}/client-ca.crt" --token-auth-file "${dir}/tokens.csv" \
+    --authorization-mode RBAC \
+    --service-account-issuer "https://${name}.clusters.flotilla.local" \
+    --service-account-key-file "${dir}/sa.pub" --service-account-signing-key-file "${dir}/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --enable-priority-and-fairness=false --profiling=false
+}
+
+wait_apiserver() { # name
+  local name="$1" t0 port token
+  t0="$(now)"; port="$(cluster_port "${name}")"; token="$(cat "${CLUSTERS}/${name}/admin.token")"
+  until curl -sf --cacert "${PKI}/ca.crt" -H "Authorization: Bearer ${token}" \
+      "https://127.0.0.1:${port}/readyz" >/dev/null 2>&1; do
+    proc_alive "${name}.apiserver" || { tail_log "${name}.apiserver"; die "the apiserver of ${name} exited during start-up"; }
+    (( $(now) - t0 < APISERVER_TIMEOUT )) || { tail_log "${name}.apiserver"; die "the apiserver of ${name} not ready after ${APISERVER_TIMEOUT}s"; }
+    sleep 1
+  done
+}
+
+HUB_CONTROLLERS="namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,certificatesigningrequest-signing-controller"
+
+start_controllers() { # name
+  local name="$1" dir="${CLUSTERS}/$1" controllers='*'
+  [[ "$(cluster_role "${name}")" == hub ]] && controllers="${HUB_CONTROLLERS}"
+  start_proc "${name}.controller-manager" "${TOOLS_BIN}/kube-controller-manager" \
+    --kubeconfig "${KUBECONFIGS}/${name}.kubeconfig" --leader-elect=false --secure-port 0 \
+    --controllers "${controllers}" \
+    --service-account-private-key-file "${dir}/sa.key" --root-ca-file "${PKI}/ca.crt" \
+    --cluster-signing-cert-file "${dir}/client-ca.crt" --cluster-signing-key-file "${dir}/client-ca.key" \
+    --use-service-account-credentials=false --profiling=false
+  [[ "$(cluster_role "${name}")" == member ]] || return 0
+  start_proc "${name}.scheduler" "${TOOLS_BIN}/kube-scheduler" \
+    --kubeconfig "${KUBECONFIGS}/${name}.kubeconfig" --leader-elect=false --secure-port 0 \
+    --profiling=false
+  local stages=() s
+  for s in node-initialize node-heartbeat-with-lease pod-ready pod-complete pod-delete; do
+    stages+=(--config "${KWOK_STAGES_DIR}/${s}.yaml")
+  done
+  start_proc "${name}.kwok" "${TOOLS_BIN}/kwok" \
+    --kubeconfig "${KUBECONFIGS}/${name}.kubeconfig" --manage-all-nodes=true \
+    --node-lease-duration-seconds 40 --cidr 10.0.0.0/16 "${stages[@]}"
+}
+
+cluster_components() { # name
+  if [[ "$(cluster_role "$1")" == hub ]]; then
+    echo "$1.apiserver $1.controller-manager"
+  else
+    echo "$1.apiserver $1.controller-manager $1.scheduler $1.kwok"
+  fi
+}
+
+fake_nodes_yaml() { # member
+  local i
+  for i in 0 1; do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1-node-${i}
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+    kubernetes.io/hostname: $1-node-${i}
+    node-role.kubernetes.io/agent: ""
+    topology.kubernetes.io/zone: $1-zone-${i}
+    type: kwok
+status:
+  allocatable: {cpu: "16", memory: 64Gi, pods: "250"}
+  capacity: {cpu: "16", memory: 64Gi, pods: "250"}
+EOF
+  done
+}
+
+setup_cluster_objects() { # name
+  local name="$1"
+  # The non-admin user may read (ClusterRole view) and nothing else.
+  kc "${name}" create clusterrolebinding flotilla-user-view --clusterrole view --user flotilla-user \
+    --dry-run=client -o yaml | kc "${name}" apply -f - >/dev/null
+  if [[ "$(cluster_role "${name}")" == member ]]; then
+    fake_nodes_yaml "${name}" | kc "${name}" apply -f - >/dev/null
+  fi
+}
+
+smoke_yaml() {
+  cat <<'EOF'
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: flotilla-smoke
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: smoke
+  namespace: flotilla-smoke
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: smoke}
+  template:
+    metadata:
+      labels: {app: smoke}
+    spec:
+      containers:
+      - name: pause
+        image: registry.k8s.io/pause:3.10
+EOF
+}
+
+smoke_test() { # members...
+  local m
+  for m in "$@"; do smoke_yaml | kc "${m}" apply -f - >/dev/null; done
+  for m in "$@"; do
+    if ! kc "${m}" -n flotilla-smoke wait deployment/smoke --for condition=Available \
+        --timeout "${SMOKE_TIMEOUT}s" >/dev/null; then
+      kc "${m}" -n flotilla-smoke get deploy,rs,pods -o wide >&2 || true
+      kc "${m}" get nodes -o wide >&2 || true
+      tail_log "${m}.kwok"; tail_log "${m}.scheduler"; tail_log "${m}.controller-manager"
+      die "the smoke Deployment in ${m} did not become Available within ${SMOKE_TIMEOUT}s"
+    fi
+  done
+  for m in "$@"; do kc "${m}" delete namespace flotilla-smoke --wait=false >/dev/null; done
+}
+
+# Brings clusters up from a state where their processes are stopped.
+start_clusters() { # names...
+  local c t0
+  t0="$(now)"
+  for c in "$@"; do start_apiserver "${c}"; done
+  for c in "$@"; do wait_apiserver "${c}"; done
+  log "apiservers ready: $* ($(( $(now) - t0 ))s)"
+  t0="$(now)"
+  for c in "$@"; do setup_cluster_objects "${c}"; start_controllers "${c}"; done
+  log "controller-managers, schedulers and kwok started ($(( $(now) - t0 ))s)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+env_is_running() { # all recorded processes alive?
+  local p any=1
+  for p in $(recorded_procs); do
+    any=0
+    proc_alive "${p}" || return 1
+  done
+  return "${any}"
+}
+
+any_alive() {
+  local p
+  for p in $(recorded_procs); do proc_alive "${p}" && return 0; done
+  return 1
+}
+
+cmd_env() {
+  load_conf
+  local hub="" mk="" mu="" c
+  for c in $(all_clusters); do
+    if [[ "$(cluster_role "${c}")" == hub ]]; then hub="${c}"; continue; fi
+    mk+="${mk:+,}${c}=${KUBECONFIGS}/${c}.kubeconfig"
+    mu+="${mu:+,}${c}=${KUBECONFIGS}/${c}-user.kubeconfig"
+  done
+  cat <<EOF
+export FLOTILLA_RUN_DIR=${RUN_DIR}
+export FLOTILLA_TOOLS_BIN=${TOOLS_BIN}
+export FLOTILLA_HUB_KUBECONFIG=${KUBECONFIGS}/${hub}.kubeconfig
+export FLOTILLA_HUB_USER_KUBECONFIG=${KUBECONFIGS}/${hub}-user.kubeconfig
+export FLOTILLA_MEMBER_KUBECONFIGS=${mk}
+export FLOTILLA_MEMBER_USER_KUBECONFIGS=${mu}
+EOF
+}
+
+cmd_up() {
+  local n=3
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --members) n="$2"; shift 2 ;;
+      --members=*) n="${1#*=}"; shift ;;
+      *) die "up: unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  [[ "${n}" =~ ^[0-9]+$ ]] || die "up: --members needs a number, got '${n}'"
+  [[ "${PORT_BASE}" =~ ^[0-9]+$ ]] && (( PORT_BASE > 1024 && PORT_BASE + 7357 < 65536 )) \
+    || die "up: --port-base must be a number in 1025..58178, got '${PORT_BASE}'"
+
+  if [[ -f "${CONF}" ]]; then
+    if env_is_running; then
+      log "environment in ${RUN_DIR} is already running"
+      cmd_env
+      return 0
+    fi
+    if any_alive; then
+      cmd_status >&2 || true
+      die "the environment in ${RUN_DIR} is partly running: run 'hack/clusters.sh down' first"
+    fi
+    log "removing the stopped environment left in ${RUN_DIR}"
+    cmd_down >/dev/null
+  fi
+  if ! "${HACK_DIR}/build-tools.sh" --check >/dev/null 2>&1; then
+    log "building the tools first (hack/build-tools.sh; the first build takes 15-30 minutes)"
+    "${HACK_DIR}/build-tools.sh" >/dev/null
+  fi
+  require_tools
+  local p
+  for p in "${PORT_BASE}" $(seq $(( PORT_BASE + 1 )) $(( PORT_BASE + n ))) "$(etcd_port)" "$(etcd_peer_port)"; do
+    if port_in_use "${p}"; then
+      die "port ${p} is in use (another environment?): pick another --port-base and --run-dir"
+    fi
+  done
+
+  local T0; T0="$(now)"
+  mkdir -p "${RUN_DIR}" "${CLUSTERS}" "${PIDS}" "${LOGS}"
+  DATA_DIR="/dev/shm/flotilla-$(printf '%s' "${RUN_DIR}" | sha256sum | cut -c1-12)"
+  cat >"${CONF}" <<EOF
+PORT_BASE=${PORT_BASE}
+DATA_DIR=${DATA_DIR}
+TOOLS_BIN=${TOOLS_BIN}
+KWOK_STAGES_DIR=${KWOK_STAGES_DIR}
+EOF
+  gen_pki
+  prepare_cluster hub hub "${PORT_BASE}"
+  local names=() i
+  for i in $(seq 1 "${n}"); do
+    prepare_cluster "member${i}" member $(( PORT_BASE + i ))
+    names+=("member${i}")
+  done
+  log "PKI and kubeconfigs written to ${RUN_DIR} ($(( $(now) - T0 ))s)"
+
+  start_etcd
+  wait_etcd
+  log "etcd ready on 127.0.0.1:$(etcd_port) ($(( $(now) - T0 ))s)"
+  start_clusters hub "${names[@]}"
+  if [[ ${n} -gt 0 ]]; then
+    local t0; t0="$(now)"
+    smoke_test "${names[@]}"
+    log "smoke Deployment Available in ${names[*]} ($(( $(now) - t0 ))s)"
+  fi
+  log "environment up in $(( $(now) - T0 ))s: hub + ${n} member(s); processes: $(recorded_procs | wc -l)"
+  cmd_env
+}
+
+cmd_down() {
+  if [[ ! -d "${RUN_DIR}" ]]; then log "nothing to stop in ${RUN_DIR}"; return 0; fi
+  local data=""
+  if [[ -f "${CONF}" ]]; then data="$(sed -n 's/^DATA_DIR=//p' "${CONF}")"; fi
+  # Reverse start order: agents and controllers, then apiservers, then etcd.
+  local p
+  for p in $(recorded_procs | grep -E '\.(kwok|scheduler|controller-manager)$' || true); do stop_proc "${p}"; done
+  for p in $(recorded_procs | grep -E '\.apiserver$' || true); do stop_proc "${p}"; done
+  for p in $(recorded_procs); do stop_proc "${p}"; done
+  if [[ -n "${data}" && "${data}" == /dev/shm/flotilla-* ]]; then rm -rf "${data}"; fi
+  rm -rf "${RUN_DIR}"
+  log "environment in ${RUN_DIR} stopped and its data removed"
+}
+
+cmd_status() {
+  load_conf
+  local c p alive total ready code token
+  printf '%-14s %-7s %-6s %-10s %s\n' CLUSTER ROLE PORT APISERVER PROCESSES
+  printf '%-14s %-7s %-6s %-10s %s\n' etcd - "$(etcd_port)" \
+    "$(curl -sf "http://127.0.0.1:$(etcd_port)/health" >/dev/null 2>&1 && echo healthy || echo down)" \
+    "$(proc_alive etcd && echo 1/1 || echo 0/1)"
+  for c in $(all_clusters); do
+    alive=0; total=0
+    for p in $(cluster_components "${c}"); do
+      total=$(( total + 1 ))
+      proc_alive "${p}" && alive=$(( alive + 1 ))
+    done
+    token="$(cat "${CLUSTERS}/${c}/admin.token")"
+    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "${PKI}/ca.crt" \
+      -H "Authorization: Bearer ${token}" "https://127.0.0.1:$(cluster_port "${c}")/readyz" || true)"
+    case "${code}" in 200) ready=ready ;; 000) ready=unreachable ;; *) ready="http-${code}" ;; esac
+    printf '%-14s %-7s %-6s %-10s %s\n' "${c}" "$(cluster_role "${c}")" "$(cluster_port "${c}")" "${ready}" "${alive}/${total}"
+  done
+}
+
+member_exists() { [[ -f "${CLUSTERS}/$1/role" && "$(cluster_role "$1")" == member ]]; }
+
+cmd_stop_member() {
+  local name="${1:?stop-member needs a member name}"
+  load_conf
+  member_exists "${name}" || die "no member named '${name}' in ${RUN_DIR} (members: $(members | xargs))"
+  local p
+  for p in $(cluster_components "${name}" | tr ' ' '\n' | tac); do stop_proc "${p}"; done
+  log "member ${name} stopped: its apiserver on 127.0.0.1:$(cluster_port "${name}") is unreachable"
+}
+
+cmd_start_member() {
+  local name="${1:?start-member needs a member name}"
+  load_conf
+  member_exists "${name}" || die "no member named '${name}' in ${RUN_DIR} (members: $(members | xargs))"
+  proc_alive etcd || die "etcd of ${RUN_DIR} is not running"
+  start_clusters "${name}"
+  log "member ${name} started"
+}
+
+cmd_add_member() {
+  local name="${1:?add-member needs a name}"
+  [[ "${name}" =~ ^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$ ]] \
+    || die "add-member: '${name}' is not a valid name (lower-case letters, digits and '-', at most 32)"
+  load_conf
+  [[ -e "${CLUSTERS}/${name}" ]] && die "add-member: a cluster named '${name}' already exists"
+  proc_alive etcd || die "etcd of ${RUN_DIR} is not running: run 'hack/clusters.sh up' first"
+  local port=$(( PORT_BASE + 1 )) c
+  for c in $(all_clusters); do
+    (( $(cluster_port "${c}") >= port )) && port=$(( $(cluster_port "${c}") + 1 ))
+  done
+  port_in_use "${port}" && die "add-member: port ${port} is in use"
+  local t0; t0="$(now)"
+  prepare_cluster "${name}" member "${port}"
+  start_clusters "${name}"
+  smoke_test "${name}"
+  log "member ${name} added on port ${port} ($(( $(now) - t0 ))s)"
+  cmd_env
+}
+
+cmd_remove_member() {
+  local name="${1:?remove-member needs a member name}"
+  load_conf
+  member_exists "${name}" || die "no member named '${name}' in ${RUN_DIR}"
+  cmd_stop_member "${name}" >/dev/null
+  # Delete the member's keys from etcd through etcd's gRPC gateway (range /<name>/ .. /<name>0).
+  local from to
+  from="$(printf '/%s/' "${name}" | base64 -w0)"
+  to="$(printf '/%s0' "${name}" | base64 -w0)"
+  curl -sf -X POST "http://127.0.0.1:$(etcd_port)/v3/kv/deleterange" \
+    -d "{\"key\":\"${from}\",\"range_end\":\"${to}\"}" >/dev/null \
+    || log "warning: could not delete the data of ${name} from etcd"
+  rm -rf "${CLUSTERS:?}/${name}" "${KUBECONFIGS}/${name}.kubeconfig" "${KUBECONFIGS}/${name}-user.kubeconfig"
+  rm -f "${LOGS}/${name}".*.log
+  log "member ${name} removed"
+}
+
+# Commands that change the environment hold a lock, so parallel tests can add members safely.
+with_lock() {
+  mkdir -p "${RUN_DIR}"
+  exec 9>"${RUN_DIR}/.lock"
+  flock 9
+  "$@"
+}
+
+case "${COMMAND}" in
+  up) with_lock cmd_up "$@" ;;
+  down) with_lock cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  stop-member) with_lock cmd_stop_member "$@" ;;
+  start-member) with_lock cmd_start_member "$@" ;;
+  add-member) with_lock cmd_add_member "$@" ;;
+  remove-member) with_lock cmd_remove_member "$@" ;;
+  *) usage >&2; die "unknown command '${COMMAND}'" ;;
+esac

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Flotilla's test entry point: builds the tools if needed, checks formatting and lints, starts a
+# local environment (hub + members) of its own, runs every test of the workspace against it and
+# tears it down again, also on failure. Exits non-zero on any failure.
+#
+# Usage: hack/test.sh [-- CARGO_TEST_ARGS...]
+# Environment:
+#   FLOTILLA_TEST_MEMBERS   members to start (default 3)
+#   FLOTILLA_TEST_RUN_DIR   run directory of the test environment (default ${TMPDIR:-/tmp}/flotilla-test-env)
+#   FLOTILLA_TEST_PORT_BASE port base of the test environment (default 17443, so a quick-start
+#                           environment on 16443 can keep running)
+#   FLOTILLA_SKIP_LINT=1    skip cargo fmt --check and cargo clippy
+#   FLOTILLA_KEEP_ENV=1     leave the environment running afterwards (hack/clusters.sh down stops it)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${REPO_ROOT}"
+
+CARGO_TEST_ARGS=()
+if [[ "${1:-}" == "--" ]]; then shift; CARGO_TEST_ARGS=("$@"); fi
+
+T0="$(now)"
+export FLOTILLA_RUN_DIR="${FLOTILLA_TEST_RUN_DIR:-${TMPDIR:-/tmp}/flotilla-test-env}"
+export FLOTILLA_PORT_BASE="${FLOTILLA_TEST_PORT_BASE:-17443}"
+CLUSTERS=("${HACK_DIR}/clusters.sh" --run-dir "${FLOTILLA_RUN_DIR}" --port-base "${FLOTILLA_PORT_BASE}")
+
+log "== building tools (cached after the first run)"
+"${HACK_DIR}/build-tools.sh" >/dev/null
+
+if [[ "${FLOTILLA_SKIP_LINT:-0}" != 1 ]]; then
+  log "== cargo fmt --check"
+  cargo fmt --all --check
+  log "== cargo clippy --all-targets -- -D warnings"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+
+log "== building tests"
+cargo test --workspace --locked --no-run
+
+teardown() {
+  local rc=$?
+  if [[ ${rc} -ne 0 && -d "${FLOTILLA_RUN_DIR}/logs" ]]; then
+    local keep="${REPO_ROOT}/target/e2e-logs"
+    rm -rf "${keep}"; mkdir -p "${keep}"
+    cp -r "${FLOTILLA_RUN_DIR}/logs/." "${keep}/" 2>/dev/null || true
+    log "tests failed: component logs copied to ${keep}"
+  fi
+  if [[ "${FLOTILLA_KEEP_ENV:-0}" == 1 ]]; then
+    log "leaving the environment running (FLOTILLA_KEEP_ENV=1); stop it with: ${CLUSTERS[*]} down"
+  else
+    "${CLUSTERS[@]}" down || true
+  fi
+  log "hack/test.sh finished in $(( $(now) - T0 ))s with exit code ${rc}"
+  exit "${rc}"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+log "== starting the environment (hub + ${FLOTILLA_TEST_MEMBERS:-3} members)"
+eval "$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}")"
+
+log "== cargo test"
+cargo test --workspace --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
