@@ -142,11 +142,12 @@ build_kwok() {
   moddir="$(go env GOMODCACHE)/sigs.k8s.io/kwok@${KWOK_VERSION}"
   [[ -d "${moddir}/kustomize/stage" ]] || die "kwok's stage files are missing from ${moddir}/kustomize/stage"
   rm -rf "${KWOK_STAGES_DIR}"; mkdir -p "${KWOK_STAGES_DIR}"
+  # The "fast" stages: nodes become Ready at once and renew Leases; pods go straight to Running.
   local f
-  for s in node-initialize node-heartbeat-with-lease pod-ready pod-complete pod-delete; do
-    f="$(find "${moddir}/kustomize/stage" -name "${s}.yaml" | head -n1)"
-    [[ -n "${f}" ]] || die "kwok stage ${s}.yaml not found under ${moddir}/kustomize/stage"
-    cp "${f}" "${KWOK_STAGES_DIR}/${s}.yaml"
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+      pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    [[ -f "${moddir}/kustomize/stage/${f}.yaml" ]] || die "kwok stage ${f}.yaml not found under ${moddir}/kustomize/stage"
+    cp "${moddir}/kustomize/stage/${f}.yaml" "${KWOK_STAGES_DIR}/"
   done
   chmod u+w "${KWOK_STAGES_DIR}"/*.yaml
   touch "${KWOK_STAGES_DIR}/.ready"

@@ -10,8 +10,8 @@ usage() {
 Usage: hack/clusters.sh [--run-dir DIR] [--port-base PORT] COMMAND [ARGS]
 
 Commands:
-  up [--members N]     start etcd, the hub and N members (default 3); a no-op when the
-                       environment in the run directory is already running
+  up [--members N]     start etcd, the hub and N members (default 3); on an environment that
+                       is already running it only starts what crashed or was stopped
   down                 stop every process this environment recorded (by PID) and delete its data
   status               show each cluster, its processes and whether its apiserver is ready
   env                  print the export lines for tests and tools (FLOTILLA_HUB_KUBECONFIG, ...)
@@ -63,12 +63,15 @@ SMOKE_TIMEOUT="${FLOTILLA_SMOKE_TIMEOUT:-240}"
 # signalled when both still match, so a recycled PID is never hit.
 
 proc_starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null || true; }
+# A process that exited but was not reaped yet (state Z) counts as dead.
+proc_state() { awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true; }
 
 proc_alive() { # name
   local f="${PIDS}/$1" pid st
   [[ -f "${f}" ]] || return 1
   read -r pid st <"${f}" || return 1
-  [[ -n "${pid}" && -d "/proc/${pid}" && "$(proc_starttime "${pid}")" == "${st}" ]]
+  [[ -n "${pid}" && -d "/proc/${pid}" && "$(proc_starttime "${pid}")" == "${st}" ]] \
+    && [[ "$(proc_state "${pid}")" != Z ]]
 }
 
 start_proc() { # name binary args...
@@ -407,13 +410,14 @@ start_clusters() { # names...
 # ---------------------------------------------------------------------------------------------
 # Commands
 
-env_is_running() { # all recorded processes alive?
-  local p any=1
-  for p in $(recorded_procs); do
-    any=0
-    proc_alive "${p}" || return 1
+# Prints the clusters of which at least one process is not running.
+clusters_not_running() {
+  local c p
+  for c in $(all_clusters); do
+    for p in $(cluster_components "${c}"); do
+      if ! proc_alive "${p}"; then echo "${c}"; break; fi
+    done
   done
-  return "${any}"
 }
 
 any_alive() {
@@ -454,14 +458,21 @@ cmd_up() {
     || die "up: --port-base must be a number in 1025..58178, got '${PORT_BASE}'"
 
   if [[ -f "${CONF}" ]]; then
-    if env_is_running; then
-      log "environment in ${RUN_DIR} is already running"
+    if any_alive; then
+      load_conf
+      local stopped
+      stopped="$(clusters_not_running | xargs)"
+      if proc_alive etcd && [[ -z "${stopped}" ]]; then
+        log "environment in ${RUN_DIR} is already running"
+      else
+        # Repair: start what crashed or was stopped; data in etcd is kept.
+        log "environment in ${RUN_DIR} is partly running: starting ${stopped:-etcd} again"
+        proc_alive etcd || { start_etcd; wait_etcd; }
+        # shellcheck disable=SC2086
+        [[ -z "${stopped}" ]] || start_clusters ${stopped}
+      fi
       cmd_env
       return 0
-    fi
-    if any_alive; then
-      cmd_status >&2 || true
-      die "the environment in ${RUN_DIR} is partly running: run 'hack/clusters.sh down' first"
     fi
     log "removing the stopped environment left in ${RUN_DIR}"
     cmd_down >/dev/null
