@@ -1,0 +1,343 @@
+//! Every label, annotation, finalizer, field manager, condition type and reason Flotilla uses,
+//! in one place, so that the controllers, the CLI and the tests agree on the spelling.
+
+/// Label keys.
+pub mod labels {
+    /// The member cluster an object belongs to: on every Work and APIResourceImport, on the hub
+    /// namespace `flotilla-cluster-<name>` and on the agent's CertificateSigningRequests.
+    /// Informational for Works and imports (the namespace is the source of truth); the `Cluster`
+    /// printer column of both kinds reads it.
+    pub const CLUSTER: &str = "flotilla.dev/cluster";
+
+    /// On Works: the name of the Placement that produced the Work. Placement names are limited to
+    /// 63 characters so that they fit a label value.
+    pub const PLACEMENT: &str = "flotilla.dev/placement";
+
+    /// On Works: the UID of the hub object the Work renders, to find all copies of one object.
+    pub const SOURCE_UID: &str = "flotilla.dev/source-uid";
+
+    /// On every object the syncer created in a member (including namespaces it created), with the
+    /// value [`MANAGED_VALUE`]. The syncer watches member objects by this label, and an object
+    /// without it is never overwritten unless the Work's `conflictPolicy` is `Adopt`.
+    pub const MANAGED: &str = "flotilla.dev/managed";
+
+    /// The value of [`MANAGED`].
+    pub const MANAGED_VALUE: &str = "true";
+}
+
+/// Annotation keys.
+pub mod annotations {
+    /// On member objects: the Work that owns the object, as `<namespace>/<name>` on the hub.
+    pub const WORK: &str = "flotilla.dev/work";
+
+    /// On Works and member objects: the `apiVersion` of the hub object the Work renders.
+    pub const SOURCE_API_VERSION: &str = "flotilla.dev/source-api-version";
+
+    /// On Works and member objects: the `kind` of the hub object the Work renders.
+    pub const SOURCE_KIND: &str = "flotilla.dev/source-kind";
+
+    /// On Works and member objects: the namespace of the hub object the Work renders.
+    pub const SOURCE_NAMESPACE: &str = "flotilla.dev/source-namespace";
+
+    /// On Works and member objects: the name of the hub object the Work renders.
+    pub const SOURCE_NAME: &str = "flotilla.dev/source-name";
+
+    /// On member namespaces: set when the syncer created the namespace (rather than finding it),
+    /// so that only namespaces Flotilla created are ever candidates for clean-up.
+    pub const CREATED_NAMESPACE: &str = "flotilla.dev/created-namespace";
+
+    /// On hub objects: the Placement that won when several Placements select the object.
+    pub const PLACEMENT: &str = "flotilla.dev/placement";
+}
+
+/// Finalizers, each named after the controller that removes it.
+pub mod finalizers {
+    /// On Clusters: revoke the agent's access and remove `flotilla-cluster-<name>` before the
+    /// Cluster goes.
+    pub const REGISTRATION: &str = "flotilla.dev/registration";
+
+    /// On Works: delete (or orphan, per `deletePolicy`) the member objects before the Work goes.
+    pub const SYNCER: &str = "flotilla.dev/syncer";
+
+    /// On placed hub objects: delete their Works (and so their member copies) before they go.
+    pub const SPLITTER: &str = "flotilla.dev/splitter";
+}
+
+/// Server-side apply field managers, one per controller.
+pub mod field_managers {
+    /// `flotilla-registration` on the hub.
+    pub const REGISTRATION: &str = "flotilla/registration";
+    /// `flotilla-registration agent` in a pull-mode member.
+    pub const AGENT: &str = "flotilla/agent";
+    /// `flotilla-syncer`, for member objects and Work status.
+    pub const SYNCER: &str = "flotilla/syncer";
+    /// `flotilla-splitter`, for Works and the status of hub objects.
+    pub const SPLITTER: &str = "flotilla/splitter";
+    /// `flotilla-negotiator` on the hub.
+    pub const NEGOTIATOR: &str = "flotilla/negotiator";
+    /// The importer of `flotilla-negotiator` (on the hub, or in a pull-mode member).
+    pub const IMPORTER: &str = "flotilla/importer";
+}
+
+/// Condition types.
+pub mod conditions {
+    /// Cluster: the hub accepts the cluster (push mode: on creation; pull mode: `hubAcceptsClient`).
+    pub const ACCEPTED: &str = "Accepted";
+    /// Cluster: the per-cluster namespace and RBAC exist and the member was reached once.
+    pub const JOINED: &str = "Joined";
+    /// Cluster: the member answered the last probe (push) or heartbeat (pull) within the grace
+    /// period. `Unknown` after the grace period without an answer.
+    pub const READY: &str = "Ready";
+    /// Cluster: new work may be placed on the member (`False` when cordoned or tainted
+    /// `NoSchedule`).
+    pub const SCHEDULABLE: &str = "Schedulable";
+
+    /// Work, Placement: every manifest was applied to the member.
+    pub const APPLIED: &str = "Applied";
+    /// Work, Placement, hub objects: every applied object is available in the member.
+    pub const AVAILABLE: &str = "Available";
+    /// Work: an applied object reports a failure (e.g. a Deployment's `Progressing=False`).
+    pub const DEGRADED: &str = "Degraded";
+
+    /// APIResourceImport: the member's schema accepts what the negotiated (or enforced) schema
+    /// accepts.
+    pub const COMPATIBLE: &str = "Compatible";
+
+    /// NegotiatedAPIResource: a least-common-denominator schema was computed from the imports.
+    pub const SUBMITTED: &str = "Submitted";
+    /// NegotiatedAPIResource: the hub serves a CRD created from the negotiated schema.
+    pub const PUBLISHED: &str = "Published";
+    /// NegotiatedAPIResource: the hub already serves this type (built in, or a CRD not created by
+    /// Flotilla), its schema is fixed and imports are only checked against it.
+    pub const ENFORCED: &str = "Enforced";
+
+    /// Placement: every selected object has a placement decision.
+    pub const SCHEDULED: &str = "Scheduled";
+
+    /// Hub objects (e.g. a Deployment's status): where the object runs; the message gives the
+    /// distribution, e.g. `member1=4 member2=3 member3=3`.
+    pub const PLACED: &str = "Placed";
+}
+
+/// Condition reasons (CamelCase, as Kubernetes requires), grouped by the condition that uses them.
+pub mod reasons {
+    // Cluster: Accepted
+    /// The Cluster is accepted by the hub.
+    pub const ACCEPTED: &str = "Accepted";
+    /// A pull-mode Cluster waits for an admin to set `hubAcceptsClient: true`.
+    pub const AWAITING_ACCEPTANCE: &str = "AwaitingAcceptance";
+    /// `hubAcceptsClient` was set back to false: the agent's access is revoked.
+    pub const ACCEPTANCE_REVOKED: &str = "AcceptanceRevoked";
+    /// Another member already registered under this name (a different cluster ID).
+    pub const DUPLICATE_NAME: &str = "DuplicateName";
+
+    // Cluster: Joined
+    /// The per-cluster namespace and RBAC exist and the member was reached.
+    pub const JOINED: &str = "Joined";
+    /// The pull-mode agent has not sent an approved CSR yet.
+    pub const AWAITING_AGENT: &str = "AwaitingAgent";
+
+    // Cluster: Ready
+    /// The last probe or heartbeat succeeded.
+    pub const REACHABLE: &str = "Reachable";
+    /// The member's apiserver could not be reached.
+    pub const UNREACHABLE: &str = "Unreachable";
+    /// The member rejected the credentials (401/403).
+    pub const UNAUTHORIZED: &str = "Unauthorized";
+    /// The kubeconfig in the Secret cannot be parsed or used.
+    pub const INVALID_KUBECONFIG: &str = "InvalidKubeconfig";
+    /// The Secret named by `kubeconfigSecretRef` does not exist.
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    /// The Secret exists but has no such key.
+    pub const SECRET_KEY_NOT_FOUND: &str = "SecretKeyNotFound";
+    /// The member answered, but `/readyz` says it is not ready.
+    pub const NOT_READY: &str = "NotReady";
+    /// No successful probe or heartbeat within the grace period.
+    pub const HEARTBEAT_EXPIRED: &str = "HeartbeatExpired";
+
+    // Cluster: Schedulable
+    /// Nothing prevents new placements.
+    pub const SCHEDULABLE: &str = "Schedulable";
+    /// `spec.unschedulable` is true.
+    pub const CORDONED: &str = "Cordoned";
+    /// A `NoSchedule` taint is present.
+    pub const TAINTED: &str = "Tainted";
+
+    // Work: Applied / Available / Degraded
+    /// Every manifest was applied.
+    pub const APPLIED: &str = "Applied";
+    /// The member rejected a manifest; the message has the server's answer.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// An object not created by Flotilla exists in the member and `conflictPolicy` is `Abort`.
+    pub const CONFLICT: &str = "Conflict";
+    /// The member does not serve a manifest's resource type.
+    pub const UNKNOWN_RESOURCE_TYPE: &str = "UnknownResourceType";
+    /// The member is not Ready: work is paused, nothing is deleted.
+    pub const CLUSTER_UNAVAILABLE: &str = "ClusterUnavailable";
+    /// The Work is being deleted and member objects are being removed (or orphaned).
+    pub const DELETING: &str = "Deleting";
+    /// Every applied object is available.
+    pub const AVAILABLE: &str = "Available";
+    /// Some applied object is not available yet.
+    pub const NOT_AVAILABLE: &str = "NotAvailable";
+    /// An applied object reports a failure.
+    pub const DEGRADED: &str = "Degraded";
+    /// No applied object reports a failure.
+    pub const HEALTHY: &str = "Healthy";
+
+    // APIResourceImport: Compatible
+    /// The member's schema is the same as the negotiated one.
+    pub const IDENTICAL: &str = "Identical";
+    /// The member's schema accepts everything the negotiated one does, and more.
+    pub const SUPERSET: &str = "Superset";
+    /// The member lacks fields the negotiated schema has; objects that do not use them can go.
+    pub const MISSING_FIELDS: &str = "MissingFields";
+    /// The member's schema cannot accept what the negotiated schema accepts.
+    pub const INCOMPATIBLE: &str = "Incompatible";
+    /// Not decided yet (no import, or not compared yet): never treated as incompatible.
+    pub const PENDING: &str = "Pending";
+    /// The comparison could not decide (unsupported construct); the message has the path.
+    pub const UNDECIDABLE: &str = "Undecidable";
+
+    // NegotiatedAPIResource: Submitted / Published / Enforced
+    /// A negotiated schema was computed.
+    pub const NEGOTIATED: &str = "Negotiated";
+    /// No import exists yet.
+    pub const NO_IMPORTS: &str = "NoImports";
+    /// The hub CRD was created or updated from the negotiated schema.
+    pub const PUBLISHED: &str = "Published";
+    /// `spec.publish` is false.
+    pub const NOT_PUBLISHED: &str = "NotPublished";
+    /// Creating or updating the hub CRD failed.
+    pub const PUBLISH_FAILED: &str = "PublishFailed";
+    /// The type is built into the hub's apiserver.
+    pub const BUILT_IN: &str = "BuiltIn";
+    /// The hub serves the type from a CRD that Flotilla did not create.
+    pub const HUB_CRD: &str = "HubCRD";
+    /// The hub does not serve the type; the negotiated schema is used.
+    pub const NOT_ENFORCED: &str = "NotEnforced";
+
+    // Placement: Scheduled
+    /// Every selected object has a decision.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// The cluster affinity selects no cluster.
+    pub const NO_CLUSTER_SELECTED: &str = "NoClusterSelected";
+    /// Clusters are selected, but none is eligible (not Ready, cordoned, tainted, incompatible).
+    pub const NO_ELIGIBLE_CLUSTER: &str = "NoEligibleCluster";
+    /// A resource selector names a type that no member (or the hub) serves.
+    pub const UNSUPPORTED_TYPE: &str = "UnsupportedType";
+    /// Two Placements of equal specificity select the same object.
+    pub const PLACEMENT_CONFLICT: &str = "PlacementConflict";
+    /// A more specific Placement selects the object.
+    pub const OVERRIDDEN: &str = "Overridden";
+    /// Replicas are moving away from a failed cluster.
+    pub const FAILING_OVER: &str = "FailingOver";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Condition types and reasons must be CamelCase identifiers: `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`
+    /// is what the apiserver enforces for `reason`; we hold ourselves to plain CamelCase.
+    fn is_camel_case(s: &str) -> bool {
+        s.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && s.chars().all(|c| c.is_ascii_alphanumeric())
+    }
+
+    #[test]
+    fn condition_types_and_reasons_are_camel_case() {
+        let all = [
+            conditions::ACCEPTED,
+            conditions::JOINED,
+            conditions::READY,
+            conditions::SCHEDULABLE,
+            conditions::APPLIED,
+            conditions::AVAILABLE,
+            conditions::DEGRADED,
+            conditions::COMPATIBLE,
+            conditions::SUBMITTED,
+            conditions::PUBLISHED,
+            conditions::ENFORCED,
+            conditions::SCHEDULED,
+            conditions::PLACED,
+            reasons::AWAITING_ACCEPTANCE,
+            reasons::ACCEPTANCE_REVOKED,
+            reasons::DUPLICATE_NAME,
+            reasons::AWAITING_AGENT,
+            reasons::REACHABLE,
+            reasons::UNREACHABLE,
+            reasons::UNAUTHORIZED,
+            reasons::INVALID_KUBECONFIG,
+            reasons::SECRET_NOT_FOUND,
+            reasons::SECRET_KEY_NOT_FOUND,
+            reasons::NOT_READY,
+            reasons::HEARTBEAT_EXPIRED,
+            reasons::CORDONED,
+            reasons::TAINTED,
+            reasons::APPLY_FAILED,
+            reasons::CONFLICT,
+            reasons::UNKNOWN_RESOURCE_TYPE,
+            reasons::CLUSTER_UNAVAILABLE,
+            reasons::DELETING,
+            reasons::NOT_AVAILABLE,
+            reasons::HEALTHY,
+            reasons::IDENTICAL,
+            reasons::SUPERSET,
+            reasons::MISSING_FIELDS,
+            reasons::INCOMPATIBLE,
+            reasons::PENDING,
+            reasons::UNDECIDABLE,
+            reasons::NEGOTIATED,
+            reasons::NO_IMPORTS,
+            reasons::NOT_PUBLISHED,
+            reasons::PUBLISH_FAILED,
+            reasons::BUILT_IN,
+            reasons::HUB_CRD,
+            reasons::NOT_ENFORCED,
+            reasons::NO_CLUSTER_SELECTED,
+            reasons::NO_ELIGIBLE_CLUSTER,
+            reasons::UNSUPPORTED_TYPE,
+            reasons::PLACEMENT_CONFLICT,
+            reasons::OVERRIDDEN,
+            reasons::FAILING_OVER,
+        ];
+        for s in all {
+            assert!(is_camel_case(s), "{s:?} is not CamelCase");
+        }
+    }
+
+    #[test]
+    fn keys_are_in_the_flotilla_domain() {
+        for key in [
+            labels::CLUSTER,
+            labels::PLACEMENT,
+            labels::SOURCE_UID,
+            labels::MANAGED,
+            annotations::WORK,
+            annotations::SOURCE_API_VERSION,
+            annotations::SOURCE_KIND,
+            annotations::SOURCE_NAMESPACE,
+            annotations::SOURCE_NAME,
+            annotations::CREATED_NAMESPACE,
+            annotations::PLACEMENT,
+            finalizers::REGISTRATION,
+            finalizers::SYNCER,
+            finalizers::SPLITTER,
+        ] {
+            let (prefix, name) = key.split_once('/').expect("qualified key");
+            assert_eq!(prefix, crate::GROUP, "{key}");
+            assert!(!name.is_empty() && name.len() <= 63, "{key}");
+        }
+        for manager in [
+            field_managers::REGISTRATION,
+            field_managers::AGENT,
+            field_managers::SYNCER,
+            field_managers::SPLITTER,
+            field_managers::NEGOTIATOR,
+            field_managers::IMPORTER,
+        ] {
+            assert!(manager.starts_with("flotilla/"), "{manager}");
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Names derived from other names: the per-cluster namespace, the agent's identity, the names of
+//! APIResourceImports and NegotiatedAPIResources. Pure functions, mirrored by the CRDs' CEL rules.
+
+/// Prefix of the hub namespace that holds a member's Works, APIResourceImports and agent Lease.
+pub const CLUSTER_NAMESPACE_PREFIX: &str = "flotilla-cluster-";
+
+/// The longest Cluster name: `flotilla-cluster-<name>` must still be a namespace name (63).
+pub const MAX_CLUSTER_NAME_LENGTH: usize = 63 - CLUSTER_NAMESPACE_PREFIX.len();
+
+/// The namespace the controllers run in and, by default, where kubeconfig Secrets live.
+pub const SYSTEM_NAMESPACE: &str = "flotilla-system";
+
+/// The key of a kubeconfig Secret used when `kubeconfigSecretRef.key` is not set.
+pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// Name of the Lease a pull-mode agent renews in `flotilla-cluster-<name>`.
+pub const AGENT_LEASE_NAME: &str = "flotilla-agent";
+
+/// Group of every pull-mode agent's client certificate.
+pub const AGENT_GROUP: &str = "system:flotilla:agents";
+
+/// Signer of the agents' client certificates.
+pub const AGENT_CSR_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+
+/// The hub namespace of a member: `flotilla-cluster-<name>`.
+pub fn cluster_namespace(cluster: &str) -> String {
+    format!("{CLUSTER_NAMESPACE_PREFIX}{cluster}")
+}
+
+/// The member a hub namespace belongs to, if it is a `flotilla-cluster-<name>` namespace.
+pub fn cluster_from_namespace(namespace: &str) -> Option<&str> {
+    namespace
+        .strip_prefix(CLUSTER_NAMESPACE_PREFIX)
+        .filter(|name| validate_cluster_name(name).is_ok())
+}
+
+/// The user name in a pull-mode agent's client certificate: `system:flotilla:cluster:<name>:agent`.
+pub fn agent_user_name(cluster: &str) -> String {
+    format!("system:flotilla:cluster:{cluster}:agent")
+}
+
+/// The cluster a certificate user name belongs to, if it is an agent's user name.
+pub fn cluster_from_agent_user_name(user: &str) -> Option<&str> {
+    user.strip_prefix("system:flotilla:cluster:")
+        .and_then(|rest| rest.strip_suffix(":agent"))
+        .filter(|name| validate_cluster_name(name).is_ok())
+}
+
+/// Why a string cannot name a Cluster.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidClusterName {
+    #[error("a cluster name must not be empty")]
+    Empty,
+    #[error("cluster name {0:?} is longer than {MAX_CLUSTER_NAME_LENGTH} characters")]
+    TooLong(String),
+    #[error(
+        "cluster name {0:?} must consist of lowercase letters, digits and '-', and start and end \
+         with a letter or digit"
+    )]
+    NotADnsLabel(String),
+}
+
+/// Checks that `name` can name a Cluster: a lowercase RFC 1123 label of at most
+/// [`MAX_CLUSTER_NAME_LENGTH`] characters. The Cluster CRD enforces the same rule.
+pub fn validate_cluster_name(name: &str) -> Result<(), InvalidClusterName> {
+    if name.is_empty() {
+        return Err(InvalidClusterName::Empty);
+    }
+    if name.len() > MAX_CLUSTER_NAME_LENGTH {
+        return Err(InvalidClusterName::TooLong(name.to_string()));
+    }
+    if !is_dns_label(name) {
+        return Err(InvalidClusterName::NotADnsLabel(name.to_string()));
+    }
+    Ok(())
+}
+
+/// The name of the APIResourceImport (in `flotilla-cluster-<c>`) and of the NegotiatedAPIResource
+/// for one resource type: `<plural>.<version>.<group>`, with `core` for the empty (legacy) group,
+/// e.g. `deployments.v1.apps`, `configmaps.v1.core`.
+pub fn api_resource_name(group: &str, version: &str, plural: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("{plural}.{version}.{group}")
+}
+
+/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_namespace_round_trips() {
+        assert_eq!(cluster_namespace("member1"), "flotilla-cluster-member1");
+        assert_eq!(
+            cluster_from_namespace("flotilla-cluster-member1"),
+            Some("member1")
+        );
+        assert_eq!(cluster_from_namespace("flotilla-cluster-"), None);
+        assert_eq!(cluster_from_namespace("flotilla-system"), None);
+        assert_eq!(cluster_from_namespace("default"), None);
+    }
+
+    #[test]
+    fn longest_cluster_name_gives_a_valid_namespace() {
+        let name = "a".repeat(MAX_CLUSTER_NAME_LENGTH);
+        assert!(validate_cluster_name(&name).is_ok());
+        assert!(is_dns_label(&cluster_namespace(&name)));
+        let too_long = "a".repeat(MAX_CLUSTER_NAME_LENGTH + 1);
+        let err = validate_cluster_name(&too_long).expect_err("too long");
+        assert_eq!(err, InvalidClusterName::TooLong(too_long.clone()));
+        assert!(err.to_string().contains("longer than 46"), "{err}");
+    }
+
+    #[test]
+    fn cluster_names_are_dns_labels() {
+        for ok in ["a", "member1", "eu-west-1", "0"] {
+            assert!(validate_cluster_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Member1", "a.b", "-a", "a-", "a_b", "a b"] {
+            assert!(validate_cluster_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn agent_user_names_round_trip() {
+        let user = agent_user_name("member1");
+        assert_eq!(user, "system:flotilla:cluster:member1:agent");
+        assert_eq!(cluster_from_agent_user_name(&user), Some("member1"));
+        assert_eq!(
+            cluster_from_agent_user_name("system:flotilla:cluster:a:b:agent"),
+            None
+        );
+        assert_eq!(cluster_from_agent_user_name("system:admin"), None);
+    }
+
+    #[test]
+    fn api_resource_names_use_core_for_the_legacy_group() {
+        assert_eq!(
+            api_resource_name("apps", "v1", "deployments"),
+            "deployments.v1.apps"
+        );
+        assert_eq!(
+            api_resource_name("", "v1", "configmaps"),
+            "configmaps.v1.core"
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! `Work`: the objects to apply to one member cluster, and what the member reports back.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use kube::api::DynamicObject;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use crate::common::{ConflictPolicy, DeletePolicy, IgnoreFields};
+use crate::names;
+
+/// The objects to apply to the member cluster, and how.
+// Clippy takes the repeated keys of separate `printcolumn(...)` entries for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "flotilla.dev",
+    version = "v1alpha1",
+    kind = "Work",
+    plural = "works",
+    namespaced,
+    status = "WorkStatus",
+    derive = "PartialEq",
+    shortname = "fw",
+    category = "flotilla",
+    doc = "Objects to apply to one member cluster, rendered by the splitter from one hub object, \
+           and the status the member reports back. A Work lives in the hub namespace \
+           flotilla-cluster-<name> of its member; the syncer applies its manifests there with \
+           server-side apply and copies their status back. Deleting a Work deletes (or orphans, \
+           per deletePolicy) its objects in the member.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels.flotilla\\.dev/cluster",
+        description = "The member cluster"
+    ),
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Applied\")].status",
+        description = "Every manifest is applied in the member"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status",
+        description = "Every applied object is available"
+    ),
+    printcolumn(
+        name = "Degraded",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Degraded\")].status",
+        description = "An applied object reports a failure",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Applied\")].reason",
+        description = "Reason of the Applied condition",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSpec {
+    /// The objects to apply to the member, complete Kubernetes objects (apiVersion, kind,
+    /// metadata with a name, and the rest), stripped of hub-only metadata. Namespaced objects are
+    /// applied in their `metadata.namespace`, which is created in the member when missing.
+    #[schemars(schema_with = "manifests_schema")]
+    pub manifests: Vec<DynamicObject>,
+
+    /// What happens to the member objects when the Work is deleted: `Delete` (default; the Work
+    /// goes only once they are gone) or `Orphan` (they stay, unmanaged).
+    #[serde(default)]
+    pub delete_policy: DeletePolicy,
+
+    /// What happens when a manifest names an object that exists in the member but was not created
+    /// by Flotilla: `Abort` (default: leave it, report `Applied=False, reason=Conflict`) or
+    /// `Adopt` (take it over).
+    #[serde(default)]
+    pub conflict_policy: ConflictPolicy,
+
+    /// Fields set when an object is created and then left to the member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub ignore_fields: Vec<IgnoreFields>,
+}
+
+/// Schema of `spec.manifests`: embedded Kubernetes objects, validated by the apiserver as such
+/// (apiVersion, kind, metadata) and otherwise kept as they are.
+fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 100,
+        "items": {
+            "type": "object",
+            "x-kubernetes-embedded-resource": true,
+            "x-kubernetes-preserve-unknown-fields": true,
+            "x-kubernetes-validations": [{
+                "rule": "has(self.metadata.name) && self.metadata.name != ''",
+                "message": "metadata.name is required in every manifest: the syncer applies objects by name",
+                "reason": "FieldValueRequired",
+            }],
+        },
+    })
+}
+
+/// What the syncer observed in the member.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkStatus {
+    /// `Applied` (every manifest was applied; reasons such as `Conflict`, `ApplyFailed`,
+    /// `UnknownResourceType`, `ClusterUnavailable`), `Available` (every object is available) and
+    /// `Degraded` (an object reports a failure).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::common::conditions_schema")]
+    pub conditions: Vec<Condition>,
+
+    /// The observed state of each manifest's object in the member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["ordinal"]
+    ))]
+    pub manifests: Vec<ManifestStatus>,
+}
+
+/// The observed state of one manifest's object in the member.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestStatus {
+    /// Index of the manifest in `spec.manifests`.
+    #[schemars(range(min = 0))]
+    pub ordinal: i32,
+
+    /// Which object this is.
+    pub identity: ManifestIdentity,
+
+    /// `metadata.resourceVersion` of the object in the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+
+    /// `metadata.generation` of the object in the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+
+    /// `status.observedGeneration` of the object in the member, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The object's `status` as the member reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::preserve_unknown_object")]
+    pub status: Option<serde_json::Value>,
+
+    /// `Applied` and `Available` for this object, with the member's message when it rejected the
+    /// manifest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::common::conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The identity of an object in a member.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestIdentity {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+
+    /// API version.
+    pub version: String,
+
+    /// Kind.
+    pub kind: String,
+
+    /// Resource (plural), as the member's discovery names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+
+    /// Namespace; unset for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+
+    /// Name.
+    pub name: String,
+}
+
+impl Work {
+    /// The member this Work is for, from its namespace `flotilla-cluster-<name>`.
+    pub fn cluster_name(&self) -> Option<&str> {
+        self.metadata
+            .namespace
+            .as_deref()
+            .and_then(names::cluster_from_namespace)
+    }
+}
+
+impl ManifestIdentity {
+    /// The identity of a manifest, from its apiVersion, kind and metadata.
+    pub fn of(manifest: &DynamicObject) -> Option<Self> {
+        let types = manifest.types.as_ref()?;
+        let (group, version) = match types.api_version.split_once('/') {
+            Some((group, version)) => (group.to_string(), version.to_string()),
+            None => (String::new(), types.api_version.clone()),
+        };
+        Some(Self {
+            group,
+            version,
+            kind: types.kind.clone(),
+            resource: None,
+            namespace: manifest.metadata.namespace.clone(),
+            name: manifest.metadata.name.clone()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": { "name": "web", "namespace": "shop" },
+            "spec": { "replicas": 4 }
+        }))
+        .expect("valid object")
+    }
+
+    #[test]
+    fn manifests_round_trip_unchanged() {
+        let spec = WorkSpec {
+            manifests: vec![deployment()],
+            delete_policy: DeletePolicy::Orphan,
+            conflict_policy: ConflictPolicy::Abort,
+            ignore_fields: vec![],
+        };
+        let value = serde_json::to_value(&spec).expect("serializes");
+        assert_eq!(value["manifests"][0]["spec"]["replicas"], 4);
+        assert_eq!(value["manifests"][0]["apiVersion"], "apps/v1");
+        let back: WorkSpec = serde_json::from_value(value).expect("deserializes");
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn identity_of_a_manifest() {
+        let id = ManifestIdentity::of(&deployment()).expect("has identity");
+        assert_eq!(
+            id,
+            ManifestIdentity {
+                group: "apps".into(),
+                version: "v1".into(),
+                kind: "Deployment".into(),
+                resource: None,
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            }
+        );
+        let ns: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "shop" }
+        }))
+        .expect("valid object");
+        let id = ManifestIdentity::of(&ns).expect("has identity");
+        assert_eq!((id.group.as_str(), id.version.as_str()), ("", "v1"));
+        assert_eq!(id.namespace, None);
+    }
+
+    #[test]
+    fn cluster_name_comes_from_the_namespace() {
+        let mut work = Work::new(
+            "web",
+            WorkSpec {
+                manifests: vec![deployment()],
+                delete_policy: DeletePolicy::Delete,
+                conflict_policy: ConflictPolicy::Abort,
+                ignore_fields: vec![],
+            },
+        );
+        assert_eq!(work.cluster_name(), None);
+        work.metadata.namespace = Some(names::cluster_namespace("member2"));
+        assert_eq!(work.cluster_name(), Some("member2"));
+    }
+}

@@ -1,0 +1,6 @@
+//! Flotilla's end-to-end tests: one binary, so that cargo runs them all in parallel against the
+//! one environment `hack/test.sh` starts. Each module covers one area; each test works in its own
+//! namespace.
+
+mod api;
+mod environment;
