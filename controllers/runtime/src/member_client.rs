@@ -1,0 +1,477 @@
+//! Clients for member clusters, built from kubeconfigs kept in Secrets on the hub.
+//!
+//! A kubeconfig in a Secret is input from whoever may write that Secret, so it is checked before
+//! use: it must carry its credentials inline. Exec plugins, auth providers and file references
+//! are refused — they would make the controller run commands or send its own files (such as its
+//! service-account token) to a server named in the Secret. Error messages name the Secret, the
+//! key and the offending field, and never include any content of the Secret.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+use crate::error::ErrorCategory;
+
+/// The key a kubeconfig is read from when a reference names none.
+pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// Why no client could be built for a member.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberClientError {
+    #[error("Secret {namespace}/{name} not found")]
+    SecretNotFound { namespace: String, name: String },
+
+    #[error("reading Secret {namespace}/{name}: {source}")]
+    SecretUnreadable {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("Secret {secret} has no key {key:?} (keys: {available})")]
+    KeyMissing {
+        secret: String,
+        key: String,
+        available: String,
+    },
+
+    #[error("the kubeconfig in Secret {secret} key {key:?} is invalid: {reason}")]
+    InvalidKubeconfig {
+        secret: String,
+        key: String,
+        reason: String,
+    },
+
+    #[error(
+        "the kubeconfig in Secret {secret} key {key:?} uses {field}, which is not allowed: {why}"
+    )]
+    ForbiddenKubeconfigField {
+        secret: String,
+        key: String,
+        field: String,
+        why: &'static str,
+    },
+}
+
+impl ErrorCategory for MemberClientError {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::SecretNotFound { .. } => "SecretNotFound",
+            Self::SecretUnreadable { source, .. } => crate::error::kube_error_category(source),
+            Self::KeyMissing { .. }
+            | Self::InvalidKubeconfig { .. }
+            | Self::ForbiddenKubeconfigField { .. } => "InvalidKubeconfig",
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        matches!(self, Self::SecretUnreadable { .. })
+    }
+}
+
+fn secret_name(secret: &Secret) -> String {
+    format!(
+        "{}/{}",
+        secret.metadata.namespace.as_deref().unwrap_or_default(),
+        secret.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Reads the Secret `namespace/name`.
+pub async fn read_secret(
+    api: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+) -> Result<Secret, MemberClientError> {
+    match api.get_opt(name).await {
+        Ok(Some(secret)) => Ok(secret),
+        Ok(None) => Err(MemberClientError::SecretNotFound {
+            namespace: namespace.into(),
+            name: name.into(),
+        }),
+        Err(source) => Err(MemberClientError::SecretUnreadable {
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        }),
+    }
+}
+
+/// The raw bytes of `key` in `secret`.
+fn secret_bytes<'a>(secret: &'a Secret, key: &str) -> Result<&'a [u8], MemberClientError> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.as_slice())
+        .ok_or_else(|| MemberClientError::KeyMissing {
+            secret: secret_name(secret),
+            key: key.into(),
+            available: secret
+                .data
+                .as_ref()
+                .map(|d| d.keys().cloned().collect::<Vec<_>>().join(", "))
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "none".into()),
+        })
+}
+
+/// Parses and checks the kubeconfig in `key` of `secret`.
+pub fn kubeconfig_from_secret(secret: &Secret, key: &str) -> Result<Kubeconfig, MemberClientError> {
+    let invalid = |reason: String| MemberClientError::InvalidKubeconfig {
+        secret: secret_name(secret),
+        key: key.into(),
+        reason,
+    };
+    let bytes = secret_bytes(secret, key)?;
+    let text = std::str::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".into()))?;
+    // Parser messages can quote the input, which may hold credentials: report no details.
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| {
+        invalid("it is not a kubeconfig (YAML with clusters, users, contexts)".into())
+    })?;
+    check_kubeconfig(&kubeconfig).map_err(|problem| match problem {
+        Problem::Invalid(reason) => invalid(reason),
+        Problem::Forbidden(field, why) => MemberClientError::ForbiddenKubeconfigField {
+            secret: secret_name(secret),
+            key: key.into(),
+            field,
+            why,
+        },
+    })?;
+    Ok(kubeconfig)
+}
+
+enum Problem {
+    Invalid(String),
+    Forbidden(String, &'static str),
+}
+
+const NO_FILES: &str = "a kubeconfig in a Secret must carry its data inline (the *-data fields), \
+                        it must not name files of the controller";
+const NO_PLUGINS: &str = "a kubeconfig in a Secret must not run commands or plugins in the \
+                          controller; use a token or a client certificate";
+
+/// Checks a kubeconfig for what a controller may safely use: a current context that resolves to
+/// a cluster with a server, and inline credentials only.
+fn check_kubeconfig(k: &Kubeconfig) -> Result<(), Problem> {
+    for c in &k.clusters {
+        let Some(cluster) = &c.cluster else { continue };
+        if cluster.certificate_authority.is_some() {
+            return Err(Problem::Forbidden(
+                format!("clusters[{}].cluster.certificate-authority", c.name),
+                NO_FILES,
+            ));
+        }
+    }
+    for u in &k.auth_infos {
+        let Some(auth) = &u.auth_info else { continue };
+        let field = |f: &str| format!("users[{}].user.{f}", u.name);
+        if auth.exec.is_some() {
+            return Err(Problem::Forbidden(field("exec"), NO_PLUGINS));
+        }
+        if auth.auth_provider.is_some() {
+            return Err(Problem::Forbidden(field("auth-provider"), NO_PLUGINS));
+        }
+        for (name, set) in [
+            ("tokenFile", auth.token_file.is_some()),
+            ("client-certificate", auth.client_certificate.is_some()),
+            ("client-key", auth.client_key.is_some()),
+        ] {
+            if set {
+                return Err(Problem::Forbidden(field(name), NO_FILES));
+            }
+        }
+    }
+    let context_name = k
+        .current_context
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| Problem::Invalid("current-context is not set".into()))?;
+    let context = k
+        .contexts
+        .iter()
+        .find(|c| c.name == context_name)
+        .and_then(|c| c.context.as_ref())
+        .ok_or_else(|| {
+            Problem::Invalid(format!(
+                "current-context {context_name:?} is not among its contexts"
+            ))
+        })?;
+    let cluster = k
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| {
+            Problem::Invalid(format!(
+                "context {context_name:?} names cluster {:?}, which is not among its clusters",
+                context.cluster
+            ))
+        })?;
+    match cluster.server.as_deref() {
+        Some(s) if s.starts_with("https://") || s.starts_with("http://") => Ok(()),
+        Some(_) => Err(Problem::Invalid(format!(
+            "clusters[{}].cluster.server is not an http(s) URL",
+            context.cluster
+        ))),
+        None => Err(Problem::Invalid(format!(
+            "clusters[{}].cluster.server is not set",
+            context.cluster
+        ))),
+    }
+}
+
+/// Builds a client from a checked kubeconfig, with timeouts suited to a member that may be
+/// unreachable.
+pub async fn client_from_kubeconfig(
+    kubeconfig: Kubeconfig,
+    secret: &str,
+    key: &str,
+) -> Result<Client, MemberClientError> {
+    let invalid = |reason: String| MemberClientError::InvalidKubeconfig {
+        secret: secret.into(),
+        key: key.into(),
+        reason,
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid(redact_config_error(&e.to_string())))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    Client::try_from(config).map_err(|e| invalid(format!("cannot build a client: {e}")))
+}
+
+/// kube's configuration errors name fields and files but may also echo values; keep the part
+/// before the first colon, which names the problem.
+fn redact_config_error(message: &str) -> String {
+    message
+        .split(':')
+        .next()
+        .unwrap_or("unusable configuration")
+        .trim()
+        .to_string()
+}
+
+struct Cached {
+    fingerprint: u64,
+    client: Client,
+}
+
+/// One client per member, rebuilt when the member's kubeconfig Secret changes and dropped when
+/// the member goes.
+#[derive(Default)]
+pub struct MemberClients {
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+impl MemberClients {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The client of `cluster`, from the kubeconfig in `key` of `secret`. Returns the cached
+    /// client while the kubeconfig is unchanged.
+    pub async fn client_for(
+        &self,
+        cluster: &str,
+        secret: &Secret,
+        key: &str,
+    ) -> Result<Client, MemberClientError> {
+        let bytes = secret_bytes(secret, key)?;
+        let mut hasher = DefaultHasher::new();
+        (secret_name(secret), key, bytes).hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        if let Some(cached) = self.lock().get(cluster)
+            && cached.fingerprint == fingerprint
+        {
+            return Ok(cached.client.clone());
+        }
+        let kubeconfig = kubeconfig_from_secret(secret, key)?;
+        let client = client_from_kubeconfig(kubeconfig, &secret_name(secret), key).await?;
+        tracing::debug!(cluster, "built a client for the member");
+        self.lock().insert(
+            cluster.to_string(),
+            Cached {
+                fingerprint,
+                client: client.clone(),
+            },
+        );
+        Ok(client)
+    }
+
+    /// Drops the client of a member that went away.
+    pub fn forget(&self, cluster: &str) {
+        self.lock().remove(cluster);
+    }
+
+    /// How many members have a client.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        // A panic while holding the lock leaves a consistent map: recover it.
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+
+    const TOKEN: &str = "s3cr3t-t0ken-value";
+
+    fn kubeconfig(user: &str, server: &str) -> String {
+        format!(
+            r#"apiVersion: v1
+kind: Config
+clusters:
+- name: m
+  cluster:
+    server: {server}
+users:
+- name: u
+  user:
+{user}
+contexts:
+- name: c
+  context: {{cluster: m, user: u}}
+current-context: c
+"#
+        )
+    }
+
+    fn secret(key: &str, value: &str) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("member1-kubeconfig".into()),
+                namespace: Some("flotilla-system".into()),
+                resource_version: Some("1".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([(key.to_string(), ByteString(value.as_bytes().to_vec()))].into()),
+            ..Secret::default()
+        }
+    }
+
+    fn token_user() -> String {
+        format!("    token: {TOKEN}")
+    }
+
+    #[test]
+    fn a_valid_kubeconfig_parses() {
+        let s = secret(
+            "kubeconfig",
+            &kubeconfig(&token_user(), "https://127.0.0.1:6443"),
+        );
+        kubeconfig_from_secret(&s, "kubeconfig").expect("valid");
+    }
+
+    #[test]
+    fn a_missing_key_lists_the_keys() {
+        let s = secret("other", "x");
+        let e = kubeconfig_from_secret(&s, "kubeconfig").expect_err("missing");
+        assert_eq!(e.category(), "InvalidKubeconfig");
+        assert!(
+            e.to_string()
+                .contains("has no key \"kubeconfig\" (keys: other)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn garbage_is_invalid_and_not_echoed() {
+        let s = secret("kubeconfig", &format!("clusters: [{TOKEN}"));
+        let e = kubeconfig_from_secret(&s, "kubeconfig").expect_err("garbage");
+        assert!(!e.to_string().contains(TOKEN), "{e}");
+        assert!(
+            e.to_string().contains("flotilla-system/member1-kubeconfig"),
+            "{e}"
+        );
+        let binary = Secret {
+            data: Some([("kubeconfig".to_string(), ByteString(vec![0xff, 0xfe]))].into()),
+            ..secret("x", "")
+        };
+        let e = kubeconfig_from_secret(&binary, "kubeconfig").expect_err("binary");
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn exec_plugins_and_files_are_refused() {
+        for (user, field) in [
+            (
+                "    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}",
+                "user.exec",
+            ),
+            (
+                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+                "user.tokenFile",
+            ),
+            (
+                "    client-certificate: /etc/cert.pem",
+                "user.client-certificate",
+            ),
+        ] {
+            let s = secret("kubeconfig", &kubeconfig(user, "https://127.0.0.1:6443"));
+            let e = kubeconfig_from_secret(&s, "kubeconfig").expect_err(field);
+            assert!(
+                matches!(e, MemberClientError::ForbiddenKubeconfigField { .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_server_is_required() {
+        let s = secret("kubeconfig", &kubeconfig(&token_user(), "127.0.0.1:6443"));
+        let e = kubeconfig_from_secret(&s, "kubeconfig").expect_err("no scheme");
+        assert!(
+            e.to_string().contains("server is not an http(s) URL"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn clients_are_cached_until_the_secret_changes() {
+        let clients = MemberClients::new();
+        let s1 = secret(
+            "kubeconfig",
+            &kubeconfig(&token_user(), "https://127.0.0.1:6443"),
+        );
+        clients
+            .client_for("m1", &s1, "kubeconfig")
+            .await
+            .expect("client");
+        let fp1 = clients.lock().get("m1").map(|c| c.fingerprint);
+        clients
+            .client_for("m1", &s1, "kubeconfig")
+            .await
+            .expect("cached");
+        assert_eq!(clients.lock().get("m1").map(|c| c.fingerprint), fp1);
+        let s2 = secret(
+            "kubeconfig",
+            &kubeconfig(&token_user(), "https://127.0.0.1:7443"),
+        );
+        clients
+            .client_for("m1", &s2, "kubeconfig")
+            .await
+            .expect("rebuilt");
+        assert_ne!(clients.lock().get("m1").map(|c| c.fingerprint), fp1);
+        assert_eq!(clients.len(), 1);
+        clients.forget("m1");
+        assert!(clients.is_empty());
+    }
+}

@@ -1,0 +1,20 @@
+//! `flotilla-splitter`: flotilla's splitter: placement, replica division, failover and status aggregation.
+
+use clap::Parser;
+use flotilla_runtime::RuntimeArgs;
+
+/// Flotilla's splitter: placement, replica division, failover and status aggregation.
+///
+/// Places the objects a Placement selects on eligible member clusters, divides Deployment replicas among them, renders one Work per object and cluster, moves work away from members that fail, are cordoned or cannot accept the object, and aggregates the members' status back onto the hub object. Runs on the hub.
+#[derive(Parser, Debug)]
+#[command(name = "flotilla-splitter", version)]
+struct Args {
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    flotilla_runtime::run("splitter", args.runtime, flotilla_splitter::run).await
+}
