@@ -33,7 +33,8 @@ if [[ "${FLOTILLA_SKIP_LINT:-0}" != 1 ]]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
-log "== building tests"
+log "== building controllers and tests"
+cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
 
 teardown() {

@@ -4,3 +4,4 @@
 
 mod api;
 mod environment;
+mod runtime;
