@@ -1,18 +1,67 @@
-//! The registration controller: Cluster lifecycle, push and pull (CSR) modes, health.
+//! The registration controller: Cluster lifecycle, push and pull (CSR) modes, health, cordon
+//! and removal.
+//!
+//! | module | runs on | does |
+//! |---|---|---|
+//! | [`cluster`] | hub | reconciles Clusters: acceptance, namespace and agent RBAC, health, status, removal |
+//! | [`csr`] | hub | approves or denies pull-mode agents' certificate requests |
+//! | [`agent`] | member | the pull-mode agent: CSR, credential, heartbeat Lease, status, rotation |
+//! | [`health`] | — | pure: conditions from probe results and heartbeats |
+//! | [`rbac`] | — | pure: the RBAC objects of a cluster's agent |
 
-use flotilla_api::Cluster;
+pub mod agent;
+pub mod cluster;
+pub mod csr;
+pub mod health;
+pub mod probe;
+pub mod rbac;
+
+use std::time::Duration;
+
+use clap::Args;
 use flotilla_runtime::Context;
-use kube::Api;
+use flotilla_runtime::cli::parse_duration;
 
-/// Runs the controllers of `flotilla-registration` until `ctx.shutdown` is cancelled.
-///
-/// Today this keeps the watched cache of Cluster objects that the reconcilers will work from
-/// and reports readiness once it is synced.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let store =
-        flotilla_runtime::cache::watch_into_store(&ctx, Api::<Cluster>::all(ctx.client.clone()))
-            .await;
-    ctx.shutdown.cancelled().await;
-    tracing::debug!(cached = store.state().len(), "stopping");
+/// Flags of the hub-side registration controller.
+#[derive(Args, Debug, Clone)]
+pub struct RegistrationArgs {
+    /// How often push-mode members are probed (/readyz, /version, Nodes).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub probe_interval: Duration,
+
+    /// How long a member may go without a successful probe (push) or heartbeat (pull) before its
+    /// Ready condition becomes Unknown.
+    #[arg(long, default_value = "40s", value_parser = parse_duration, value_name = "DURATION")]
+    pub grace_period: Duration,
+
+    /// Approve pull-mode agents' certificates without waiting for spec.hubAcceptsClient. Off by
+    /// default: the hub admin accepts each member explicitly.
+    #[arg(long, default_value_t = false)]
+    pub auto_accept: bool,
+
+    /// Namespace of kubeconfig Secrets whose reference names no namespace (in a Pod: set
+    /// POD_NAMESPACE).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = flotilla_api::names::SYSTEM_NAMESPACE,
+        value_name = "NAMESPACE"
+    )]
+    pub kubeconfig_secret_namespace: String,
+
+    /// Only handle Clusters with these labels (a label selector such as `env=prod`); empty: all.
+    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    pub cluster_selector: String,
+}
+
+/// Runs the hub-side controllers until `ctx.shutdown`.
+pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
+    let csr_config = csr::CsrConfig {
+        auto_accept: args.auto_accept,
+    };
+    tokio::try_join!(
+        cluster::run(ctx.clone(), args.clone()),
+        csr::run(ctx.clone(), csr_config),
+    )?;
     Ok(())
 }

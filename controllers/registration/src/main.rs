@@ -1,20 +1,61 @@
-//! `flotilla-registration`: flotilla's registration controller: the lifecycle of member Clusters.
+//! `flotilla-registration`: the lifecycle of member Clusters (hub), and the pull-mode agent
+//! (member).
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use flotilla_registration::{RegistrationArgs, agent};
 use flotilla_runtime::RuntimeArgs;
 
 /// Flotilla's registration controller: the lifecycle of member Clusters.
 ///
-/// Keeps the hub's knowledge of every member cluster current: registers push-mode members from their kubeconfig Secret and pull-mode members through their agent's certificate request, probes their health, fills each Cluster's status and conditions, and creates the per-cluster namespace flotilla-cluster-<name> with its RBAC. Runs on the hub.
+/// On the hub it keeps the hub's knowledge of every member cluster current: it probes push-mode
+/// members with the kubeconfig in their Secret, watches pull-mode agents' heartbeats, approves an
+/// agent's certificate only once the hub admin accepted its Cluster (spec.hubAcceptsClient), fills
+/// each Cluster's status and conditions (Accepted, Joined, Ready, Schedulable), and creates the
+/// namespace flotilla-cluster-<name> with the agent's least-privilege RBAC. Deleting a Cluster
+/// revokes its agent's access and removes its namespace; objects in the member are left alone.
+///
+/// `flotilla-registration agent` runs the pull-mode agent inside a member cluster instead.
 #[derive(Parser, Debug)]
-#[command(name = "flotilla-registration", version)]
-struct Args {
+#[command(
+    name = "flotilla-registration",
+    version,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    registration: RegistrationArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the pull-mode agent in a member cluster: register the member with the hub through a
+    /// certificate request, renew its heartbeat Lease on the hub, report its version and
+    /// capacity, and rotate its certificate before it expires. --kubeconfig is the member's.
+    Agent {
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+        #[command(flatten)]
+        agent: agent::AgentArgs,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    flotilla_runtime::run("registration", args.runtime, flotilla_registration::run).await
+    let cli = Cli::parse();
+    match cli.command {
+        None => {
+            let args = cli.registration;
+            flotilla_runtime::run("registration", cli.runtime, move |ctx| {
+                flotilla_registration::run(ctx, args)
+            })
+            .await
+        }
+        Some(Command::Agent { runtime, agent }) => {
+            flotilla_runtime::run("agent", runtime, move |ctx| agent::run(ctx, agent)).await
+        }
+    }
 }

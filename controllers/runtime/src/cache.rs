@@ -11,6 +11,29 @@ use serde::de::DeserializeOwned;
 
 use crate::Context;
 
+/// Waits until `store` has completed its first list; `false` if its writer went away first.
+///
+/// `Store::wait_until_ready` keeps only the most recent waiter's waker (kube-runtime 5), so when
+/// a `Controller` waits on the same store, another waiter may never be woken. Polling with a
+/// short timeout re-checks the state and is immune to that.
+pub async fn wait_until_synced<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(
+            std::time::Duration::from_millis(250),
+            store.wait_until_ready(),
+        )
+        .await
+        {
+            Ok(ready) => return ready.is_ok(),
+            Err(_) => continue,
+        }
+    }
+}
+
 /// Watches `api` into a cache until the controllers stop, marking the caches synced once the
 /// first list completed. Returns the cache's reader at once; the watch runs in the background.
 pub async fn watch_into_store<K>(ctx: &Context, api: Api<K>) -> Store<K>
@@ -42,8 +65,8 @@ where
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.cancelled() => {}
-            synced = ready.wait_until_ready() => {
-                if synced.is_ok() {
+            synced = wait_until_synced(&ready) => {
+                if synced {
                     tracing::info!(kind = %K::kind(&Default::default()), "cache synced");
                     health.set_caches_synced(true);
                 }

@@ -3,5 +3,7 @@
 //! namespace.
 
 mod api;
+mod chart;
 mod environment;
+mod registration;
 mod runtime;

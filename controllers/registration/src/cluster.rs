@@ -1,0 +1,590 @@
+//! The Cluster controller (hub): acceptance, the per-cluster namespace and agent RBAC, health
+//! (probes for push mode, the agent's Lease for pull mode), status and conditions, Events on
+//! every transition, and removal behind a finalizer.
+//!
+//! Removal revokes the agent's access first, then marks the cluster's Works `Orphan` (member
+//! objects are never deleted because a Cluster went away) and deletes `flotilla-cluster-<name>`;
+//! the finalizer goes once the namespace is gone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_api::condition::set_condition;
+use flotilla_api::{
+    Cluster, ClusterStatus, DeletePolicy, SyncMode, Work, conditions, field_managers, finalizers,
+    labels, names, reasons,
+};
+use flotilla_runtime::member_client::{MemberClientError, read_secret};
+use flotilla_runtime::{Context, ErrorCategory, MemberClients};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts};
+use serde_json::json;
+
+use crate::RegistrationArgs;
+use crate::health::{self, ProbeOutcome, Timing, Verdict};
+use crate::probe::probe;
+use crate::rbac;
+
+/// How long one probe of a member may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a reconciliation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("waiting for namespace {0} (and its Works) to be deleted")]
+    WaitingForNamespace(String),
+    #[error("namespace {0} is being deleted (a Cluster of this name was removed); waiting")]
+    NamespaceTerminating(String),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+impl ErrorCategory for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Kube(e) => e.category(),
+            Self::WaitingForNamespace(_) | Self::NamespaceTerminating(_) => "Waiting",
+            Self::Finalizer(_) => "Finalizer",
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::Kube(e) => e.is_transient(),
+            _ => true,
+        }
+    }
+}
+
+/// Shared state of the Cluster controller.
+struct Registration {
+    ctx: Context,
+    args: RegistrationArgs,
+    clients: MemberClients,
+    probe_duration: HistogramVec,
+    clusters: IntGaugeVec,
+}
+
+impl Registration {
+    fn new(ctx: Context, args: RegistrationArgs) -> prometheus::Result<Self> {
+        let prefix = ctx.metrics.prefix().to_string();
+        let probe_duration = HistogramVec::new(
+            HistogramOpts::new(
+                format!("{prefix}_probe_duration_seconds"),
+                "Duration of probes of push-mode members.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["cluster"],
+        )?;
+        let clusters = IntGaugeVec::new(
+            Opts::new(
+                format!("{prefix}_clusters"),
+                "Clusters by condition type and status.",
+            ),
+            &["condition", "status"],
+        )?;
+        ctx.metrics
+            .registry()
+            .register(Box::new(probe_duration.clone()))?;
+        ctx.metrics
+            .registry()
+            .register(Box::new(clusters.clone()))?;
+        Ok(Self {
+            ctx,
+            args,
+            clients: MemberClients::new(),
+            probe_duration,
+            clusters,
+        })
+    }
+}
+
+/// Runs the Cluster controller until `ctx.shutdown`.
+pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
+    let state = Arc::new(Registration::new(ctx.clone(), args.clone())?);
+    let api = Api::<Cluster>::all(ctx.client.clone());
+    let mut watch = watcher::Config::default();
+    if !args.cluster_selector.is_empty() {
+        watch = watch.labels(&args.cluster_selector);
+    }
+    let controller =
+        Controller::new(api, watch).with_config(controller::Config::default().concurrency(16));
+    let store = controller.store();
+
+    // Readiness once the cache is synced, then the clusters-by-condition gauge.
+    let gauge_state = state.clone();
+    let shutdown = ctx.shutdown.clone();
+    tokio::spawn(async move {
+        if !flotilla_runtime::cache::wait_until_synced(&store).await {
+            return;
+        }
+        tracing::info!("cache of Clusters synced");
+        gauge_state.ctx.health.set_caches_synced(true);
+        loop {
+            let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+            for cluster in store.state() {
+                for c in cluster.status.iter().flat_map(|s| s.conditions.iter()) {
+                    *counts
+                        .entry((c.type_.clone(), c.status.clone()))
+                        .or_default() += 1;
+                }
+            }
+            gauge_state.clusters.reset();
+            for ((type_, status), n) in counts {
+                gauge_state
+                    .clusters
+                    .with_label_values(&[type_.as_str(), status.as_str()])
+                    .set(n);
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+        }
+    });
+
+    controller
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+async fn reconcile(cluster: Arc<Cluster>, state: Arc<Registration>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let api = Api::<Cluster>::all(state.ctx.client.clone());
+    let result = finalizer(&api, finalizers::REGISTRATION, cluster, |event| async {
+        match event {
+            FinalizerEvent::Apply(c) => apply(&c, &state).await,
+            FinalizerEvent::Cleanup(c) => cleanup(&c, &state).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    });
+    state.ctx.metrics.observe_reconcile(
+        "cluster",
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| e.category()),
+    );
+    result
+}
+
+fn error_policy(cluster: Arc<Cluster>, error: &Error, _state: Arc<Registration>) -> Action {
+    let retry = match error {
+        Error::WaitingForNamespace(_) => Duration::from_secs(2),
+        e if e.is_transient() => Duration::from_secs(5),
+        _ => Duration::from_secs(60),
+    };
+    tracing::warn!(cluster = %cluster.name_any(), error = %error, category = error.category(), "reconcile failed; retrying in {retry:?}");
+    Action::requeue(retry)
+}
+
+fn condition<'a>(status: &'a ClusterStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The outcome of probing a push-mode member.
+async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
+    let name = cluster.name_any();
+    let Some(reference) = cluster.spec.kubeconfig_secret_ref.as_ref() else {
+        return ProbeOutcome::BadCredentials {
+            reason: reasons::INVALID_KUBECONFIG,
+            message: "spec.kubeconfigSecretRef is not set".into(),
+        };
+    };
+    let namespace = reference
+        .namespace
+        .clone()
+        .unwrap_or_else(|| state.args.kubeconfig_secret_namespace.clone());
+    let secrets: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &namespace);
+    let client = match read_secret(&secrets, &namespace, &reference.name).await {
+        Ok(secret) => {
+            state
+                .clients
+                .client_for(&name, &secret, &reference.key)
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            let reason = match &e {
+                MemberClientError::SecretNotFound { .. } => reasons::SECRET_NOT_FOUND,
+                MemberClientError::KeyMissing { .. } => reasons::SECRET_KEY_NOT_FOUND,
+                MemberClientError::SecretUnreadable { .. } => {
+                    return ProbeOutcome::Unreachable(e.to_string());
+                }
+                _ => reasons::INVALID_KUBECONFIG,
+            };
+            state.clients.forget(&name);
+            return ProbeOutcome::BadCredentials {
+                reason,
+                message: e.to_string(),
+            };
+        }
+    };
+    let started = Instant::now();
+    let outcome = probe(&client, PROBE_TIMEOUT).await;
+    state
+        .probe_duration
+        .with_label_values(&[name.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    outcome
+}
+
+async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let client = state.ctx.client.clone();
+    let old = cluster.status.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let spec = &cluster.spec;
+
+    let accepted = health::accepted(
+        spec,
+        state.args.auto_accept,
+        condition(&old, conditions::ACCEPTED),
+    );
+    let is_accepted = accepted.status == "True";
+    if is_accepted {
+        ensure_namespace(&client, &name).await?;
+    }
+    if spec.sync_mode == SyncMode::Pull {
+        if is_accepted {
+            apply_agent_rbac(&client, &name).await?;
+        } else {
+            revoke_agent_rbac(&client, &name).await?;
+        }
+    }
+
+    let timing = |last: Option<Timestamp>| Timing {
+        now,
+        last_heartbeat: last,
+        created: cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        grace: state.args.grace_period,
+    };
+    let mut status = json!({});
+    let mut version = old.kubernetes_version.clone();
+    let mut allocatable = old.allocatable.clone();
+    let mut cluster_id = old.cluster_id.clone();
+    let mut last_heartbeat = old.last_heartbeat_time.as_ref().map(|t| t.0);
+    let (joined, ready) = match spec.sync_mode {
+        SyncMode::Push => {
+            let mut outcome = probe_push(cluster, state).await;
+            if let ProbeOutcome::Healthy(facts) = &outcome {
+                match (&old.cluster_id, &facts.cluster_id) {
+                    (Some(registered), Some(seen)) if registered != seen => {
+                        outcome = ProbeOutcome::BadCredentials {
+                            reason: reasons::DUPLICATE_NAME,
+                            message: format!(
+                                "the kubeconfig now reaches a different cluster (kube-system UID {seen}, \
+                                 registered {registered}); register it under another name, or clear \
+                                 status.clusterId if the member was rebuilt"
+                            ),
+                        };
+                    }
+                    _ => {
+                        version = Some(facts.kubernetes_version.clone());
+                        allocatable = facts.allocatable.clone();
+                        cluster_id = cluster_id.or(facts.cluster_id.clone());
+                        last_heartbeat = Some(now);
+                    }
+                }
+            }
+            let joined_before =
+                condition(&old, conditions::JOINED).is_some_and(|c| c.status == "True");
+            let verdicts = health::push_health(
+                &outcome,
+                condition(&old, conditions::READY),
+                joined_before,
+                &timing(last_heartbeat),
+            );
+            // Push mode: this controller owns every observed field.
+            status["kubernetesVersion"] = json!(version);
+            status["allocatable"] = json!(allocatable);
+            status["clusterId"] = json!(cluster_id);
+            verdicts
+        }
+        SyncMode::Pull => {
+            let renewed = if is_accepted {
+                let leases: Api<Lease> =
+                    Api::namespaced(client.clone(), &names::cluster_namespace(&name));
+                leases
+                    .get_opt(names::AGENT_LEASE_NAME)
+                    .await?
+                    .and_then(|l| l.spec?.renew_time)
+                    .map(|t| t.0)
+            } else {
+                None
+            };
+            last_heartbeat = renewed.or(last_heartbeat);
+            // Pull mode: the agent reports version and allocatable; this controller owns the
+            // conditions and the heartbeat time.
+            health::pull_health(is_accepted, renewed, &timing(renewed))
+        }
+    };
+    status["lastHeartbeatTime"] = json!(last_heartbeat.map(Time));
+
+    let verdicts = [accepted, joined, ready, health::schedulable(spec)];
+    let mut conditions = old.conditions.clone();
+    for v in &verdicts {
+        set_condition(
+            &mut conditions,
+            health::into_condition(v, now, cluster.metadata.generation),
+        );
+    }
+    // Only the condition types this controller owns.
+    let owned: Vec<&Condition> = conditions
+        .iter()
+        .filter(|c| verdicts.iter().any(|v| v.type_ == c.type_))
+        .collect();
+    status["conditions"] = json!(owned);
+
+    Api::<Cluster>::all(client)
+        .patch_status(
+            &name,
+            &PatchParams::apply(field_managers::REGISTRATION).force(),
+            &Patch::Apply(json!({
+                "apiVersion": Cluster::api_version(&()),
+                "kind": Cluster::kind(&()),
+                "status": status,
+            })),
+        )
+        .await?;
+    publish_transitions(cluster, &old, &verdicts, state).await;
+    Ok(Action::requeue(state.args.probe_interval))
+}
+
+/// An Event for every condition whose status or reason changed.
+async fn publish_transitions(
+    cluster: &Cluster,
+    old: &ClusterStatus,
+    verdicts: &[Verdict],
+    state: &Registration,
+) {
+    for v in verdicts {
+        let before = condition(old, v.type_);
+        if before.is_some_and(|c| c.status == v.status && c.reason == v.reason) {
+            continue;
+        }
+        let note = format!("{} is {}: {}", v.type_, v.status, v.message);
+        if v.is_bad() {
+            state
+                .ctx
+                .events
+                .warning(cluster, v.reason, v.type_, note)
+                .await;
+        } else {
+            state
+                .ctx
+                .events
+                .normal(cluster, v.reason, v.type_, note)
+                .await;
+        }
+    }
+}
+
+async fn ensure_namespace(client: &kube::Client, cluster: &str) -> Result<(), Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let name = names::cluster_namespace(cluster);
+    if let Some(ns) = namespaces.get_opt(&name).await?
+        && ns.metadata.deletion_timestamp.is_some()
+    {
+        return Err(Error::NamespaceTerminating(name));
+    }
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some([(labels::CLUSTER.to_string(), cluster.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    namespaces
+        .patch(
+            &name,
+            &apply_params(),
+            &Patch::Apply(typed(ns, "v1", "Namespace")),
+        )
+        .await?;
+    Ok(())
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(field_managers::REGISTRATION).force()
+}
+
+/// The object as JSON with apiVersion and kind, as server-side apply needs.
+fn typed<T: serde::Serialize>(object: T, api_version: &str, kind: &str) -> serde_json::Value {
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    value["apiVersion"] = json!(api_version);
+    value["kind"] = json!(kind);
+    value
+}
+
+async fn apply_agent_rbac(client: &kube::Client, cluster: &str) -> Result<(), Error> {
+    let ns = names::cluster_namespace(cluster);
+    let rbac_v1 = "rbac.authorization.k8s.io/v1";
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .patch(
+            rbac::AGENT_ROLE,
+            &apply_params(),
+            &Patch::Apply(typed(rbac::agent_role(cluster), rbac_v1, "Role")),
+        )
+        .await?;
+    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .patch(
+            rbac::AGENT_ROLE,
+            &apply_params(),
+            &Patch::Apply(typed(
+                rbac::agent_role_binding(cluster),
+                rbac_v1,
+                "RoleBinding",
+            )),
+        )
+        .await?;
+    let cluster_role = rbac::agent_cluster_role(cluster);
+    Api::<ClusterRole>::all(client.clone())
+        .patch(
+            &cluster_role,
+            &apply_params(),
+            &Patch::Apply(typed(
+                rbac::agent_cluster_role_object(cluster),
+                rbac_v1,
+                "ClusterRole",
+            )),
+        )
+        .await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(
+            &cluster_role,
+            &apply_params(),
+            &Patch::Apply(typed(
+                rbac::agent_cluster_role_binding(cluster),
+                rbac_v1,
+                "ClusterRoleBinding",
+            )),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes `name` if it exists.
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<bool, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes every grant of the cluster's agent (a no-op when there is none).
+async fn revoke_agent_rbac(client: &kube::Client, cluster: &str) -> Result<(), Error> {
+    let cluster_role = rbac::agent_cluster_role(cluster);
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    if bindings.get_opt(&cluster_role).await?.is_none() {
+        let roles: Api<RoleBinding> =
+            Api::namespaced(client.clone(), &names::cluster_namespace(cluster));
+        if roles.get_opt(rbac::AGENT_ROLE).await?.is_none() {
+            return Ok(());
+        }
+    }
+    let ns = names::cluster_namespace(cluster);
+    delete_if_present(&bindings, &cluster_role).await?;
+    delete_if_present(&Api::<ClusterRole>::all(client.clone()), &cluster_role).await?;
+    delete_if_present(
+        &Api::<RoleBinding>::namespaced(client.clone(), &ns),
+        rbac::AGENT_ROLE,
+    )
+    .await?;
+    delete_if_present(
+        &Api::<Role>::namespaced(client.clone(), &ns),
+        rbac::AGENT_ROLE,
+    )
+    .await?;
+    tracing::info!(cluster, "revoked the agent's access");
+    Ok(())
+}
+
+/// Removal: revoke access, orphan the member objects of every Work, delete the namespace, and
+/// let the finalizer go once it is gone.
+async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let client = state.ctx.client.clone();
+    revoke_agent_rbac(&client, &name).await?;
+    state.clients.forget(&name);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns_name = names::cluster_namespace(&name);
+    let Some(ns) = namespaces.get_opt(&ns_name).await? else {
+        state
+            .ctx
+            .events
+            .normal(
+                cluster,
+                "Removed",
+                "Remove",
+                format!("namespace {ns_name} is gone; the Cluster can go"),
+            )
+            .await;
+        return Ok(Action::await_change());
+    };
+    if ns.metadata.deletion_timestamp.is_none() {
+        let works: Api<Work> = Api::namespaced(client.clone(), &ns_name);
+        let mut orphaned = 0;
+        for work in works.list(&ListParams::default()).await?.items {
+            if work.spec.delete_policy != DeletePolicy::Orphan {
+                works
+                    .patch(
+                        &work.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"deletePolicy": "Orphan"}})),
+                    )
+                    .await?;
+                orphaned += 1;
+            }
+        }
+        namespaces
+            .delete(&ns_name, &DeleteParams::background())
+            .await?;
+        state
+            .ctx
+            .events
+            .normal(
+                cluster,
+                "Removing",
+                "Remove",
+                format!(
+                    "revoked the agent's access, marked {orphaned} Work(s) Orphan (objects in the member \
+                     are left in place) and deleting namespace {ns_name}"
+                ),
+            )
+            .await;
+    }
+    Err(Error::WaitingForNamespace(ns_name))
+}

@@ -1,0 +1,710 @@
+//! Registration on the hub against real members: push-mode health and status, outages, precise
+//! reasons for bad credentials, cordon, pull-mode acceptance with the agent's RBAC, and removal.
+//!
+//! Every test runs its own `flotilla-registration` that only handles the test's Clusters
+//! (`--cluster-selector`), with short probe and grace periods.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use flotilla_api::{Cluster, names};
+use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::process::ControllerProcess;
+use flotilla_e2e::{
+    ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
+};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const SELECTOR_LABEL: &str = "e2e.flotilla.dev/registration";
+const GRACE: Duration = Duration::from_secs(6);
+const INTERVAL: Duration = Duration::from_secs(2);
+
+/// One test's registration controller and the namespace its Secrets live in.
+struct Setup {
+    env: Environment,
+    hub: Client,
+    ns: TestNamespace,
+    id: String,
+    _controller: ControllerProcess,
+    // After the controller: dropped once it is gone.
+    _cleanup: ClusterCleanup,
+}
+
+impl Setup {
+    async fn start(prefix: &str) -> Result<Self> {
+        let env = Environment::get();
+        let hub = env.hub.client().await?;
+        api::install_crds(&hub).await?;
+        let ns = TestNamespace::create(prefix, &[&env.hub]).await?;
+        let id = random_suffix();
+        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        let selector = format!("{SELECTOR_LABEL}={id}");
+        let controller = ControllerProcess::start(
+            "flotilla-registration",
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "--lease-namespace",
+                ns.name(),
+                "--kubeconfig-secret-namespace",
+                ns.name(),
+                "--cluster-selector",
+                &selector,
+                "--probe-interval",
+                "2s",
+                "--grace-period",
+                "6s",
+            ],
+        )?;
+        let cleanup = ClusterCleanup::new(&env.hub, selector);
+        Ok(Self {
+            env,
+            hub,
+            ns,
+            id,
+            _controller: controller,
+            _cleanup: cleanup,
+        })
+    }
+
+    fn clusters(&self) -> Api<Cluster> {
+        Api::all(self.hub.clone())
+    }
+
+    /// Stores `kubeconfig` in Secret `name` (key `kubeconfig`) of the test namespace.
+    async fn secret(&self, name: &str, key: &str, kubeconfig: &str) -> Result<()> {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([(key.to_string(), ByteString(kubeconfig.as_bytes().to_vec()))].into()),
+            ..Secret::default()
+        };
+        Api::<Secret>::namespaced(self.hub.clone(), self.ns.name())
+            .create(&PostParams::default(), &secret)
+            .await?;
+        Ok(())
+    }
+
+    /// Creates a Cluster of this test; `spec` is its JSON spec. Returns its name.
+    async fn cluster(&self, spec: serde_json::Value) -> Result<String> {
+        let name = format!("e2e-{}", random_suffix());
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": { "name": name, "labels": { SELECTOR_LABEL: self.id } },
+            "spec": spec,
+        }))?;
+        self.clusters()
+            .create(&PostParams::default(), &cluster)
+            .await?;
+        Ok(name)
+    }
+
+    /// A push-mode Cluster for `member`, with its kubeconfig in a Secret of the same name.
+    async fn push_cluster(&self, member: &ClusterInfo) -> Result<String> {
+        let secret = format!("kc-{}", random_suffix());
+        self.secret(
+            &secret,
+            "kubeconfig",
+            &std::fs::read_to_string(&member.kubeconfig)?,
+        )
+        .await?;
+        self.cluster(json!({
+            "syncMode": "Push",
+            "kubeconfigSecretRef": { "name": secret, "namespace": self.ns.name() }
+        }))
+        .await
+    }
+
+    /// Waits until condition `type_` of Cluster `name` has `status` (and `reason`, if given).
+    async fn condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Cluster> {
+        let clusters = self.clusters();
+        wait_for(
+            &format!(
+                "Cluster {name} to have {type_}={status}{}",
+                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+            timeout,
+            || async {
+                let c = clusters.get(name).await?;
+                let cond = c
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|x| x.type_ == type_).cloned());
+                Ok(match cond {
+                    Some(x) if x.status == status && reason.is_none_or(|r| x.reason == r) => {
+                        Seen::Done(c)
+                    }
+                    Some(x) => Seen::not_yet(format!(
+                        "{type_}={} ({}): {}",
+                        x.status, x.reason, x.message
+                    )),
+                    None => Seen::not_yet(format!("no {type_} condition")),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn delete_cluster(&self, name: &str) -> Result<()> {
+        self.clusters()
+            .delete(name, &DeleteParams::default())
+            .await?;
+        let clusters = self.clusters();
+        wait_for(
+            &format!("Cluster {name} to be removed"),
+            Duration::from_secs(60),
+            || async {
+                Ok(match clusters.get_opt(name).await? {
+                    None => Seen::Done(()),
+                    Some(c) => Seen::not_yet(format!("finalizers {:?}", c.metadata.finalizers)),
+                })
+            },
+        )
+        .await
+    }
+
+    /// The reasons of the Events on Cluster `name`.
+    async fn event_reasons(&self, name: &str) -> Result<Vec<String>> {
+        let events: Api<Event> = Api::namespaced(self.hub.clone(), "default");
+        let list = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await?;
+        Ok(list.items.into_iter().filter_map(|e| e.reason).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_push_member_becomes_ready_with_version_and_allocatable() -> Result<()> {
+    let s = Setup::start("reg-push").await?;
+    let member = &s.env.require_members(1)?[0];
+    let name = s.push_cluster(member).await?;
+
+    let cluster = s
+        .condition(
+            &name,
+            "Ready",
+            "True",
+            Some("Reachable"),
+            Duration::from_secs(60),
+        )
+        .await?;
+    let status = cluster.status.unwrap_or_default();
+    ensure!(
+        status.kubernetes_version.as_deref() == Some("v1.37.2"),
+        "kubernetesVersion: {:?}",
+        status.kubernetes_version
+    );
+    // hack/clusters.sh gives each member two fake nodes with cpu 16, memory 64Gi, pods 250.
+    let alloc = |k: &str| status.allocatable.get(k).map(|q| q.0.clone());
+    ensure!(
+        alloc("cpu").as_deref() == Some("32"),
+        "allocatable cpu: {:?}",
+        status.allocatable
+    );
+    ensure!(
+        alloc("memory").as_deref() == Some("128Gi"),
+        "allocatable memory: {:?}",
+        status.allocatable
+    );
+    ensure!(
+        alloc("pods").as_deref() == Some("500"),
+        "allocatable pods: {:?}",
+        status.allocatable
+    );
+    ensure!(
+        status.last_heartbeat_time.is_some(),
+        "lastHeartbeatTime is set"
+    );
+    ensure!(status.cluster_id.is_some(), "clusterId is recorded");
+    for (t, r) in [
+        ("Accepted", "Accepted"),
+        ("Joined", "Joined"),
+        ("Schedulable", "Schedulable"),
+    ] {
+        s.condition(&name, t, "True", Some(r), Duration::from_secs(5))
+            .await?;
+    }
+    let namespaces: Api<Namespace> = Api::all(s.hub.clone());
+    ensure!(
+        namespaces
+            .get_opt(&names::cluster_namespace(&name))
+            .await?
+            .is_some(),
+        "namespace flotilla-cluster-{name}"
+    );
+    let reasons = s.event_reasons(&name).await?;
+    ensure!(
+        reasons.iter().any(|r| r == "Reachable"),
+        "an Event for Ready=True: {reasons:?}"
+    );
+
+    // Cordon, then taint: reflected in Schedulable.
+    s.clusters()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await?;
+    s.condition(
+        &name,
+        "Schedulable",
+        "False",
+        Some("Cordoned"),
+        Duration::from_secs(15),
+    )
+    .await?;
+    s.clusters()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false, "taints": [{"key": "example.com/maintenance", "effect": "NoSchedule"}]}})),
+        )
+        .await?;
+    s.condition(
+        &name,
+        "Schedulable",
+        "True",
+        Some("Tainted"),
+        Duration::from_secs(15),
+    )
+    .await?;
+
+    // Removal: the namespace goes, then the Cluster.
+    s.delete_cluster(&name).await?;
+    ensure!(
+        namespaces
+            .get_opt(&names::cluster_namespace(&name))
+            .await?
+            .is_none(),
+        "namespace removed with its Cluster"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stopped_member_turns_unknown_and_comes_back() -> Result<()> {
+    let s = Setup::start("reg-outage").await?;
+    let scratch = ScratchMember::add(&s.env, "e2e-reg").await?;
+    let name = s.push_cluster(&scratch.info).await?;
+    s.condition(
+        &name,
+        "Ready",
+        "True",
+        Some("Reachable"),
+        Duration::from_secs(60),
+    )
+    .await?;
+
+    s.env
+        .clusters_sh(&["stop-member", &scratch.info.name])
+        .await?;
+    let stopped = Instant::now();
+    s.condition(
+        &name,
+        "Ready",
+        "Unknown",
+        Some("Unreachable"),
+        GRACE + INTERVAL + Duration::from_secs(20),
+    )
+    .await?;
+    let detected = stopped.elapsed();
+    ensure!(
+        detected <= GRACE + INTERVAL + Duration::from_secs(8),
+        "Ready became Unknown {detected:?} after the member stopped; expected within grace {GRACE:?} + interval {INTERVAL:?} (+ slack)"
+    );
+    eprintln!("member outage detected after {detected:?}");
+    let reasons = s.event_reasons(&name).await?;
+    ensure!(
+        reasons.iter().any(|r| r == "Unreachable"),
+        "a Warning Event for the outage: {reasons:?}"
+    );
+
+    s.env
+        .clusters_sh(&["start-member", &scratch.info.name])
+        .await?;
+    s.condition(
+        &name,
+        "Ready",
+        "True",
+        Some("Reachable"),
+        Duration::from_secs(60),
+    )
+    .await?;
+    s.delete_cluster(&name).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
+    let s = Setup::start("reg-bad").await?;
+    let member = &s.env.require_members(1)?[0];
+    let good = std::fs::read_to_string(&member.kubeconfig)?;
+    let token = good
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .ok_or_else(|| anyhow::anyhow!("no token in {}", member.kubeconfig.display()))?
+        .to_string();
+    let wrong_token = good.replace(&token, "not-a-valid-token-0123456789");
+    let exec = good.replace(
+        &format!("token: {token}"),
+        "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/cat}",
+    );
+
+    s.secret("wrong-token", "kubeconfig", &wrong_token).await?;
+    s.secret("garbage", "kubeconfig", &format!("clusters: [{token}"))
+        .await?;
+    s.secret("exec", "kubeconfig", &exec).await?;
+    s.secret("other-key", "config", &good).await?;
+    let cases = [
+        (
+            "missing-secret",
+            "kubeconfig",
+            "SecretNotFound",
+            "not found",
+        ),
+        (
+            "other-key",
+            "kubeconfig",
+            "SecretKeyNotFound",
+            "has no key \"kubeconfig\" (keys: config)",
+        ),
+        (
+            "garbage",
+            "kubeconfig",
+            "InvalidKubeconfig",
+            "is not a kubeconfig",
+        ),
+        ("exec", "kubeconfig", "InvalidKubeconfig", "user.exec"),
+        ("wrong-token", "kubeconfig", "Unauthorized", "401"),
+    ];
+    let mut names = Vec::new();
+    for (secret, key, _, _) in &cases {
+        names.push(
+            s.cluster(json!({
+                "syncMode": "Push",
+                "kubeconfigSecretRef": { "name": secret, "namespace": s.ns.name(), "key": key }
+            }))
+            .await?,
+        );
+    }
+    for ((secret, _, reason, detail), name) in cases.iter().zip(&names) {
+        let c = s
+            .condition(
+                name,
+                "Ready",
+                "False",
+                Some(reason),
+                Duration::from_secs(30),
+            )
+            .await?;
+        let ready = c
+            .status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|x| x.type_ == "Ready"))
+            .map(|x| x.message.clone())
+            .unwrap_or_default();
+        ensure!(
+            ready.contains(detail),
+            "{secret}: the Ready message must say {detail:?}: {ready}"
+        );
+        let all = serde_json::to_string(&c)?;
+        ensure!(
+            !all.contains(&token),
+            "{secret}: the Cluster must not contain the token"
+        );
+        let events: Api<Event> = Api::namespaced(s.hub.clone(), "default");
+        let notes: Vec<String> = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|e| e.message)
+            .collect();
+        ensure!(
+            notes
+                .iter()
+                .any(|n| n.contains(*reason) || n.contains("Ready is False")),
+            "{secret}: a Warning Event: {notes:?}"
+        );
+        ensure!(
+            !notes.iter().any(|n| n.contains(&token)),
+            "{secret}: Events must not contain the token"
+        );
+    }
+    for name in &names {
+        s.delete_cluster(name).await?;
+    }
+    Ok(())
+}
+
+/// Asks the hub whether `user` may `verb` `resource` in `namespace`.
+async fn allowed(
+    hub: &Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> Result<bool> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec![
+                names::AGENT_GROUP.into(),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: namespace.map(String::from),
+                name: name.map(String::from),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let result = Api::<SubjectAccessReview>::all(hub.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(result.status.is_some_and(|s| s.allowed))
+}
+
+#[tokio::test]
+async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<()> {
+    let s = Setup::start("reg-pull").await?;
+    let name = s.cluster(json!({"syncMode": "Pull"})).await?;
+    let other = s
+        .cluster(json!({"syncMode": "Pull", "hubAcceptsClient": true}))
+        .await?;
+    s.condition(
+        &name,
+        "Accepted",
+        "False",
+        Some("AwaitingAcceptance"),
+        Duration::from_secs(30),
+    )
+    .await?;
+    s.condition(
+        &name,
+        "Ready",
+        "Unknown",
+        Some("AwaitingAcceptance"),
+        Duration::from_secs(5),
+    )
+    .await?;
+    let namespaces: Api<Namespace> = Api::all(s.hub.clone());
+    ensure!(
+        namespaces
+            .get_opt(&names::cluster_namespace(&name))
+            .await?
+            .is_none(),
+        "no namespace before acceptance"
+    );
+
+    s.clusters()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hubAcceptsClient": true}})),
+        )
+        .await?;
+    s.condition(
+        &name,
+        "Accepted",
+        "True",
+        Some("Accepted"),
+        Duration::from_secs(30),
+    )
+    .await?;
+    s.condition(
+        &name,
+        "Joined",
+        "False",
+        Some("AwaitingAgent"),
+        Duration::from_secs(10),
+    )
+    .await?;
+    s.condition(&other, "Accepted", "True", None, Duration::from_secs(30))
+        .await?;
+
+    let agent = names::agent_user_name(&name);
+    let own = names::cluster_namespace(&name);
+    let foreign = names::cluster_namespace(&other);
+    let hub = &s.hub;
+    let may = [
+        ("list", "flotilla.dev", "works", Some(own.as_str()), None),
+        (
+            "patch",
+            "flotilla.dev",
+            "works/status",
+            Some(own.as_str()),
+            None,
+        ),
+        (
+            "create",
+            "flotilla.dev",
+            "apiresourceimports",
+            Some(own.as_str()),
+            None,
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            Some(own.as_str()),
+            Some(names::AGENT_LEASE_NAME),
+        ),
+        ("get", "flotilla.dev", "clusters", None, Some(name.as_str())),
+        (
+            "patch",
+            "flotilla.dev",
+            "clusters/status",
+            None,
+            Some(name.as_str()),
+        ),
+    ];
+    for (verb, group, resource, namespace, object) in may {
+        ensure!(
+            allowed(hub, &agent, verb, group, resource, namespace, object).await?,
+            "{agent} must be allowed to {verb} {resource} in {namespace:?} {object:?}"
+        );
+    }
+    let may_not = [
+        (
+            "list",
+            "flotilla.dev",
+            "works",
+            Some(foreign.as_str()),
+            None,
+        ),
+        ("get", "", "secrets", Some(own.as_str()), None),
+        ("list", "", "secrets", None, None),
+        ("update", "flotilla.dev", "works", Some(own.as_str()), None),
+        (
+            "get",
+            "flotilla.dev",
+            "clusters",
+            None,
+            Some(other.as_str()),
+        ),
+        (
+            "patch",
+            "flotilla.dev",
+            "clusters",
+            None,
+            Some(name.as_str()),
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            Some(own.as_str()),
+            Some("something-else"),
+        ),
+    ];
+    for (verb, group, resource, namespace, object) in may_not {
+        ensure!(
+            !allowed(hub, &agent, verb, group, resource, namespace, object).await?,
+            "{agent} must NOT be allowed to {verb} {resource} in {namespace:?} {object:?}"
+        );
+    }
+
+    // Revoking acceptance revokes access.
+    s.clusters()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
+        )
+        .await?;
+    s.condition(
+        &name,
+        "Accepted",
+        "False",
+        Some("AcceptanceRevoked"),
+        Duration::from_secs(30),
+    )
+    .await?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(s.hub.clone());
+    wait_for(
+        "the agent's ClusterRoleBinding to be deleted",
+        Duration::from_secs(15),
+        || async {
+            Ok(
+                match bindings
+                    .get_opt(&format!("flotilla:cluster:{name}:agent"))
+                    .await?
+                {
+                    None => Seen::Done(()),
+                    Some(_) => Seen::not_yet("still there"),
+                },
+            )
+        },
+    )
+    .await?;
+    ensure!(
+        !allowed(
+            hub,
+            &agent,
+            "list",
+            "flotilla.dev",
+            "works",
+            Some(&own),
+            None
+        )
+        .await?,
+        "after revocation {agent} must not list Works"
+    );
+
+    // Deleting a Cluster revokes access too.
+    ensure!(
+        allowed(
+            hub,
+            &names::agent_user_name(&other),
+            "list",
+            "flotilla.dev",
+            "works",
+            Some(&foreign),
+            None
+        )
+        .await?
+    );
+    s.delete_cluster(&other).await?;
+    ensure!(
+        !allowed(
+            hub,
+            &names::agent_user_name(&other),
+            "list",
+            "flotilla.dev",
+            "works",
+            Some(&foreign),
+            None
+        )
+        .await?,
+        "after deletion the agent must not list Works"
+    );
+    s.delete_cluster(&name).await?;
+    Ok(())
+}
