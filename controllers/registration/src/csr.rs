@@ -1,18 +1,974 @@
-//! Approval of pull-mode agents' certificate requests (hub). Not part of this build yet: no
-//! request is approved.
+//! Approval of pull-mode agents' certificate requests (hub).
+//!
+//! A pull-mode agent asks for a client certificate of the hub's apiserver with a
+//! CertificateSigningRequest (signer `kubernetes.io/kube-apiserver-client`) for the user
+//! `system:flotilla:cluster:<name>:agent` in the group `system:flotilla:agents`. The hub's
+//! kube-controller-manager signs approved requests; this controller decides which to approve:
+//!
+//! - only requests whose subject, usages and requester match one Cluster exactly: the requester
+//!   is that cluster's bootstrap identity (`system:serviceaccount:flotilla-system:
+//!   flotilla-bootstrap-<name>`) or, to renew, the agent itself;
+//! - only once the Cluster is a pull-mode Cluster that the hub admin accepted
+//!   (`spec.hubAcceptsClient: true`, or `--auto-accept`), and is not being deleted.
+//!
+//! Requests that can never become valid (another cluster's requester, a wrong subject, usages
+//! or subject alternative names, a push-mode Cluster) are denied with a precise reason. Requests
+//! that only wait for the admin stay pending and are decided again when their Cluster changes.
+//! Requests that do not look like an agent's (another signer, another common name) are left to
+//! whoever else approves certificates in the hub. A decided request is never touched again.
+//!
+//! [`decide`] is the whole policy, a pure function of the request, the Cluster and the
+//! configuration; [`run`] feeds it from watches and writes its decisions.
 
-use flotilla_runtime::Context;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_api::cluster::{Cluster, SyncMode};
+use flotilla_api::names;
+use flotilla_runtime::{Context, ErrorCategory};
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ListParams, PostParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use prometheus::{IntCounterVec, Opts};
+use x509_parser::extensions::ParsedExtension;
+use x509_parser::prelude::{FromDer, X509CertificationRequest};
+
+/// Namespace of the pull-mode agents' bootstrap ServiceAccounts on the hub.
+pub const BOOTSTRAP_NAMESPACE: &str = names::SYSTEM_NAMESPACE;
+
+/// Prefix of a bootstrap ServiceAccount's name: `flotilla-bootstrap-<cluster>`.
+pub const BOOTSTRAP_SERVICE_ACCOUNT_PREFIX: &str = "flotilla-bootstrap-";
+
+/// Usages an agent's certificate may have; `client auth` is required.
+pub const ALLOWED_USAGES: [&str; 3] = ["client auth", "digital signature", "key encipherment"];
+
+/// The usage every agent certificate needs.
+pub const CLIENT_AUTH: &str = "client auth";
+
+/// Condition types of a CertificateSigningRequest.
+const APPROVED: &str = "Approved";
+const DENIED: &str = "Denied";
+const FAILED: &str = "Failed";
+
+/// The reasons written into approval conditions, counted in metrics and used as Event reasons.
+pub mod reasons {
+    /// The request matches an accepted pull-mode Cluster.
+    pub const APPROVED: &str = "FlotillaAgentApproved";
+    /// The subject is not exactly `CN=system:flotilla:cluster:<name>:agent, O=system:flotilla:agents`.
+    pub const SUBJECT_MISMATCH: &str = "SubjectMismatch";
+    /// The request asks for usages other than client auth, digital signature, key encipherment,
+    /// or lacks client auth.
+    pub const UNEXPECTED_USAGES: &str = "UnexpectedUsages";
+    /// The request asks for subject alternative names, which an agent never needs.
+    pub const UNEXPECTED_SUBJECT_ALT_NAMES: &str = "UnexpectedSubjectAltNames";
+    /// The requester is neither the cluster's bootstrap identity nor its agent.
+    pub const REQUESTER_MISMATCH: &str = "RequesterMismatch";
+    /// The Cluster is a push-mode Cluster: it has no agent.
+    pub const CLUSTER_NOT_PULL: &str = "ClusterNotPullMode";
+    /// The Cluster is being deleted.
+    pub const CLUSTER_DELETING: &str = "ClusterDeleting";
+    /// The request cannot be parsed (PKCS#10 PEM).
+    pub const MALFORMED_REQUEST: &str = "MalformedRequest";
+
+    // Pending, never written: why a request waits.
+    /// The Cluster does not exist (yet).
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// The Cluster exists but cannot be read (does not match the schema this controller knows).
+    pub const CLUSTER_INVALID: &str = "ClusterInvalid";
+    /// The hub admin has not set `spec.hubAcceptsClient: true` yet.
+    pub const AWAITING_ACCEPTANCE: &str = "AwaitingAcceptance";
+}
 
 /// How the approver decides.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct CsrConfig {
     /// Approve without waiting for `spec.hubAcceptsClient`.
     pub auto_accept: bool,
 }
 
-/// Runs the approver until `ctx.shutdown`.
+/// The bootstrap ServiceAccount of `cluster`: `flotilla-bootstrap-<cluster>` in `flotilla-system`.
+pub fn bootstrap_service_account(cluster: &str) -> String {
+    format!("{BOOTSTRAP_SERVICE_ACCOUNT_PREFIX}{cluster}")
+}
+
+/// The user name of `cluster`'s bootstrap identity:
+/// `system:serviceaccount:flotilla-system:flotilla-bootstrap-<cluster>`.
+pub fn bootstrap_user_name(cluster: &str) -> String {
+    format!(
+        "system:serviceaccount:{BOOTSTRAP_NAMESPACE}:{}",
+        bootstrap_service_account(cluster)
+    )
+}
+
+/// The cluster whose bootstrap identity `user` is, if it is one.
+pub fn cluster_from_bootstrap_user_name(user: &str) -> Option<&str> {
+    user.strip_prefix("system:serviceaccount:")?
+        .strip_prefix(BOOTSTRAP_NAMESPACE)?
+        .strip_prefix(':')?
+        .strip_prefix(BOOTSTRAP_SERVICE_ACCOUNT_PREFIX)
+        .filter(|c| names::validate_cluster_name(c).is_ok())
+}
+
+/// The subject and extensions a PKCS#10 request asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestedSubject {
+    /// Every common name (CN) in the subject.
+    pub common_names: Vec<String>,
+    /// Every organization (O) in the subject, in order.
+    pub organizations: Vec<String>,
+    /// Whether the request asks for subject alternative names.
+    pub has_subject_alt_names: bool,
+}
+
+/// Why a request could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestParseError {
+    #[error("spec.request is not a PEM block")]
+    NotPem,
+    #[error("spec.request is a PEM block of type {0:?}, not CERTIFICATE REQUEST")]
+    WrongPemLabel(String),
+    #[error("spec.request is not a PKCS#10 certificate request")]
+    NotPkcs10,
+    #[error("the subject of the request has an attribute that is not a string")]
+    BadAttribute,
+}
+
+/// Parses the PEM-encoded PKCS#10 request of a CertificateSigningRequest.
+pub fn parse_request(pem: &[u8]) -> Result<RequestedSubject, RequestParseError> {
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem).map_err(|_| RequestParseError::NotPem)?;
+    if block.label != "CERTIFICATE REQUEST" && block.label != "NEW CERTIFICATE REQUEST" {
+        return Err(RequestParseError::WrongPemLabel(block.label));
+    }
+    let (_, request) = X509CertificationRequest::from_der(&block.contents)
+        .map_err(|_| RequestParseError::NotPkcs10)?;
+    let subject = &request.certification_request_info.subject;
+    let strings = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| {
+        it.map(|a| a.as_str().map(str::to_string))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| RequestParseError::BadAttribute)
+    };
+    let common_names = strings(&mut subject.iter_common_name())?;
+    let organizations = strings(&mut subject.iter_organization())?;
+    let has_subject_alt_names = request.requested_extensions().is_some_and(|mut exts| {
+        exts.any(|e| matches!(e, ParsedExtension::SubjectAlternativeName(san) if !san.general_names.is_empty()))
+    });
+    Ok(RequestedSubject {
+        common_names,
+        organizations,
+        has_subject_alt_names,
+    })
+}
+
+/// The cluster a request is about: the one named by its common name, if the request is for
+/// Flotilla's signer and its common name is an agent's user name. `None`: not an agent's request.
+pub fn requested_cluster(csr: &CertificateSigningRequest) -> Option<String> {
+    if csr.spec.signer_name != names::AGENT_CSR_SIGNER {
+        return None;
+    }
+    let subject = parse_request(&csr.spec.request.0).ok()?;
+    match subject.common_names.as_slice() {
+        [cn] => names::cluster_from_agent_user_name(cn).map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Whether the request already has a final condition (Approved, Denied or Failed).
+pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.status == "True" && [APPROVED, DENIED, FAILED].contains(&c.type_.as_str())
+            })
+        })
+}
+
+/// What to do with a CertificateSigningRequest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Not ours to decide: another signer, not an agent's subject, or already decided.
+    Ignore,
+    /// Leave it pending: it may become valid when its Cluster changes.
+    Pending {
+        cluster: String,
+        reason: &'static str,
+        message: String,
+    },
+    /// Approve it.
+    Approve { cluster: String, message: String },
+    /// Deny it: it can never become valid.
+    Deny {
+        cluster: String,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+impl Decision {
+    /// The reason, for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Ignore => "Ignored",
+            Self::Pending { reason, .. } | Self::Deny { reason, .. } => reason,
+            Self::Approve { .. } => reasons::APPROVED,
+        }
+    }
+}
+
+/// The whole approval policy. `cluster` is the Cluster named by the request's common name
+/// (see [`requested_cluster`]); `None` when it does not exist, `Some(Err(_))` when it exists but
+/// cannot be read.
+pub fn decide(
+    csr: &CertificateSigningRequest,
+    cluster: Option<Result<&Cluster, ()>>,
+    config: &CsrConfig,
+) -> Decision {
+    if is_decided(csr) || csr.spec.signer_name != names::AGENT_CSR_SIGNER {
+        return Decision::Ignore;
+    }
+    let Ok(subject) = parse_request(&csr.spec.request.0) else {
+        // The apiserver validates requests, so this is not expected; without a subject we cannot
+        // tell whether the request is an agent's, so it is not ours to deny.
+        return Decision::Ignore;
+    };
+    let [cn] = subject.common_names.as_slice() else {
+        return Decision::Ignore;
+    };
+    let Some(name) = names::cluster_from_agent_user_name(cn) else {
+        return Decision::Ignore;
+    };
+    let deny = |reason, message: String| Decision::Deny {
+        cluster: name.to_string(),
+        reason,
+        message,
+    };
+
+    // What can be decided from the request alone.
+    if subject.organizations != [names::AGENT_GROUP] {
+        return deny(
+            reasons::SUBJECT_MISMATCH,
+            format!(
+                "the subject must have exactly one organization (O) {:?}, the request has {:?}",
+                names::AGENT_GROUP,
+                subject.organizations
+            ),
+        );
+    }
+    if subject.has_subject_alt_names {
+        return deny(
+            reasons::UNEXPECTED_SUBJECT_ALT_NAMES,
+            "an agent's client certificate must not ask for subject alternative names".into(),
+        );
+    }
+    let usages = csr.spec.usages.as_deref().unwrap_or_default();
+    let unexpected: Vec<&str> = usages
+        .iter()
+        .map(String::as_str)
+        .filter(|u| !ALLOWED_USAGES.contains(u))
+        .collect();
+    if !unexpected.is_empty() || !usages.iter().any(|u| u == CLIENT_AUTH) {
+        return deny(
+            reasons::UNEXPECTED_USAGES,
+            format!(
+                "usages must include {CLIENT_AUTH:?} and be among {ALLOWED_USAGES:?}; the request \
+                 has {usages:?}"
+            ),
+        );
+    }
+    let requester = csr.spec.username.as_deref().unwrap_or_default();
+    let bootstrap = bootstrap_user_name(name);
+    let agent = names::agent_user_name(name);
+    if requester != bootstrap && requester != agent {
+        let whose = cluster_from_bootstrap_user_name(requester)
+            .map(|c| format!(" (the bootstrap identity of cluster {c:?})"))
+            .or_else(|| {
+                names::cluster_from_agent_user_name(requester)
+                    .map(|c| format!(" (the agent of cluster {c:?})"))
+            })
+            .unwrap_or_default();
+        return deny(
+            reasons::REQUESTER_MISMATCH,
+            format!(
+                "a certificate for cluster {name:?} may only be requested by {bootstrap:?} or \
+                 {agent:?}; it was requested by {requester:?}{whose}"
+            ),
+        );
+    }
+
+    // What depends on the Cluster.
+    let pending = |reason, message: String| Decision::Pending {
+        cluster: name.to_string(),
+        reason,
+        message,
+    };
+    let cluster = match cluster {
+        None => {
+            return pending(
+                reasons::CLUSTER_NOT_FOUND,
+                format!("Cluster {name:?} does not exist"),
+            );
+        }
+        Some(Err(())) => {
+            return pending(
+                reasons::CLUSTER_INVALID,
+                format!("Cluster {name:?} cannot be read"),
+            );
+        }
+        Some(Ok(cluster)) => cluster,
+    };
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return deny(
+            reasons::CLUSTER_DELETING,
+            format!("Cluster {name:?} is being deleted"),
+        );
+    }
+    if cluster.spec.sync_mode != SyncMode::Pull {
+        return deny(
+            reasons::CLUSTER_NOT_PULL,
+            format!(
+                "Cluster {name:?} has syncMode {:?}: only pull-mode Clusters have an agent",
+                cluster.spec.sync_mode
+            ),
+        );
+    }
+    if !cluster.spec.hub_accepts_client && !config.auto_accept {
+        return pending(
+            reasons::AWAITING_ACCEPTANCE,
+            format!(
+                "waiting for the hub admin to accept Cluster {name:?} (spec.hubAcceptsClient: true)"
+            ),
+        );
+    }
+    let how = if cluster.spec.hub_accepts_client {
+        "the hub accepts it (spec.hubAcceptsClient)"
+    } else {
+        "the approver auto-accepts agents (--auto-accept)"
+    };
+    let who = if requester == agent {
+        "renewal requested by the agent"
+    } else {
+        "requested by the cluster's bootstrap identity"
+    };
+    Decision::Approve {
+        cluster: name.to_string(),
+        message: format!("agent certificate of pull-mode Cluster {name:?}: {who}; {how}"),
+    }
+}
+
+/// Why writing a decision failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CsrError {
+    #[error("writing the approval of CertificateSigningRequest {name}: {source}")]
+    WriteApproval {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reading Cluster {name}: {source}")]
+    ReadCluster {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the CertificateSigningRequest has no name")]
+    Unnamed,
+}
+
+impl ErrorCategory for CsrError {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::WriteApproval { source, .. } => source.category(),
+            Self::ReadCluster { source, .. } => source.category(),
+            Self::Unnamed => "InvalidObject",
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::WriteApproval { source, .. } => source.is_transient(),
+            Self::ReadCluster { source, .. } => source.is_transient(),
+            Self::Unnamed => false,
+        }
+    }
+}
+
+/// The approver's metrics.
+#[derive(Clone)]
+struct CsrMetrics {
+    decisions: IntCounterVec,
+}
+
+impl CsrMetrics {
+    fn register(ctx: &Context) -> anyhow::Result<Self> {
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                format!("{}_csr_decisions_total", ctx.metrics.prefix()),
+                "Decisions on pull-mode agents' certificate requests, by decision and reason.",
+            ),
+            &["decision", "reason"],
+        )?;
+        ctx.metrics
+            .registry()
+            .register(Box::new(decisions.clone()))?;
+        Ok(Self { decisions })
+    }
+}
+
+/// What every reconciliation shares.
+struct State {
+    ctx: Context,
+    api: Api<CertificateSigningRequest>,
+    clusters: Api<DeserializeGuard<Cluster>>,
+    config: CsrConfig,
+    /// Only Clusters matching this label selector are handled (empty: all).
+    cluster_selector: String,
+    metrics: CsrMetrics,
+}
+
+/// The name of the controller in metrics and logs.
+const CONTROLLER: &str = "certificatesigningrequest";
+
+/// How often a pending request is looked at again even without a change of its Cluster.
+const PENDING_RECHECK: Duration = Duration::from_secs(300);
+
+/// Runs the approver until `ctx.shutdown`, for every Cluster.
 pub async fn run(ctx: Context, config: CsrConfig) -> anyhow::Result<()> {
-    let _ = config;
-    ctx.shutdown.cancelled().await;
+    run_scoped(ctx, config, "").await
+}
+
+/// Runs the approver until `ctx.shutdown`, deciding only requests for the Clusters matching the
+/// label selector `cluster_selector` (empty: all Clusters). With a selector, a request for a
+/// Cluster that does not exist or does not match is left alone: it belongs to another instance.
+pub async fn run_scoped(
+    ctx: Context,
+    config: CsrConfig,
+    cluster_selector: &str,
+) -> anyhow::Result<()> {
+    let metrics = CsrMetrics::register(&ctx)?;
+    let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
+
+    let mut cluster_watch = watcher::Config::default();
+    if !cluster_selector.is_empty() {
+        cluster_watch = cluster_watch.labels(cluster_selector);
+    }
+    let clusters: Api<DeserializeGuard<Cluster>> = Api::all(ctx.client.clone());
+
+    let controller = Controller::new(api.clone(), watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(4));
+    let requests = controller.store();
+    // A Cluster changed: decide again every undecided request about it.
+    let controller = controller.watches(clusters.clone(), cluster_watch, move |cluster| {
+        let name = cluster.name_any();
+        requests
+            .state()
+            .into_iter()
+            .filter(|csr| !is_decided(csr))
+            .filter(|csr| requested_cluster(csr).as_deref() == Some(name.as_str()))
+            .map(|csr| ObjectRef::from_obj(csr.as_ref()))
+            .collect::<Vec<_>>()
+    });
+
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        api,
+        clusters,
+        config,
+        cluster_selector: cluster_selector.to_string(),
+        metrics,
+    });
+    tracing::info!(
+        auto_accept = state.config.auto_accept,
+        cluster_selector,
+        "approving pull-mode agents' certificate requests"
+    );
+    controller
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "certificate request reconciliation ended with an error");
+            }
+        })
+        .await;
     Ok(())
+}
+
+async fn reconcile(
+    csr: Arc<CertificateSigningRequest>,
+    state: Arc<State>,
+) -> Result<Action, CsrError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&csr, &state).await;
+    state.ctx.metrics.observe_reconcile(
+        CONTROLLER,
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(ErrorCategory::category),
+    );
+    result
+}
+
+async fn reconcile_inner(
+    csr: &CertificateSigningRequest,
+    state: &State,
+) -> Result<Action, CsrError> {
+    if is_decided(csr) {
+        return Ok(Action::await_change());
+    }
+    let Some(cluster_name) = requested_cluster(csr) else {
+        return Ok(Action::await_change());
+    };
+    let name = csr.metadata.name.clone().ok_or(CsrError::Unnamed)?;
+    let guard = find_cluster(state, &cluster_name).await?;
+    if !state.cluster_selector.is_empty() && guard.is_none() {
+        // Not one of the Clusters this instance handles.
+        return Ok(Action::await_change());
+    }
+    let cluster = guard.as_ref().map(|g| g.0.as_ref().map_err(|_| ()));
+    let decision = decide(csr, cluster, &state.config);
+    let cluster = cluster.and_then(Result::ok);
+    let span = tracing::info_span!("csr", csr = %name, cluster = %cluster_name);
+    let _enter = span.enter();
+    match decision {
+        Decision::Ignore => Ok(Action::await_change()),
+        Decision::Pending {
+            reason, message, ..
+        } => {
+            tracing::debug!(reason, %message, "certificate request stays pending");
+            Ok(Action::requeue(PENDING_RECHECK))
+        }
+        Decision::Approve { message, .. } => {
+            write_condition(state, csr, &name, APPROVED, reasons::APPROVED, &message).await?;
+            tracing::info!(%message, "approved an agent's certificate request");
+            state
+                .metrics
+                .decisions
+                .with_label_values(&["approved", reasons::APPROVED])
+                .inc();
+            if let Some(cluster) = cluster {
+                state
+                    .ctx
+                    .events
+                    .normal(
+                        cluster,
+                        "CertificateApproved",
+                        "ApproveCertificate",
+                        format!("approved CertificateSigningRequest {name}: {message}"),
+                    )
+                    .await;
+            }
+            Ok(Action::await_change())
+        }
+        Decision::Deny {
+            reason, message, ..
+        } => {
+            write_condition(state, csr, &name, DENIED, reason, &message).await?;
+            tracing::warn!(reason, %message, "denied a certificate request");
+            state
+                .metrics
+                .decisions
+                .with_label_values(&["denied", reason])
+                .inc();
+            if let Some(cluster) = cluster {
+                state
+                    .ctx
+                    .events
+                    .warning(
+                        cluster,
+                        reason,
+                        "DenyCertificate",
+                        format!("denied CertificateSigningRequest {name}: {message}"),
+                    )
+                    .await;
+            }
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// The Cluster `name` if it exists and matches the selector. Read from the server rather than a
+/// cache: a decision must not rest on a stale `hubAcceptsClient`.
+async fn find_cluster(
+    state: &State,
+    name: &str,
+) -> Result<Option<DeserializeGuard<Cluster>>, CsrError> {
+    let mut params = ListParams::default().fields(&format!("metadata.name={name}"));
+    if !state.cluster_selector.is_empty() {
+        params = params.labels(&state.cluster_selector);
+    }
+    let list = state
+        .clusters
+        .list(&params)
+        .await
+        .map_err(|source| CsrError::ReadCluster {
+            name: name.to_string(),
+            source,
+        })?;
+    Ok(list.items.into_iter().next())
+}
+
+/// Adds an Approved or Denied condition through the `approval` subresource. The write carries the
+/// request's resourceVersion, so of two approvers (or an approver and an admin) racing, exactly
+/// one decides; the loser gets a conflict and looks again.
+async fn write_condition(
+    state: &State,
+    csr: &CertificateSigningRequest,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), CsrError> {
+    let mut updated = csr.clone();
+    let status = updated
+        .status
+        .get_or_insert_with(CertificateSigningRequestStatus::default);
+    status
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(CertificateSigningRequestCondition {
+            type_: type_.to_string(),
+            status: "True".into(),
+            reason: Some(reason.to_string()),
+            message: Some(message.to_string()),
+            last_update_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+            last_transition_time: None,
+        });
+    state
+        .api
+        .replace_subresource("approval", name, &PostParams::default(), &updated)
+        .await
+        .map(|_| ())
+        .map_err(|source| CsrError::WriteApproval {
+            name: name.to_string(),
+            source,
+        })
+}
+
+fn error_policy(
+    csr: Arc<CertificateSigningRequest>,
+    error: &CsrError,
+    _state: Arc<State>,
+) -> Action {
+    tracing::warn!(
+        csr = %csr.name_any(),
+        category = error.category(),
+        error = %error,
+        "could not decide a certificate request"
+    );
+    if error.is_transient() {
+        Action::requeue(Duration::from_secs(5))
+    } else {
+        Action::await_change()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::cluster::ClusterSpec;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec;
+    use kube::api::ObjectMeta;
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
+    use rstest::rstest;
+
+    const C: &str = "member1";
+
+    /// A PEM request with the given common name, organizations and DNS names. (rcgen keeps one
+    /// value per attribute type: of several organizations only the last is kept.)
+    fn request(cn: &str, orgs: &[&str], dns: &[&str]) -> Vec<u8> {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cn);
+        for o in orgs {
+            dn.push(DnType::OrganizationName, *o);
+        }
+        params.distinguished_name = dn;
+        params.subject_alt_names = dns
+            .iter()
+            .map(|d| SanType::DnsName((*d).try_into().expect("dns name")))
+            .collect();
+        params
+            .serialize_request(&key)
+            .expect("request")
+            .pem()
+            .expect("pem")
+            .into_bytes()
+    }
+
+    fn csr(request: Vec<u8>, requester: &str, usages: &[&str]) -> CertificateSigningRequest {
+        CertificateSigningRequest {
+            metadata: ObjectMeta {
+                name: Some("csr-1".into()),
+                ..Default::default()
+            },
+            spec: CertificateSigningRequestSpec {
+                request: ByteString(request),
+                signer_name: names::AGENT_CSR_SIGNER.into(),
+                usages: Some(usages.iter().map(|u| u.to_string()).collect()),
+                username: Some(requester.into()),
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    fn agent_csr(requester: &str) -> CertificateSigningRequest {
+        csr(
+            request(&names::agent_user_name(C), &[names::AGENT_GROUP], &[]),
+            requester,
+            &ALLOWED_USAGES,
+        )
+    }
+
+    fn cluster(mode: SyncMode, accepted: bool) -> Cluster {
+        Cluster::new(
+            C,
+            ClusterSpec {
+                sync_mode: mode,
+                hub_accepts_client: accepted,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn reason(d: &Decision) -> &'static str {
+        d.reason()
+    }
+
+    #[test]
+    fn identities_round_trip() {
+        assert_eq!(
+            bootstrap_user_name(C),
+            "system:serviceaccount:flotilla-system:flotilla-bootstrap-member1"
+        );
+        assert_eq!(
+            cluster_from_bootstrap_user_name(&bootstrap_user_name(C)),
+            Some(C)
+        );
+        assert_eq!(
+            cluster_from_bootstrap_user_name("system:serviceaccount:default:flotilla-bootstrap-a"),
+            None
+        );
+        assert_eq!(
+            cluster_from_bootstrap_user_name("system:serviceaccount:flotilla-system:other"),
+            None
+        );
+    }
+
+    #[test]
+    fn parses_subjects_of_requests() {
+        let parsed = parse_request(&request("a", &["x"], &["example.com"])).expect("parses");
+        assert_eq!(parsed.common_names, ["a"]);
+        assert_eq!(parsed.organizations, ["x"]);
+        assert!(parsed.has_subject_alt_names);
+        assert_eq!(parse_request(b"nonsense"), Err(RequestParseError::NotPem));
+        let cert = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(matches!(
+            parse_request(cert),
+            Err(RequestParseError::WrongPemLabel(_))
+        ));
+    }
+
+    #[rstest]
+    #[case::bootstrap_accepted(
+        bootstrap_user_name(C),
+        SyncMode::Pull,
+        true,
+        false,
+        "FlotillaAgentApproved"
+    )]
+    #[case::renewal_accepted(
+        names::agent_user_name(C),
+        SyncMode::Pull,
+        true,
+        false,
+        "FlotillaAgentApproved"
+    )]
+    #[case::not_accepted_yet(
+        bootstrap_user_name(C),
+        SyncMode::Pull,
+        false,
+        false,
+        "AwaitingAcceptance"
+    )]
+    #[case::auto_accept(
+        bootstrap_user_name(C),
+        SyncMode::Pull,
+        false,
+        true,
+        "FlotillaAgentApproved"
+    )]
+    #[case::push_mode(
+        bootstrap_user_name(C),
+        SyncMode::Push,
+        true,
+        false,
+        "ClusterNotPullMode"
+    )]
+    #[case::other_bootstrap(
+        bootstrap_user_name("member2"),
+        SyncMode::Pull,
+        true,
+        false,
+        "RequesterMismatch"
+    )]
+    #[case::other_agent(
+        names::agent_user_name("member2"),
+        SyncMode::Pull,
+        true,
+        false,
+        "RequesterMismatch"
+    )]
+    #[case::admin(
+        String::from("kubernetes-admin"),
+        SyncMode::Pull,
+        true,
+        false,
+        "RequesterMismatch"
+    )]
+    #[case::other_namespace_sa(
+        String::from("system:serviceaccount:default:flotilla-bootstrap-member1"),
+        SyncMode::Pull,
+        true,
+        false,
+        "RequesterMismatch"
+    )]
+    fn decides_by_requester_and_cluster(
+        #[case] requester: String,
+        #[case] mode: SyncMode,
+        #[case] accepted: bool,
+        #[case] auto_accept: bool,
+        #[case] expected: &str,
+    ) {
+        let c = cluster(mode, accepted);
+        let d = decide(
+            &agent_csr(&requester),
+            Some(Ok(&c)),
+            &CsrConfig { auto_accept },
+        );
+        assert_eq!(reason(&d), expected, "{d:?}");
+    }
+
+    #[rstest]
+    #[case::no_org(&[], &[], &ALLOWED_USAGES, "SubjectMismatch")]
+    #[case::other_org(&["system:masters"], &[], &ALLOWED_USAGES, "SubjectMismatch")]
+    #[case::sans(&[names::AGENT_GROUP], &["evil.example.com"], &ALLOWED_USAGES, "UnexpectedSubjectAltNames")]
+    #[case::server_auth(&[names::AGENT_GROUP], &[], &["client auth", "server auth"], "UnexpectedUsages")]
+    #[case::no_client_auth(&[names::AGENT_GROUP], &[], &["digital signature"], "UnexpectedUsages")]
+    #[case::only_client_auth(&[names::AGENT_GROUP], &[], &["client auth"], "FlotillaAgentApproved")]
+    fn denies_requests_that_can_never_be_valid(
+        #[case] orgs: &[&str],
+        #[case] dns: &[&str],
+        #[case] usages: &[&str],
+        #[case] expected: &str,
+    ) {
+        let c = cluster(SyncMode::Pull, true);
+        let r = csr(
+            request(&names::agent_user_name(C), orgs, dns),
+            &bootstrap_user_name(C),
+            usages,
+        );
+        let d = decide(&r, Some(Ok(&c)), &CsrConfig::default());
+        assert_eq!(reason(&d), expected, "{d:?}");
+        if let Decision::Deny { message, .. } = &d {
+            assert!(!message.is_empty());
+        }
+    }
+
+    #[test]
+    fn static_denials_do_not_need_the_cluster() {
+        let d = decide(
+            &agent_csr(&bootstrap_user_name("member2")),
+            None,
+            &CsrConfig::default(),
+        );
+        match d {
+            Decision::Deny {
+                cluster,
+                reason,
+                message,
+            } => {
+                assert_eq!(cluster, C);
+                assert_eq!(reason, reasons::REQUESTER_MISMATCH);
+                assert!(message.contains("cluster \"member2\""), "{message}");
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn waits_for_a_missing_or_unreadable_cluster() {
+        let r = agent_csr(&bootstrap_user_name(C));
+        assert_eq!(
+            reason(&decide(&r, None, &CsrConfig { auto_accept: true })),
+            "ClusterNotFound"
+        );
+        assert_eq!(
+            reason(&decide(&r, Some(Err(())), &CsrConfig::default())),
+            "ClusterInvalid"
+        );
+    }
+
+    #[test]
+    fn denies_for_a_cluster_being_deleted() {
+        let mut c = cluster(SyncMode::Pull, true);
+        c.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let d = decide(
+            &agent_csr(&bootstrap_user_name(C)),
+            Some(Ok(&c)),
+            &CsrConfig::default(),
+        );
+        assert_eq!(reason(&d), "ClusterDeleting");
+    }
+
+    #[test]
+    fn ignores_what_is_not_an_agents_undecided_request() {
+        let c = cluster(SyncMode::Pull, true);
+        let config = CsrConfig::default();
+        // Another signer.
+        let mut other_signer = agent_csr(&bootstrap_user_name(C));
+        other_signer.spec.signer_name = "kubernetes.io/kubelet-serving".into();
+        assert_eq!(
+            decide(&other_signer, Some(Ok(&c)), &config),
+            Decision::Ignore
+        );
+        assert_eq!(requested_cluster(&other_signer), None);
+        // Another common name.
+        let other_cn = csr(
+            request("system:node:n1", &["system:nodes"], &[]),
+            &bootstrap_user_name(C),
+            &ALLOWED_USAGES,
+        );
+        assert_eq!(decide(&other_cn, Some(Ok(&c)), &config), Decision::Ignore);
+        assert_eq!(requested_cluster(&other_cn), None);
+        // Already decided.
+        for type_ in [APPROVED, DENIED, FAILED] {
+            let mut decided = agent_csr(&bootstrap_user_name(C));
+            decided.status = Some(CertificateSigningRequestStatus {
+                conditions: Some(vec![CertificateSigningRequestCondition {
+                    type_: type_.into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            assert_eq!(decide(&decided, Some(Ok(&c)), &config), Decision::Ignore);
+        }
+        // An agent's request names its cluster.
+        assert_eq!(
+            requested_cluster(&agent_csr(&bootstrap_user_name(C))).as_deref(),
+            Some(C)
+        );
+    }
 }

@@ -61,7 +61,7 @@ pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
     };
     tokio::try_join!(
         cluster::run(ctx.clone(), args.clone()),
-        csr::run(ctx.clone(), csr_config),
+        csr::run_scoped(ctx.clone(), csr_config, &args.cluster_selector),
     )?;
     Ok(())
 }

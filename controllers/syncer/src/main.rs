@@ -1,20 +1,33 @@
-//! `flotilla-syncer`: flotilla's syncer: applies Work into member clusters and brings their status back.
+//! `flotilla-syncer`: applies Work into member clusters and brings their status back.
 
 use clap::Parser;
 use flotilla_runtime::RuntimeArgs;
+use flotilla_syncer::SyncerArgs;
 
 /// Flotilla's syncer: applies Work into member clusters and brings their status back.
 ///
-/// Applies the manifests of every Work in flotilla-cluster-<name> into member <name> with server-side apply, reverts drift, reports conflicts with objects it did not create, and copies the members' observed status back into Work.status. Deletes member objects only when their Work is deleted. Runs on the hub for push-mode members, or in a member for pull mode.
+/// Applies the manifests of every Work in flotilla-cluster-<name> into member <name> with
+/// server-side apply (field manager flotilla/syncer), creating missing namespaces, re-applies
+/// them on every resync so that edits in the member are reverted, reports objects it did not
+/// create as conflicts instead of overwriting them (unless conflictPolicy: Adopt), and copies the
+/// members' observed status back into Work.status. Deletes member objects only when their Work is
+/// deleted (deletePolicy: Delete), never because a member was unreachable. Runs on the hub for
+/// push-mode members.
 #[derive(Parser, Debug)]
 #[command(name = "flotilla-syncer", version)]
 struct Args {
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    syncer: SyncerArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    flotilla_runtime::run("syncer", args.runtime, flotilla_syncer::run).await
+    let syncer = args.syncer;
+    flotilla_runtime::run("syncer", args.runtime, move |ctx| {
+        flotilla_syncer::run(ctx, syncer)
+    })
+    .await
 }

@@ -29,6 +29,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
 pub mod api;
+pub mod bootstrap;
 pub mod clusters;
 pub mod process;
 pub const HUB_KUBECONFIG: &str = "FLOTILLA_HUB_KUBECONFIG";

@@ -6,4 +6,6 @@ mod api;
 mod chart;
 mod environment;
 mod registration;
+mod registration_pull;
 mod runtime;
+mod syncer;

@@ -1,0 +1,300 @@
+//! Pure preparation of a Work's manifests for a member: what exactly is applied, and whether an
+//! object found in the member is Flotilla's.
+
+use flotilla_api::{IgnoreFields, ManifestIdentity, Work, annotations, labels};
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
+
+/// Why a manifest cannot be applied as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("manifest {0} has no apiVersion or kind")]
+    NoType(usize),
+    #[error("manifest {0} has no metadata.name")]
+    NoName(usize),
+}
+
+/// A manifest ready to apply: its identity and the object to send.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepared {
+    pub ordinal: usize,
+    pub identity: ManifestIdentity,
+    pub object: Value,
+}
+
+/// Metadata a member object must not receive from the hub: server-set fields and the links of
+/// the hub object itself.
+const SERVER_METADATA: [&str; 8] = [
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "ownerReferences",
+];
+
+/// Prepares every manifest of `work`: drops server-set metadata and `status`, removes the
+/// fields listed in `ignoreFields` (so that the member keeps ownership of them), and adds the
+/// labels and annotations that link the object to its Work.
+pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
+    let work_ref = format!(
+        "{}/{}",
+        work.metadata.namespace.as_deref().unwrap_or_default(),
+        work.metadata.name.as_deref().unwrap_or_default()
+    );
+    let cluster = work.cluster_name().unwrap_or_default().to_string();
+    let source: Vec<(&str, String)> = [
+        annotations::SOURCE_API_VERSION,
+        annotations::SOURCE_KIND,
+        annotations::SOURCE_NAMESPACE,
+        annotations::SOURCE_NAME,
+    ]
+    .into_iter()
+    .filter_map(|k| {
+        let v = work.metadata.annotations.as_ref()?.get(k)?;
+        Some((k, v.clone()))
+    })
+    .collect();
+
+    work.spec
+        .manifests
+        .iter()
+        .enumerate()
+        .map(|(ordinal, manifest)| {
+            let identity = identity(ordinal, manifest)?;
+            let mut object = serde_json::to_value(manifest).unwrap_or(Value::Null);
+            let Some(obj) = object.as_object_mut() else {
+                return Err(ManifestError::NoType(ordinal));
+            };
+            obj.remove("status");
+            let metadata = obj
+                .entry("metadata")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(m) = metadata.as_object_mut() {
+                for key in SERVER_METADATA {
+                    m.remove(key);
+                }
+                let labels_map = m
+                    .entry("labels")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(l) = labels_map.as_object_mut() {
+                    l.insert(labels::MANAGED.into(), labels::MANAGED_VALUE.into());
+                    l.insert(labels::CLUSTER.into(), cluster.clone().into());
+                }
+                let annotations_map = m
+                    .entry("annotations")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(a) = annotations_map.as_object_mut() {
+                    a.insert(annotations::WORK.into(), work_ref.clone().into());
+                    for (k, v) in &source {
+                        a.insert((*k).into(), v.clone().into());
+                    }
+                }
+            }
+            for rule in &work.spec.ignore_fields {
+                if applies_to(rule, &identity) {
+                    for path in &rule.json_paths {
+                        remove_path(&mut object, path);
+                    }
+                }
+            }
+            Ok(Prepared {
+                ordinal,
+                identity,
+                object,
+            })
+        })
+        .collect()
+}
+
+fn identity(ordinal: usize, manifest: &DynamicObject) -> Result<ManifestIdentity, ManifestError> {
+    if manifest
+        .metadata
+        .name
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(ManifestError::NoName(ordinal));
+    }
+    ManifestIdentity::of(manifest).ok_or(ManifestError::NoType(ordinal))
+}
+
+fn applies_to(rule: &IgnoreFields, id: &ManifestIdentity) -> bool {
+    rule.manifest
+        .matches(&id.group, &id.kind, id.namespace.as_deref(), &id.name)
+}
+
+/// Removes the field at a JSONPath-style path such as `.spec.replicas` or
+/// `.metadata.annotations["example.com/x"]`. Unknown paths change nothing.
+pub fn remove_path(object: &mut Value, path: &str) {
+    let segments = parse_path(path);
+    let Some((last, parents)) = segments.split_last() else {
+        return;
+    };
+    let mut current = object;
+    for segment in parents {
+        match current.get_mut(segment.as_str()) {
+            Some(next) => current = next,
+            None => return,
+        }
+    }
+    if let Some(map) = current.as_object_mut() {
+        map.remove(last.as_str());
+    }
+}
+
+/// `.a.b["c.d"].e` -> `["a", "b", "c.d", "e"]`.
+fn parse_path(path: &str) -> Vec<String> {
+    let mut segments = Vec::new();
+    let mut rest = path.trim();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            if end > 0 {
+                segments.push(r[..end].to_string());
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix("[\"").or_else(|| rest.strip_prefix("['")) {
+            let end = r.find(['"', '\'']).unwrap_or(r.len());
+            segments.push(r[..end].to_string());
+            rest = r.get(end + 2..).unwrap_or("");
+        } else {
+            let end = rest.find(['.', '[']).unwrap_or(rest.len());
+            segments.push(rest[..end].to_string());
+            rest = &rest[end..];
+            if end == 0 {
+                break;
+            }
+        }
+    }
+    segments
+}
+
+/// Whether an object found in a member was put there by Flotilla (it carries the managed label).
+pub fn is_managed(object: &DynamicObject) -> bool {
+    object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::MANAGED))
+        .is_some_and(|v| v == labels::MANAGED_VALUE)
+}
+
+/// Whether a managed member object belongs to this Work (and not to another Work that happens to
+/// render the same object).
+pub fn belongs_to(object: &DynamicObject, work_ref: &str) -> bool {
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::WORK))
+        .is_some_and(|w| w == work_ref)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::{ManifestSelector, WorkSpec};
+    use kube::api::ObjectMeta;
+    use serde_json::json;
+
+    fn work(manifests: Vec<Value>, ignore: Vec<IgnoreFields>) -> Work {
+        let mut w = Work::new(
+            "web",
+            WorkSpec {
+                manifests: manifests
+                    .into_iter()
+                    .map(|m| serde_json::from_value(m).expect("manifest"))
+                    .collect(),
+                delete_policy: Default::default(),
+                conflict_policy: Default::default(),
+                ignore_fields: ignore,
+            },
+        );
+        w.metadata = ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("flotilla-cluster-m1".into()),
+            annotations: Some(
+                [(
+                    annotations::SOURCE_KIND.to_string(),
+                    "Deployment".to_string(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        };
+        w
+    }
+
+    fn deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "hub-uid", "resourceVersion": "7",
+                         "labels": {"app": "web"}},
+            "spec": {"replicas": 4, "template": {"metadata": {"annotations": {"a": "b"}}}},
+            "status": {"replicas": 4}
+        })
+    }
+
+    #[test]
+    fn server_fields_go_and_links_come() {
+        let prepared = prepare(&work(vec![deployment()], vec![]));
+        let p = prepared[0].as_ref().expect("prepared");
+        assert_eq!(p.identity.group, "apps");
+        assert_eq!(p.identity.namespace.as_deref(), Some("shop"));
+        let m = &p.object["metadata"];
+        assert!(m.get("uid").is_none() && m.get("resourceVersion").is_none());
+        assert!(p.object.get("status").is_none());
+        assert_eq!(m["labels"]["app"], "web");
+        assert_eq!(m["labels"][labels::MANAGED], "true");
+        assert_eq!(m["labels"][labels::CLUSTER], "m1");
+        assert_eq!(
+            m["annotations"][annotations::WORK],
+            "flotilla-cluster-m1/web"
+        );
+        assert_eq!(m["annotations"][annotations::SOURCE_KIND], "Deployment");
+    }
+
+    #[test]
+    fn ignored_fields_are_left_to_the_member() {
+        let ignore = vec![IgnoreFields {
+            manifest: ManifestSelector {
+                kind: Some("Deployment".into()),
+                ..ManifestSelector::default()
+            },
+            json_paths: vec![
+                ".spec.replicas".into(),
+                ".spec.template.metadata.annotations[\"a\"]".into(),
+            ],
+        }];
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"replicas": "1"}});
+        let prepared = prepare(&work(vec![deployment(), cm], ignore));
+        let d = &prepared[0].as_ref().expect("deployment").object;
+        assert!(d["spec"].get("replicas").is_none());
+        assert!(
+            d["spec"]["template"]["metadata"]["annotations"]
+                .get("a")
+                .is_none()
+        );
+        let c = &prepared[1].as_ref().expect("configmap").object;
+        assert_eq!(
+            c["data"]["replicas"], "1",
+            "rules apply only to matching manifests"
+        );
+    }
+
+    #[test]
+    fn paths_parse() {
+        assert_eq!(parse_path(".spec.replicas"), vec!["spec", "replicas"]);
+        assert_eq!(
+            parse_path(".metadata.annotations[\"example.com/x\"]"),
+            vec!["metadata", "annotations", "example.com/x"]
+        );
+        let mut v = json!({"a": {"b": 1}});
+        remove_path(&mut v, ".a.missing.deeper");
+        assert_eq!(v, json!({"a": {"b": 1}}));
+    }
+}

@@ -1,0 +1,374 @@
+//! Pure status logic: what a Work's `Applied`, `Available` and `Degraded` conditions and
+//! per-manifest status say, from what happened in the member.
+
+use flotilla_api::{ManifestIdentity, ManifestStatus, conditions, reasons};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use crate::apply::Outcome;
+
+/// A condition without times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Verdict {
+    pub fn new(
+        type_: &'static str,
+        status: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn into_condition(&self, now: Timestamp, generation: Option<i64>) -> Condition {
+        Condition {
+            type_: self.type_.into(),
+            status: self.status.into(),
+            reason: self.reason.into(),
+            message: self.message.clone(),
+            last_transition_time: Time(now),
+            observed_generation: generation,
+        }
+    }
+}
+
+/// How an applied object is doing, read generically from its status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    Available,
+    NotAvailable(String),
+    Degraded(String),
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Reads an object's health from its status: a newer spec not yet observed is not available; a
+/// `ReplicaFailure`, `Failed` or `Degraded` condition, or a `Progressing=False` with
+/// `ProgressDeadlineExceeded`, is degraded; an `Available` or `Ready` condition says the rest;
+/// objects without such conditions (ConfigMaps, Services, ...) are available once they exist.
+pub fn health(object: &DynamicObject) -> Health {
+    let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+    let generation = object.metadata.generation;
+    let observed = status.get("observedGeneration").and_then(Value::as_i64);
+    if let (Some(g), Some(o)) = (generation, observed)
+        && o < g
+    {
+        return Health::NotAvailable(format!("generation {g} not observed yet (observed {o})"));
+    }
+    for bad in ["ReplicaFailure", "Failed", "Degraded"] {
+        if let Some(c) = condition(&status, bad)
+            && c["status"] == "True"
+        {
+            return Health::Degraded(format!(
+                "{bad}: {}",
+                c["message"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(c) = condition(&status, "Progressing")
+        && c["status"] == "False"
+        && c["reason"] == "ProgressDeadlineExceeded"
+    {
+        return Health::Degraded(
+            c["message"]
+                .as_str()
+                .unwrap_or("progress deadline exceeded")
+                .into(),
+        );
+    }
+    for good in ["Available", "Ready"] {
+        if let Some(c) = condition(&status, good) {
+            return if c["status"] == "True" {
+                Health::Available
+            } else {
+                Health::NotAvailable(format!(
+                    "{good}={}: {}",
+                    c["status"].as_str().unwrap_or("?"),
+                    c["message"].as_str().unwrap_or_default()
+                ))
+            };
+        }
+    }
+    Health::Available
+}
+
+/// The member's conditions of an object, as standard conditions (fields it lacks filled in).
+fn member_conditions(status: &Value, now: Timestamp) -> Vec<Condition> {
+    status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let type_ = c["type"].as_str()?.to_string();
+            let time = c["lastTransitionTime"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .unwrap_or(now);
+            Some(Condition {
+                type_,
+                status: c["status"].as_str().unwrap_or("Unknown").into(),
+                reason: c["reason"]
+                    .as_str()
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or("Unspecified")
+                    .into(),
+                message: c["message"].as_str().unwrap_or_default().into(),
+                last_transition_time: Time(time),
+                observed_generation: c["observedGeneration"].as_i64(),
+            })
+        })
+        .collect()
+}
+
+/// The status of manifest `ordinal` as observed in the member.
+pub fn manifest_status(
+    ordinal: usize,
+    identity: &ManifestIdentity,
+    object: &DynamicObject,
+    now: Timestamp,
+) -> ManifestStatus {
+    let status = object.data.get("status").cloned();
+    ManifestStatus {
+        ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
+        identity: ManifestIdentity {
+            namespace: object
+                .metadata
+                .namespace
+                .clone()
+                .or(identity.namespace.clone()),
+            ..identity.clone()
+        },
+        resource_version: object.metadata.resource_version.clone(),
+        generation: object.metadata.generation,
+        observed_generation: status
+            .as_ref()
+            .and_then(|s| s.get("observedGeneration"))
+            .and_then(Value::as_i64),
+        conditions: status
+            .as_ref()
+            .map(|s| member_conditions(s, now))
+            .unwrap_or_default(),
+        status,
+    }
+}
+
+/// The Work's conditions from the outcome of every manifest (in order).
+pub fn work_conditions(outcomes: &[(ManifestIdentity, Outcome)]) -> [Verdict; 3] {
+    let total = outcomes.len();
+    let conflicts: Vec<&str> = outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Conflict(m) => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    let failures: Vec<(&'static str, &str)> = outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Failed { reason, message } => Some((*reason, message.as_str())),
+            _ => None,
+        })
+        .collect();
+    let applied: Vec<&DynamicObject> = outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Applied(obj) => Some(obj.as_ref()),
+            _ => None,
+        })
+        .collect();
+
+    let applied_v = if !conflicts.is_empty() {
+        Verdict::new(
+            conditions::APPLIED,
+            "False",
+            reasons::CONFLICT,
+            conflicts.join("; "),
+        )
+    } else if let Some((reason, _)) = failures.first() {
+        let messages: Vec<&str> = failures.iter().map(|(_, m)| *m).collect();
+        Verdict::new(
+            conditions::APPLIED,
+            "False",
+            reason,
+            format!(
+                "{} of {total} manifests failed: {}",
+                failures.len(),
+                messages.join("; ")
+            ),
+        )
+    } else {
+        Verdict::new(
+            conditions::APPLIED,
+            "True",
+            reasons::APPLIED,
+            format!("{total} manifests applied"),
+        )
+    };
+
+    let healths: Vec<Health> = applied.iter().map(|o| health(o)).collect();
+    let degraded: Vec<&str> = healths
+        .iter()
+        .filter_map(|h| match h {
+            Health::Degraded(m) => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    let waiting: Vec<&str> = healths
+        .iter()
+        .filter_map(|h| match h {
+            Health::NotAvailable(m) => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    let available_v = if applied.len() < total {
+        Verdict::new(
+            conditions::AVAILABLE,
+            "Unknown",
+            reasons::NOT_AVAILABLE,
+            "not every manifest is applied",
+        )
+    } else if !degraded.is_empty() || !waiting.is_empty() {
+        let mut why: Vec<&str> = degraded.clone();
+        why.extend(waiting.iter().copied());
+        Verdict::new(
+            conditions::AVAILABLE,
+            "False",
+            reasons::NOT_AVAILABLE,
+            why.join("; "),
+        )
+    } else {
+        Verdict::new(
+            conditions::AVAILABLE,
+            "True",
+            reasons::AVAILABLE,
+            format!("{total} objects available"),
+        )
+    };
+    let degraded_v = if degraded.is_empty() {
+        Verdict::new(
+            conditions::DEGRADED,
+            "False",
+            reasons::HEALTHY,
+            "no object reports a failure",
+        )
+    } else {
+        Verdict::new(
+            conditions::DEGRADED,
+            "True",
+            reasons::DEGRADED,
+            degraded.join("; "),
+        )
+    };
+    [applied_v, available_v, degraded_v]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> DynamicObject {
+        serde_json::from_value(v).expect("object")
+    }
+
+    fn id() -> ManifestIdentity {
+        ManifestIdentity {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+            resource: None,
+            namespace: Some("shop".into()),
+            name: "web".into(),
+        }
+    }
+
+    fn deployment(generation: i64, observed: i64, available: &str) -> DynamicObject {
+        obj(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "generation": generation},
+            "status": {"observedGeneration": observed, "conditions": [
+                {"type": "Available", "status": available, "reason": "MinimumReplicasAvailable", "message": "ok"}]}
+        }))
+    }
+
+    #[test]
+    fn health_reads_generic_status() {
+        assert_eq!(health(&deployment(2, 2, "True")), Health::Available);
+        assert!(matches!(
+            health(&deployment(3, 2, "True")),
+            Health::NotAvailable(_)
+        ));
+        assert!(matches!(
+            health(&deployment(2, 2, "False")),
+            Health::NotAvailable(_)
+        ));
+        let cm = obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
+        assert_eq!(health(&cm), Health::Available);
+        let failing = obj(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},
+            "status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "message": "quota"}]}}),
+        );
+        assert!(matches!(health(&failing), Health::Degraded(m) if m.contains("quota")));
+    }
+
+    #[test]
+    fn conditions_name_conflicts_and_failures() {
+        let ok = (id(), Outcome::Applied(Box::new(deployment(1, 1, "True"))));
+        let [a, v, d] = work_conditions(std::slice::from_ref(&ok));
+        assert_eq!((a.status, v.status, d.status), ("True", "True", "False"));
+
+        let conflict = (
+            id(),
+            Outcome::Conflict("Deployment.apps shop/web exists".into()),
+        );
+        let [a, v, _] = work_conditions(&[ok.clone(), conflict]);
+        assert_eq!((a.status, a.reason), ("False", reasons::CONFLICT));
+        assert!(a.message.contains("shop/web"));
+        assert_eq!(v.status, "Unknown");
+
+        let failed = (
+            id(),
+            Outcome::Failed {
+                reason: reasons::APPLY_FAILED,
+                message: "spec.replicas: Invalid".into(),
+            },
+        );
+        let [a, _, _] = work_conditions(&[ok, failed]);
+        assert_eq!((a.status, a.reason), ("False", reasons::APPLY_FAILED));
+        assert!(
+            a.message
+                .contains("1 of 2 manifests failed: spec.replicas: Invalid"),
+            "{}",
+            a.message
+        );
+    }
+
+    #[test]
+    fn manifest_status_copies_what_the_member_says() {
+        let s = manifest_status(0, &id(), &deployment(4, 4, "True"), Timestamp::UNIX_EPOCH);
+        assert_eq!(s.generation, Some(4));
+        assert_eq!(s.observed_generation, Some(4));
+        assert_eq!(s.conditions[0].type_, "Available");
+        assert!(s.status.is_some());
+    }
+}

@@ -1,0 +1,353 @@
+//! Pull-mode registration: the bootstrap RBAC and admission policy of `deploy/bootstrap`, a
+//! member's bootstrap identity (a hub ServiceAccount with a TokenRequest token, written into a
+//! bootstrap kubeconfig), the agent process, and clean-up of what a test registered.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use flotilla_api::cluster::Cluster;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use crate::process::{controller_binary, free_port, http_get};
+use crate::{ClusterInfo, Environment, api, client_from_kubeconfig, random_suffix};
+
+/// Namespace of the bootstrap ServiceAccounts on the hub.
+pub const BOOTSTRAP_NAMESPACE: &str = "flotilla-system";
+
+/// The ClusterRole of `deploy/bootstrap/clusterrole.yaml`.
+pub const BOOTSTRAP_CLUSTER_ROLE: &str = "flotilla:bootstrap";
+
+/// The label of the certificate requests the agent sends, naming its cluster.
+pub const CLUSTER_LABEL: &str = "flotilla.dev/cluster";
+
+static BOOTSTRAP_INSTALLED: OnceCell<()> = OnceCell::const_new();
+
+/// The directory of the bootstrap RBAC and admission policy.
+pub fn bootstrap_dir() -> PathBuf {
+    crate::repo_root().join("deploy/bootstrap")
+}
+
+/// Creates `flotilla-system` if missing and server-side applies every object of
+/// `deploy/bootstrap` to the hub, once per test process.
+pub async fn install_bootstrap(hub: &Client) -> Result<()> {
+    BOOTSTRAP_INSTALLED
+        .get_or_try_init(|| async {
+            let namespaces: Api<Namespace> = Api::all(hub.clone());
+            let ns = json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": { "name": BOOTSTRAP_NAMESPACE },
+            });
+            namespaces
+                .patch(
+                    BOOTSTRAP_NAMESPACE,
+                    &PatchParams::apply(api::FIELD_MANAGER),
+                    &Patch::Apply(&ns),
+                )
+                .await
+                .with_context(|| format!("creating namespace {BOOTSTRAP_NAMESPACE}"))?;
+            let mut files: Vec<PathBuf> = std::fs::read_dir(bootstrap_dir())
+                .with_context(|| format!("listing {}", bootstrap_dir().display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+                .collect();
+            files.sort();
+            for path in files {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?;
+                for doc in docs {
+                    api::apply(hub, &doc, false)
+                        .await?
+                        .with_context(|| format!("applying {}", path.display()))?;
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        })
+        .await
+        .map(|_| ())
+}
+
+/// The bootstrap identity of member `cluster`: the hub ServiceAccount
+/// `flotilla-system/flotilla-bootstrap-<cluster>` bound to `flotilla:bootstrap`, and a bootstrap
+/// kubeconfig file with a token of it. Deleted (with the Cluster `cluster` and its certificate
+/// requests) when dropped.
+pub struct Registration {
+    pub cluster: String,
+    /// The bootstrap kubeconfig file.
+    pub kubeconfig: PathBuf,
+    hub_kubeconfig: PathBuf,
+}
+
+impl Registration {
+    /// The ServiceAccount's name.
+    pub fn service_account(cluster: &str) -> String {
+        format!("flotilla-bootstrap-{cluster}")
+    }
+
+    /// Creates the bootstrap identity of `cluster` on the hub of `env`.
+    pub async fn create(env: &Environment, cluster: &str) -> Result<Self> {
+        let hub = env.hub.client().await?;
+        install_bootstrap(&hub).await?;
+        let name = Self::service_account(cluster);
+        let this = Self {
+            cluster: cluster.to_string(),
+            kubeconfig: std::env::temp_dir().join(format!(
+                "flotilla-e2e-bootstrap-{cluster}-{}.kubeconfig",
+                random_suffix()
+            )),
+            hub_kubeconfig: env.hub.kubeconfig.clone(),
+        };
+        let accounts: Api<ServiceAccount> = Api::namespaced(hub.clone(), BOOTSTRAP_NAMESPACE);
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        accounts
+            .create(&PostParams::default(), &account)
+            .await
+            .with_context(|| format!("creating ServiceAccount {name}"))?;
+        let bindings: Api<ClusterRoleBinding> = Api::all(hub.clone());
+        let binding = ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "ClusterRole".into(),
+                name: BOOTSTRAP_CLUSTER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: name.clone(),
+                namespace: Some(BOOTSTRAP_NAMESPACE.into()),
+                ..Default::default()
+            }]),
+        };
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .with_context(|| format!("creating ClusterRoleBinding {name}"))?;
+        let token = accounts
+            .create_token_request(
+                &name,
+                &PostParams::default(),
+                &TokenRequest {
+                    // No audiences: the apiserver's own.
+                    spec: Some(TokenRequestSpec {
+                        expiration_seconds: Some(3600),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .with_context(|| format!("requesting a token of ServiceAccount {name}"))?
+            .status
+            .and_then(|s| s.token)
+            .ok_or_else(|| anyhow!("the TokenRequest of {name} returned no token"))?;
+        let kubeconfig = bootstrap_kubeconfig(&env.hub.read_kubeconfig()?, &token)?;
+        write_private(&this.kubeconfig, &kubeconfig)?;
+        Ok(this)
+    }
+
+    /// A hub client with the bootstrap identity.
+    pub async fn client(&self) -> Result<Client> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        if std::env::var_os("FLOTILLA_E2E_KEEP_NAMESPACES").is_some() {
+            return;
+        }
+        let cluster = self.cluster.clone();
+        let hub_kubeconfig = self.hub_kubeconfig.clone();
+        // As in TestNamespace: Drop cannot await, so delete from a thread with its own runtime.
+        let deleted = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let hub = client_from_kubeconfig(&hub_kubeconfig).await?;
+                let name = Registration::service_account(&cluster);
+                let dp = DeleteParams::background();
+                let ignore_missing = |r: Result<(), kube::Error>| match r {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other,
+                };
+                let accounts: Api<ServiceAccount> =
+                    Api::namespaced(hub.clone(), BOOTSTRAP_NAMESPACE);
+                ignore_missing(accounts.delete(&name, &dp).await.map(|_| ()))?;
+                let bindings: Api<ClusterRoleBinding> = Api::all(hub.clone());
+                ignore_missing(bindings.delete(&name, &dp).await.map(|_| ()))?;
+                let clusters: Api<Cluster> = Api::all(hub.clone());
+                ignore_missing(clusters.delete(&cluster, &dp).await.map(|_| ()))?;
+                // The hub controller removes its finalizer; give it the time to, before the
+                // test stops it.
+                for _ in 0..60 {
+                    if clusters.get_opt(&cluster).await?.is_none() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                let requests: Api<CertificateSigningRequest> = Api::all(hub);
+                ignore_missing(
+                    requests
+                        .delete_collection(
+                            &dp,
+                            &ListParams::default().labels(&format!("{CLUSTER_LABEL}={cluster}")),
+                        )
+                        .await
+                        .map(|_| ()),
+                )?;
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .join();
+        match deleted {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("warning: clean-up of registration {}: {e:#}", self.cluster),
+            Err(_) => eprintln!(
+                "warning: clean-up of registration {} panicked",
+                self.cluster
+            ),
+        }
+    }
+}
+
+/// A kubeconfig for the hub of `hub` (its current context's server and CA) with `token`.
+pub fn bootstrap_kubeconfig(hub: &Kubeconfig, token: &str) -> Result<String> {
+    let context_name = hub
+        .current_context
+        .as_deref()
+        .ok_or_else(|| anyhow!("the hub kubeconfig has no current-context"))?;
+    let context = hub
+        .contexts
+        .iter()
+        .find(|c| c.name == context_name)
+        .and_then(|c| c.context.as_ref())
+        .ok_or_else(|| anyhow!("the hub kubeconfig lacks context {context_name}"))?;
+    let cluster = hub
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| anyhow!("the hub kubeconfig lacks cluster {}", context.cluster))?;
+    let value = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": "hub", "cluster": serde_json::to_value(cluster)? }],
+        "users": [{ "name": "bootstrap", "user": { "token": token } }],
+        "contexts": [{ "name": "bootstrap", "context": { "cluster": "hub", "user": "bootstrap" } }],
+        "current-context": "bootstrap",
+    });
+    Ok(serde_json::to_string_pretty(&value)?)
+}
+
+/// Writes a file only its owner can read (it holds credentials).
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `flotilla-registration agent` as a process: its output goes to a log file, it is killed when
+/// dropped. (The agent's flags follow the subcommand, so [`crate::process::ControllerProcess`],
+/// which puts its own flags first, cannot start it.)
+pub struct AgentProcess {
+    child: tokio::process::Child,
+    /// Address of its metrics and health server.
+    pub http: std::net::SocketAddr,
+    pub log_path: PathBuf,
+}
+
+impl AgentProcess {
+    /// Starts the agent of `registration` in `member`, keeping its Lease and credential Secret
+    /// in `namespace` of the member; `extra` flags are appended.
+    pub fn start(
+        member: &ClusterInfo,
+        namespace: &str,
+        registration: &Registration,
+        extra: &[&str],
+    ) -> Result<Self> {
+        let path = controller_binary("flotilla-registration")?;
+        let http: std::net::SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+        let log_path = std::env::temp_dir().join(format!(
+            "flotilla-e2e-agent-{}-{}.log",
+            registration.cluster,
+            random_suffix()
+        ));
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        let child = tokio::process::Command::new(&path)
+            .arg("agent")
+            .args(["--metrics-address", &http.to_string()])
+            .args(["--health-address", &http.to_string()])
+            .arg("--kubeconfig")
+            .arg(&member.kubeconfig)
+            .args(["--lease-namespace", namespace])
+            .args(["--identity", &format!("agent-{}", registration.cluster)])
+            .args(["--cluster-name", &registration.cluster])
+            .arg("--hub-kubeconfig")
+            .arg(&registration.kubeconfig)
+            .args(["--hub-credential-namespace", namespace])
+            .args(extra)
+            .env("FLOTILLA_LOG_LEVEL", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", path.display()))?;
+        Ok(Self {
+            child,
+            http,
+            log_path,
+        })
+    }
+
+    /// What the agent wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// `GET path` on the agent's HTTP server.
+    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
+        http_get(self.http, path).await
+    }
+
+    /// Stops the agent (SIGKILL) and waits for it.
+    pub async fn kill(&mut self) -> Result<()> {
+        self.child.start_kill().context("killing the agent")?;
+        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+            Ok(status) => status.map(|_| ()).context("waiting for the agent"),
+            Err(_) => bail!("the agent did not exit within 10s"),
+        }
+    }
+}
