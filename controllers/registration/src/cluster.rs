@@ -263,6 +263,7 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
     let now = Timestamp::now();
     let spec = &cluster.spec;
 
+    stamp_taints(cluster, &client, now).await?;
     let accepted = health::accepted(
         spec,
         state.args.auto_accept,
@@ -376,6 +377,40 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
         .await?;
     publish_transitions(cluster, &old, &verdicts, state).await;
     Ok(Action::requeue(state.args.probe_interval))
+}
+
+/// Sets `timeAdded` on taints that lack it: `tolerationSeconds` of `NoExecute` tolerations count
+/// from there. The patch carries the resourceVersion, so a concurrent edit of the taints wins and
+/// the next reconciliation stamps again.
+async fn stamp_taints(
+    cluster: &Cluster,
+    client: &kube::Client,
+    now: Timestamp,
+) -> Result<(), Error> {
+    if cluster.spec.taints.iter().all(|t| t.time_added.is_some()) {
+        return Ok(());
+    }
+    let taints: Vec<_> = cluster
+        .spec
+        .taints
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            t.time_added.get_or_insert(Time(now));
+            t
+        })
+        .collect();
+    Api::<Cluster>::all(client.clone())
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": { "resourceVersion": cluster.metadata.resource_version },
+                "spec": { "taints": taints },
+            })),
+        )
+        .await?;
+    Ok(())
 }
 
 /// An Event for every condition whose status or reason changed.

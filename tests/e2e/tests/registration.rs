@@ -287,6 +287,21 @@ async fn a_push_member_becomes_ready_with_version_and_allocatable() -> Result<()
         Duration::from_secs(15),
     )
     .await?;
+    let clusters = s.clusters();
+    wait_for(
+        "the taint to get its timeAdded",
+        Duration::from_secs(15),
+        || async {
+            let c = clusters.get(&name).await?;
+            Ok(
+                match c.spec.taints.first().and_then(|t| t.time_added.clone()) {
+                    Some(t) => Seen::Done(t),
+                    None => Seen::not_yet(format!("{:?}", c.spec.taints)),
+                },
+            )
+        },
+    )
+    .await?;
 
     // Removal: the namespace goes, then the Cluster.
     s.delete_cluster(&name).await?;
