@@ -1,5 +1,9 @@
 //! The splitter: placement, replica division, failover, status aggregation.
 
+pub mod division;
+pub mod eligibility;
+pub mod render;
+
 use flotilla_api::Placement;
 use flotilla_runtime::Context;
 use kube::Api;

@@ -1,0 +1,187 @@
+//! Pure Work rendering: one Work per hub object and member, with a deterministic name, the
+//! manifest stripped of hub-only metadata, and that member's replica count.
+
+use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, labels, names};
+use kube::api::{DynamicObject, ObjectMeta};
+use serde_json::Value;
+
+/// Longest Kubernetes object name.
+const MAX_NAME: usize = 253;
+
+/// Metadata that belongs to the hub object only.
+const HUB_ONLY_METADATA: [&str; 9] = [
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "ownerReferences",
+    "finalizers",
+];
+
+/// Annotations that describe the hub object's history, not the object.
+const HUB_ONLY_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// The Work name of a hub object: `<kind>-<name>` in lower case, e.g. `deployment-web`. Names too
+/// long for Kubernetes are cut and suffixed with a hash of the full name, so they stay unique.
+pub fn work_name(kind: &str, name: &str) -> String {
+    let full = format!("{}-{name}", kind.to_lowercase());
+    if full.len() <= MAX_NAME {
+        return full;
+    }
+    // FNV-1a: stable across processes and versions, unlike std's hasher.
+    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let suffix = format!("-{hash:016x}");
+    let mut cut = MAX_NAME - suffix.len();
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", full[..cut].trim_end_matches(['-', '.']))
+}
+
+/// The manifest for a member: the hub object without hub-only metadata and status, with
+/// `replicas` (when given) as its `spec.replicas`.
+pub fn member_manifest(object: &DynamicObject, replicas: Option<u32>) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("status");
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            for key in HUB_ONLY_METADATA {
+                meta.remove(key);
+            }
+            if let Some(ann) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                for key in HUB_ONLY_ANNOTATIONS {
+                    ann.remove(key);
+                }
+                if ann.is_empty() {
+                    meta.remove("annotations");
+                }
+            }
+        }
+        if let Some(n) = replicas
+            && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            spec.insert("replicas".into(), Value::from(n));
+        }
+    }
+    value
+}
+
+/// The Work that places `object` on member `cluster` for Placement `placement`.
+pub fn render(
+    object: &DynamicObject,
+    cluster: &str,
+    replicas: Option<u32>,
+    placement: &str,
+    spec: &PlacementSpec,
+) -> Result<Work, serde_json::Error> {
+    let types = object.types.clone().unwrap_or_default();
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let mut work = Work::new(
+        &work_name(&types.kind, &name),
+        WorkSpec {
+            manifests: vec![serde_json::from_value(member_manifest(object, replicas))?],
+            delete_policy: spec.delete_policy,
+            conflict_policy: spec.conflict_policy,
+            ignore_fields: spec.ignore_fields.clone(),
+        },
+    );
+    let mut label_map = std::collections::BTreeMap::from([
+        (labels::CLUSTER.to_string(), cluster.to_string()),
+        (labels::PLACEMENT.to_string(), placement.to_string()),
+    ]);
+    if let Some(uid) = &object.metadata.uid {
+        label_map.insert(labels::SOURCE_UID.to_string(), uid.clone());
+    }
+    work.metadata = ObjectMeta {
+        name: work.metadata.name.take(),
+        namespace: Some(names::cluster_namespace(cluster)),
+        labels: Some(label_map),
+        annotations: Some(
+            [
+                (annotations::SOURCE_API_VERSION, types.api_version),
+                (annotations::SOURCE_KIND, types.kind),
+                (
+                    annotations::SOURCE_NAMESPACE,
+                    object.metadata.namespace.clone().unwrap_or_default(),
+                ),
+                (annotations::SOURCE_NAME, name),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        ),
+        ..ObjectMeta::default()
+    };
+    Ok(work)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "9", "generation": 3,
+                "finalizers": ["flotilla.dev/splitter"],
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"},
+                "labels": {"app": "web"}
+            },
+            "spec": {"replicas": 10, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"replicas": 10}
+        }))
+        .expect("deployment")
+    }
+
+    #[test]
+    fn the_member_gets_the_object_without_hub_metadata_and_with_its_share() {
+        let m = member_manifest(&deployment(), Some(4));
+        assert_eq!(m["spec"]["replicas"], 4);
+        assert!(m.get("status").is_none());
+        let meta = &m["metadata"];
+        for key in ["uid", "resourceVersion", "generation", "finalizers"] {
+            assert!(meta.get(key).is_none(), "{key} must not reach the member");
+        }
+        assert_eq!(meta["annotations"], json!({"team": "a"}));
+        assert_eq!(meta["labels"]["app"], "web");
+        assert_eq!(member_manifest(&deployment(), None)["spec"]["replicas"], 10);
+    }
+
+    #[test]
+    fn works_are_named_and_linked_deterministically() {
+        let spec: PlacementSpec = serde_json::from_value(json!({})).expect("spec");
+        let w = render(&deployment(), "member1", Some(4), "spread", &spec).expect("work");
+        assert_eq!(w.metadata.name.as_deref(), Some("deployment-web"));
+        assert_eq!(
+            w.metadata.namespace.as_deref(),
+            Some("flotilla-cluster-member1")
+        );
+        let l = w.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(l[labels::CLUSTER], "member1");
+        assert_eq!(l[labels::PLACEMENT], "spread");
+        assert_eq!(l[labels::SOURCE_UID], "u-1");
+        let a = w.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(a[annotations::SOURCE_KIND], "Deployment");
+        assert_eq!(a[annotations::SOURCE_NAMESPACE], "shop");
+        assert_eq!(
+            render(&deployment(), "member1", Some(4), "spread", &spec).expect("again"),
+            w
+        );
+    }
+
+    #[test]
+    fn long_names_stay_unique_and_valid() {
+        let a = work_name("ConfigMap", &"x".repeat(300));
+        let b = work_name("ConfigMap", &format!("{}y", "x".repeat(299)));
+        assert!(a.len() <= MAX_NAME && b.len() <= MAX_NAME);
+        assert_ne!(a, b);
+        assert_eq!(work_name("Service", "api"), "service-api");
+    }
+}
