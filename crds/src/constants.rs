@@ -42,6 +42,10 @@ pub mod annotations {
     /// On Works and member objects: the name of the hub object the Work renders.
     pub const SOURCE_NAME: &str = "flotilla.dev/source-name";
 
+    /// On Works: the `metadata.generation` of the hub object the Work renders, so the hub status
+    /// can tell whether every copy runs the current generation.
+    pub const SOURCE_GENERATION: &str = "flotilla.dev/source-generation";
+
     /// On member namespaces: set when the syncer created the namespace (rather than finding it),
     /// so that only namespaces Flotilla created are ever candidates for clean-up.
     pub const CREATED_NAMESPACE: &str = "flotilla.dev/created-namespace";

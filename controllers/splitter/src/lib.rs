@@ -1,22 +1,36 @@
 //! The splitter: placement, replica division, failover, status aggregation.
+//!
+//! | module | does |
+//! |---|---|
+//! | [`controller`] | the Placement controller: Works per object and member, failover, hub status |
+//! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
+//! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
+//! | [`render`] | pure: the Work of one object on one member |
+//! | [`aggregate`] | pure: the hub Deployment's status from its copies |
 
+pub mod aggregate;
+pub mod controller;
 pub mod division;
 pub mod eligibility;
 pub mod render;
 
-use flotilla_api::Placement;
+use clap::Args;
 use flotilla_runtime::Context;
-use kube::Api;
+
+/// Flags of the splitter.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SplitterArgs {
+    /// Only place objects of this namespace (its Placements and their objects); empty: every
+    /// namespace.
+    #[arg(long, default_value = "", value_name = "NAMESPACE")]
+    pub namespace: String,
+
+    /// Only place on Clusters with these labels (a label selector); empty: every Cluster.
+    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    pub cluster_selector: String,
+}
 
 /// Runs the controllers of `flotilla-splitter` until `ctx.shutdown` is cancelled.
-///
-/// Today this keeps the watched cache of Placement objects that the reconcilers will work from
-/// and reports readiness once it is synced.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let store =
-        flotilla_runtime::cache::watch_into_store(&ctx, Api::<Placement>::all(ctx.client.clone()))
-            .await;
-    ctx.shutdown.cancelled().await;
-    tracing::debug!(cached = store.state().len(), "stopping");
-    Ok(())
+pub async fn run(ctx: Context, args: SplitterArgs) -> anyhow::Result<()> {
+    controller::run(ctx, args).await
 }

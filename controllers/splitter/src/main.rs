@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use flotilla_runtime::RuntimeArgs;
+use flotilla_splitter::SplitterArgs;
 
 /// Flotilla's splitter: placement, replica division, failover and status aggregation.
 ///
@@ -11,10 +12,16 @@ use flotilla_runtime::RuntimeArgs;
 struct Args {
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    splitter: SplitterArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    flotilla_runtime::run("splitter", args.runtime, flotilla_splitter::run).await
+    let splitter = args.splitter;
+    flotilla_runtime::run("splitter", args.runtime, move |ctx| {
+        flotilla_splitter::run(ctx, splitter)
+    })
+    .await
 }

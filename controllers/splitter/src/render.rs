@@ -110,6 +110,10 @@ pub fn render(
                     object.metadata.namespace.clone().unwrap_or_default(),
                 ),
                 (annotations::SOURCE_NAME, name),
+                (
+                    annotations::SOURCE_GENERATION,
+                    object.metadata.generation.unwrap_or(0).to_string(),
+                ),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))

@@ -216,6 +216,14 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
             "--lease-namespace",
             ns.name(),
         ];
+        if controller == "splitter" {
+            args.extend([
+                "--cluster-selector",
+                selector.as_str(),
+                "--namespace",
+                ns.name(),
+            ]);
+        }
         if controller == "syncer" {
             args.extend([
                 "--cluster-selector",

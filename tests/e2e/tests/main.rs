@@ -8,4 +8,5 @@ mod environment;
 mod registration;
 mod registration_pull;
 mod runtime;
+mod splitter;
 mod syncer;
