@@ -1,5 +1,7 @@
 //! The negotiator: imports member API schemas and computes one compatible schema.
 
+pub mod compat;
+
 use flotilla_api::NegotiatedApiResource;
 use flotilla_runtime::Context;
 use kube::Api;
