@@ -17,3 +17,53 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Seconds since the epoch, for elapsed-time reporting.
 now() { date +%s; }
+
+# Processes: every process is recorded as "<pid> <start time>" in pids/<name>; it is only ever
+# signalled when both still match, so a recycled PID is never hit.
+
+proc_starttime() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null || true; }
+# A process that exited but was not reaped yet (state Z) counts as dead.
+proc_state() { awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true; }
+
+proc_alive() { # name
+  local f="${PIDS}/$1" pid st
+  [[ -f "${f}" ]] || return 1
+  read -r pid st <"${f}" || return 1
+  [[ -n "${pid}" && -d "/proc/${pid}" && "$(proc_starttime "${pid}")" == "${st}" ]] \
+    && [[ "$(proc_state "${pid}")" != Z ]]
+}
+
+start_proc() { # name binary args...
+  local name="$1"; shift
+  mkdir -p "${PIDS}" "${LOGS}"
+  if proc_alive "${name}"; then return 0; fi
+  setsid "$@" >>"${LOGS}/${name}.log" 2>&1 </dev/null 9>&- &
+  local pid=$!
+  local st=""
+  for _ in $(seq 50); do
+    st="$(proc_starttime "${pid}")"
+    [[ -n "${st}" ]] && break
+    sleep 0.1
+  done
+  echo "${pid} ${st}" >"${PIDS}/${name}"
+}
+
+stop_proc() { # name
+  local f="${PIDS}/$1" pid st
+  [[ -f "${f}" ]] || return 0
+  read -r pid st <"${f}" || true
+  if proc_alive "$1"; then
+    kill -TERM "${pid}" 2>/dev/null || true
+    for _ in $(seq 100); do
+      proc_alive "$1" || break
+      sleep 0.1
+    done
+    if proc_alive "$1"; then kill -KILL "${pid}" 2>/dev/null || true; fi
+    for _ in $(seq 50); do
+      proc_alive "$1" || break
+      sleep 0.1
+    done
+  fi
+  rm -f "${f}"
+}
+

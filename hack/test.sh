@@ -10,6 +10,7 @@
 #   FLOTILLA_TEST_PORT_BASE port base of the test environment (default 17443, so a quick-start
 #                           environment on 16443 can keep running)
 #   FLOTILLA_SKIP_LINT=1    skip cargo fmt --check and cargo clippy
+#   FLOTILLA_SKIP_QUICKSTART=1  skip running hack/quickstart.sh --tour after the tests
 #   FLOTILLA_KEEP_ENV=1     leave the environment running afterwards (hack/clusters.sh down stops it)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -61,3 +62,12 @@ eval "$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}")"
 
 log "== cargo test"
 cargo test --workspace --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
+
+if [[ ${#CARGO_TEST_ARGS[@]} -eq 0 && "${FLOTILLA_SKIP_QUICKSTART:-0}" != 1 ]]; then
+  # The README's first command, as a user runs it, in an environment of its own.
+  log "== hack/quickstart.sh --tour"
+  QS_DIR="${FLOTILLA_RUN_DIR}-quickstart"
+  trap 'rc=$?; "${HACK_DIR}/clusters.sh" --run-dir "${QS_DIR}" down >/dev/null 2>&1 || true; (exit "${rc}"); teardown' EXIT
+  FLOTILLA_RUN_DIR="${QS_DIR}" FLOTILLA_PORT_BASE=$(( FLOTILLA_PORT_BASE + 500 )) \
+    "${HACK_DIR}/quickstart.sh" --tour
+fi

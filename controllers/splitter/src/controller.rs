@@ -282,6 +282,9 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 let previous: Division = existing
                     .iter()
                     .filter(|w| w.labels().get(labels::SOURCE_UID) == Some(&uid))
+                    // A copy being removed no longer counts: a member coming back after its
+                    // replicas moved does not take them back unless asked (rebalanceOnJoin).
+                    .filter(|w| w.metadata.deletion_timestamp.is_none())
                     .filter_map(|w| Some((cluster_of(w)?, work_replicas(w)?)))
                     .collect();
                 match divide(

@@ -1,7 +1,7 @@
 //! Writing a Work's objects into a member, and deleting them: discovery, namespaces, the
 //! conflict check, server-side apply.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use flotilla_api::{ConflictPolicy, ManifestIdentity, annotations, field_managers, labels};
@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::manifest::{Prepared, belongs_to, is_managed};
+use crate::watches::MemberWatches;
 
 /// What happened to one manifest.
 #[derive(Debug, Clone)]
@@ -86,6 +87,58 @@ fn api_for(
     }
 }
 
+/// Namespaces known to exist in each member, so that they are not read before every apply.
+#[derive(Default)]
+pub struct NamespaceCache {
+    known: Mutex<HashSet<(String, String)>>,
+}
+
+impl NamespaceCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates namespace `name` in member `cluster` unless it is known to exist.
+    async fn ensure(&self, cluster: &str, client: &Client, name: &str) -> Result<(), kube::Error> {
+        let key = (cluster.to_string(), name.to_string());
+        if self.lock().contains(&key) {
+            return Ok(());
+        }
+        ensure_namespace(client, name).await?;
+        self.lock().insert(key);
+        Ok(())
+    }
+
+    /// Namespace `name` of member `cluster` may be gone (an apply into it failed).
+    fn forget(&self, cluster: &str, name: &str) {
+        self.lock().remove(&(cluster.to_string(), name.to_string()));
+    }
+
+    /// Forgets every namespace of member `cluster`.
+    pub fn forget_cluster(&self, cluster: &str) {
+        self.lock().retain(|(c, _)| c != cluster);
+    }
+}
+
+/// Whether discovery failed because the member does not serve the type (as opposed to not
+/// answering).
+fn is_unknown_type(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(s) => s.code == 404,
+        kube::Error::Discovery(_) => true,
+        _ => false,
+    }
+}
+
+/// The reason an apply failed with `error`: the member refused it (`ApplyFailed`, with the
+/// server's message), or it could not be reached (`ClusterUnavailable`).
+fn reason_of(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(_) => flotilla_api::reasons::APPLY_FAILED,
+        _ => flotilla_api::reasons::CLUSTER_UNAVAILABLE,
+    }
+}
+
 /// Creates namespace `name` in the member if it is missing, marked as created by Flotilla.
 async fn ensure_namespace(client: &Client, name: &str) -> Result<(), kube::Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -139,76 +192,135 @@ fn failed(reason: &'static str, id: &ManifestIdentity, e: impl std::fmt::Display
     }
 }
 
-/// Applies one prepared manifest into member `cluster`.
+/// What the syncer shares between the applies of all Works.
+pub struct Appliers<'a> {
+    pub discovery: &'a DiscoveryCache,
+    pub namespaces: &'a NamespaceCache,
+    pub watches: &'a MemberWatches,
+}
+
+/// Applies one prepared manifest into member `cluster`. Returns the member's API resource of
+/// the manifest's type (when the member serves it) and what happened.
 pub async fn apply_manifest(
-    discovery: &DiscoveryCache,
+    shared: &Appliers<'_>,
     cluster: &str,
     client: &Client,
     prepared: &Prepared,
     work_ref: &str,
     policy: ConflictPolicy,
-) -> Outcome {
+) -> (Option<ApiResource>, Outcome) {
     let id = &prepared.identity;
-    let (resource, scope) = match discovery.resolve(cluster, client, id).await {
+    let (resource, scope) = match shared.discovery.resolve(cluster, client, id).await {
         Ok(r) => r,
-        Err(e) => {
-            return failed(
-                flotilla_api::reasons::UNKNOWN_RESOURCE_TYPE,
-                id,
-                format!("the member does not serve this type: {e}"),
+        Err(e) if is_unknown_type(&e) => {
+            let version = if id.group.is_empty() {
+                id.version.clone()
+            } else {
+                format!("{}/{}", id.group, id.version)
+            };
+            return (
+                None,
+                failed(
+                    flotilla_api::reasons::UNKNOWN_RESOURCE_TYPE,
+                    id,
+                    format!(
+                        "the member does not serve kind {} in {version} (is its CRD installed there?): {e}",
+                        id.kind
+                    ),
+                ),
             );
         }
+        Err(e) => return (None, failed(reason_of(&e), id, e)),
     };
     let (api, namespace) = api_for(client, &resource, &scope, id);
     if let Some(ns) = &namespace
-        && let Err(e) = ensure_namespace(client, ns).await
+        && let Err(e) = shared.namespaces.ensure(cluster, client, ns).await
     {
-        return failed(
-            flotilla_api::reasons::APPLY_FAILED,
-            id,
-            format!("creating namespace {ns}: {e}"),
+        return (
+            Some(resource),
+            failed(reason_of(&e), id, format!("creating namespace {ns}: {e}")),
         );
     }
-    match api.get_opt(&id.name).await {
-        Ok(Some(existing)) if policy == ConflictPolicy::Abort => {
-            if !is_managed(&existing) {
-                return Outcome::Conflict(format!(
-                    "{} exists in the member and was not created by Flotilla; it is left untouched (set conflictPolicy: Adopt to take it over)",
-                    describe(id)
-                ));
+    // An object the member watch knows as this Work's needs no conflict check.
+    let known = shared
+        .watches
+        .knows(cluster, &resource, namespace.as_deref(), &id.name, work_ref);
+    if !known {
+        match api.get_opt(&id.name).await {
+            Ok(Some(existing)) if policy == ConflictPolicy::Abort => {
+                if !is_managed(&existing) {
+                    return (
+                        Some(resource),
+                        Outcome::Conflict(format!(
+                            "{} exists in the member and was not created by Flotilla; it is left untouched (set conflictPolicy: Adopt to take it over)",
+                            describe(id)
+                        )),
+                    );
+                }
+                if !belongs_to(&existing, work_ref) {
+                    let owner = existing
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(annotations::WORK))
+                        .cloned()
+                        .unwrap_or_default();
+                    return (
+                        Some(resource),
+                        Outcome::Conflict(format!("{} is managed by Work {owner}", describe(id))),
+                    );
+                }
             }
-            if !belongs_to(&existing, work_ref) {
-                let owner = existing
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(annotations::WORK))
-                    .cloned()
-                    .unwrap_or_default();
-                return Outcome::Conflict(format!("{} is managed by Work {owner}", describe(id)));
-            }
+            Ok(_) => {}
+            Err(e) => return (Some(resource), failed(reason_of(&e), id, e)),
         }
-        Ok(_) => {}
-        Err(e) => return failed(flotilla_api::reasons::APPLY_FAILED, id, e),
     }
     let mut object: Value = prepared.object.clone();
     if let Some(ns) = &namespace {
         object["metadata"]["namespace"] = Value::String(ns.clone());
     }
     let params = PatchParams::apply(field_managers::SYNCER).force();
-    match api.patch(&id.name, &params, &Patch::Apply(&object)).await {
-        Ok(applied) => Outcome::Applied(Box::new(applied)),
+    shared
+        .watches
+        .writing(cluster, &resource, namespace.as_deref(), &id.name);
+    let patched = api.patch(&id.name, &params, &Patch::Apply(&object)).await;
+    if patched.is_err() {
+        shared
+            .watches
+            .wrote(cluster, &resource, namespace.as_deref(), &id.name, None);
+    }
+    let outcome = match patched {
+        Ok(applied) => {
+            shared.watches.wrote(
+                cluster,
+                &resource,
+                namespace.as_deref(),
+                &id.name,
+                applied.metadata.resource_version.as_deref(),
+            );
+            Outcome::Applied(Box::new(applied))
+        }
         Err(kube::Error::Api(s)) if s.code == 404 => {
-            discovery.forget(cluster);
-            failed(flotilla_api::reasons::UNKNOWN_RESOURCE_TYPE, id, s.message)
+            // The namespace went away (it is created again on the next try), or the type did.
+            let namespace_gone = s.details.as_ref().is_some_and(|d| d.kind == "namespaces");
+            if let Some(ns) = &namespace {
+                shared.namespaces.forget(cluster, ns);
+            }
+            if namespace_gone {
+                failed(flotilla_api::reasons::APPLY_FAILED, id, s.message)
+            } else {
+                shared.discovery.forget(cluster);
+                failed(flotilla_api::reasons::UNKNOWN_RESOURCE_TYPE, id, s.message)
+            }
         }
         Err(kube::Error::Api(s)) => failed(
             flotilla_api::reasons::APPLY_FAILED,
             id,
             format!("{} ({})", s.message, s.code),
         ),
-        Err(e) => failed(flotilla_api::reasons::APPLY_FAILED, id, e),
-    }
+        Err(e) => failed(reason_of(&e), id, e),
+    };
+    (Some(resource), outcome)
 }
 
 /// Deletes this Work's object `id` from the member. `Ok(true)` once it is gone (or was never

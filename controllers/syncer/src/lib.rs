@@ -2,7 +2,11 @@
 //!
 //! | module | does |
 //! |---|---|
-//! | [`work`] | the Work controller: apply, status, drift on resync, deletion behind a finalizer |
+//! | [`work`] | the Work controller: apply, status, drift, deletion behind a finalizer |
+//! | [`watches`] | watches of the applied objects in each member, which trigger their Works |
+//! | [`metrics`] | per-cluster metrics: applies, errors, latencies, managed objects |
+//! | [`pull`] | pull mode: in the member, with the registration agent's hub credential |
+//! | [`shard`] | N replicas share the members: one Lease per member, a balanced assignment |
 //! | [`targets`] | which members this syncer serves, and their clients |
 //! | [`apply`] | writing and deleting objects in a member (discovery, namespaces, conflicts) |
 //! | [`manifest`] | pure: what exactly is applied, and whose an object is |
@@ -10,8 +14,12 @@
 
 pub mod apply;
 pub mod manifest;
+pub mod metrics;
+pub mod pull;
+pub mod shard;
 pub mod status;
 pub mod targets;
+pub mod watches;
 pub mod work;
 
 use std::time::Duration;
@@ -23,9 +31,9 @@ use flotilla_runtime::cli::parse_duration;
 /// Flags of the syncer.
 #[derive(Args, Debug, Clone)]
 pub struct SyncerArgs {
-    /// How often every Work is re-applied (reverting drift in the members) and its status
-    /// refreshed.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    /// How often every Work is re-applied and its status refreshed, as a safety net: changes in
+    /// the members arrive through their watches and are acted on at once.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
     pub resync_interval: Duration,
 
     /// Namespace of kubeconfig Secrets whose reference names no namespace (in a Pod: set
@@ -38,6 +46,67 @@ pub struct SyncerArgs {
     )]
     pub kubeconfig_secret_namespace: String,
 
+    /// How long a Work's reconciliation waits for more changes before it runs, so that a burst
+    /// of changes in a member becomes one reconciliation and one status write.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub debounce: Duration,
+
+    /// How many Works are reconciled at the same time.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub concurrency: u16,
+
+    /// Pull mode: run in the member named by --cluster-name, serve only its Works, and reach the
+    /// hub with the credential the registration agent keeps in --hub-credential-secret. The
+    /// runtime's --kubeconfig (or in-cluster config) is then the member's.
+    #[arg(
+        long,
+        default_value_t = false,
+        requires = "cluster_name",
+        conflicts_with = "shard_by_cluster"
+    )]
+    pub pull: bool,
+
+    /// Pull mode: the name of the member this syncer runs in (its Cluster's name on the hub).
+    #[arg(long, value_name = "NAME")]
+    pub cluster_name: Option<String>,
+
+    /// Pull mode: the member Secret with the agent's hub kubeconfig (key `kubeconfig`).
+    #[arg(long, default_value = "flotilla-hub-kubeconfig", value_name = "NAME")]
+    pub hub_credential_secret: String,
+
+    /// Pull mode: the namespace of --hub-credential-secret (in a Pod: set POD_NAMESPACE).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = flotilla_api::names::SYSTEM_NAMESPACE,
+        value_name = "NAMESPACE"
+    )]
+    pub hub_credential_namespace: String,
+
+    /// Share the member clusters among all replicas that run with this flag: one Lease per
+    /// cluster (`flotilla-syncer-cluster-<name>`) in --shard-lease-namespace, taken by the
+    /// replica the balanced assignment names. Run every replica with --leader-elect=false.
+    #[arg(long, default_value_t = false)]
+    pub shard_by_cluster: bool,
+
+    /// Namespace of the shard Leases (in a Pod: set POD_NAMESPACE).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = flotilla_api::names::SYSTEM_NAMESPACE,
+        value_name = "NAMESPACE"
+    )]
+    pub shard_lease_namespace: String,
+
+    /// How long a replica's shard Leases stay valid without renewal: a dead replica's clusters
+    /// are taken over after about this long.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shard_lease_duration: Duration,
+
+    /// How often shard Leases are renewed and the assignment recomputed.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shard_retry_period: Duration,
+
     /// Only serve Clusters with these labels (a label selector such as `shard=a`); empty: all
     /// push-mode Clusters.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
@@ -46,5 +115,9 @@ pub struct SyncerArgs {
 
 /// Runs the syncer's controllers until `ctx.shutdown`.
 pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
-    work::run(ctx, args).await
+    if args.pull {
+        pull::run(ctx, args).await
+    } else {
+        work::run(ctx, args).await
+    }
 }

@@ -7,12 +7,13 @@ use flotilla_syncer::SyncerArgs;
 /// Flotilla's syncer: applies Work into member clusters and brings their status back.
 ///
 /// Applies the manifests of every Work in flotilla-cluster-<name> into member <name> with
-/// server-side apply (field manager flotilla/syncer), creating missing namespaces, re-applies
-/// them on every resync so that edits in the member are reverted, reports objects it did not
-/// create as conflicts instead of overwriting them (unless conflictPolicy: Adopt), and copies the
-/// members' observed status back into Work.status. Deletes member objects only when their Work is
-/// deleted (deletePolicy: Delete), never because a member was unreachable. Runs on the hub for
-/// push-mode members.
+/// server-side apply (field manager flotilla/syncer), creating missing namespaces; watches the
+/// applied objects in each member (one metadata watch per type, by label) so that their status
+/// flows up into Work.status and edits in the member are reverted at once (and on every resync);
+/// reports objects it did not create as conflicts instead of overwriting them (unless
+/// conflictPolicy: Adopt). Deletes member objects only when their Work is deleted (deletePolicy:
+/// Delete), never because a member was unreachable. Runs on the hub for push-mode members (with
+/// --shard-by-cluster, several replicas share them), or in a member with --pull.
 #[derive(Parser, Debug)]
 #[command(name = "flotilla-syncer", version)]
 struct Args {

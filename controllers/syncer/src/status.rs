@@ -1,7 +1,7 @@
 //! Pure status logic: what a Work's `Applied`, `Available` and `Degraded` conditions and
 //! per-manifest status say, from what happened in the member.
 
-use flotilla_api::{ManifestIdentity, ManifestStatus, conditions, reasons};
+use flotilla_api::{ManifestIdentity, ManifestStatus, WorkStatus, conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
@@ -64,10 +64,15 @@ fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 /// Reads an object's health from its status: a newer spec not yet observed is not available; a
 /// `ReplicaFailure`, `Failed` or `Degraded` condition, or a `Progressing=False` with
 /// `ProgressDeadlineExceeded`, is degraded; an `Available` or `Ready` condition says the rest;
-/// objects without such conditions (ConfigMaps, Services, ...) are available once they exist.
+/// objects without such conditions (ConfigMaps, Services, ...) are available once they exist, except
+/// that an object with a generation whose status is still empty (a workload just created) is not.
 pub fn health(object: &DynamicObject) -> Health {
     let status = object.data.get("status").cloned().unwrap_or(Value::Null);
     let generation = object.metadata.generation;
+    // A freshly created workload has an empty status until its controller reports.
+    if generation.is_some() && status.as_object().is_some_and(|s| s.is_empty()) {
+        return Health::NotAvailable("the member has not reported a status yet".into());
+    }
     let observed = status.get("observedGeneration").and_then(Value::as_i64);
     if let (Some(g), Some(o)) = (generation, observed)
         && o < g
@@ -170,6 +175,21 @@ pub fn manifest_status(
             .unwrap_or_default(),
         status,
     }
+}
+
+/// Whether two Work statuses say the same, apart from condition times (which a member's
+/// conditions without times, filled in on every observation, would otherwise change).
+pub fn same_ignoring_times(a: &WorkStatus, b: &WorkStatus) -> bool {
+    fn without_times(s: &WorkStatus) -> WorkStatus {
+        let mut s = s.clone();
+        let clear = |c: &mut Condition| c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        s.conditions.iter_mut().for_each(clear);
+        for m in &mut s.manifests {
+            m.conditions.iter_mut().for_each(clear);
+        }
+        s
+    }
+    without_times(a) == without_times(b)
 }
 
 /// The Work's conditions from the outcome of every manifest (in order).
@@ -324,6 +344,9 @@ mod tests {
         ));
         let cm = obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
         assert_eq!(health(&cm), Health::Available);
+        let fresh = obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "w", "generation": 1}, "status": {}}));
+        assert!(matches!(health(&fresh), Health::NotAvailable(_)));
         let failing = obj(
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"},
             "status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "message": "quota"}]}}),
@@ -361,6 +384,32 @@ mod tests {
             "{}",
             a.message
         );
+    }
+
+    #[test]
+    fn statuses_that_differ_only_in_times_are_the_same() {
+        let at = |secs| {
+            let s = manifest_status(
+                0,
+                &id(),
+                &deployment(4, 4, "True"),
+                Timestamp::from_second(secs).expect("time"),
+            );
+            WorkStatus {
+                conditions: vec![
+                    Verdict::new(conditions::APPLIED, "True", reasons::APPLIED, "1 applied")
+                        .into_condition(Timestamp::from_second(secs).expect("time"), Some(1)),
+                ],
+                manifests: vec![s],
+            }
+        };
+        assert!(same_ignoring_times(&at(1), &at(2)));
+        let mut changed = at(1);
+        changed.manifests[0].resource_version = Some("9".into());
+        assert!(!same_ignoring_times(&at(1), &changed));
+        let mut generation = at(1);
+        generation.conditions[0].observed_generation = Some(2);
+        assert!(!same_ignoring_times(&at(1), &generation));
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! The member clusters this syncer serves, and their clients.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use flotilla_api::{Cluster, SyncMode, conditions, names};
 use flotilla_runtime::MemberClients;
 use flotilla_runtime::member_client::{MemberClientError, read_secret};
@@ -24,6 +28,18 @@ pub enum Unavailable {
     NoClient(String, String),
 }
 
+/// How long a member's client is used before its kubeconfig Secret is read again (so a rotated
+/// credential is picked up within this time, and a busy syncer does not read the Secret on every
+/// reconciliation).
+const CLIENT_TTL: Duration = Duration::from_secs(10);
+
+/// A client for a member, and what identifies it (the Secret and its resourceVersion).
+#[derive(Clone)]
+pub struct Member {
+    pub client: Client,
+    pub key: String,
+}
+
 /// Push-mode members, from a watched cache of Clusters.
 pub struct Targets {
     pub hub: Client,
@@ -31,11 +47,63 @@ pub struct Targets {
     pub clients: MemberClients,
     /// Namespace of kubeconfig Secrets whose reference names none.
     pub secret_namespace: String,
+    /// Recently built clients, by member.
+    pub recent: Mutex<HashMap<String, (Member, Instant)>>,
+    /// The members this replica holds the shard Lease of.
+    pub shards: std::sync::Arc<crate::shard::Shards>,
+    /// Pull mode: the one member this syncer runs in, and its client.
+    pub pull: Option<PullTarget>,
+}
+
+/// The member a pull-mode syncer runs in.
+pub struct PullTarget {
+    pub cluster: String,
+    pub member: Member,
+}
+
+/// Whether this syncer serves a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    Yes,
+    /// A pull-mode member: its own syncer serves it.
+    ByAgent,
+    /// Not this syncer's (not selected, another shard, or no such Cluster).
+    No,
 }
 
 impl Targets {
-    /// The cached Cluster `name`, if this syncer serves it.
+    /// Whether this syncer runs in a member (pull mode).
+    pub fn is_pull(&self) -> bool {
+        self.pull.is_some()
+    }
+
+    /// Whether this syncer serves member `name`.
+    pub fn serving(&self, name: &str) -> Serving {
+        if let Some(pull) = &self.pull {
+            return if pull.cluster == name {
+                Serving::Yes
+            } else {
+                Serving::No
+            };
+        }
+        match self.cluster(name) {
+            Some(c) if c.spec.sync_mode == SyncMode::Push => Serving::Yes,
+            Some(_) => Serving::ByAgent,
+            None => Serving::No,
+        }
+    }
+
+    /// Whether this syncer serves member `name` now.
+    pub fn serves(&self, name: &str) -> bool {
+        self.serving(name) == Serving::Yes
+    }
+
+    /// The cached Cluster `name`, if this syncer serves it (it is selected and, with sharding,
+    /// this replica holds its Lease).
     pub fn cluster(&self, name: &str) -> Option<std::sync::Arc<Cluster>> {
+        if !self.shards.serves(name) {
+            return None;
+        }
         self.clusters.get(&ObjectRef::new(name))
     }
 
@@ -47,8 +115,24 @@ impl Targets {
             .is_some())
     }
 
+    /// Forgets the client of member `name` (it went away, or this syncer no longer serves it).
+    pub fn forget(&self, name: &str) {
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        self.clients.forget(name);
+    }
+
     /// A client for member `name`, if it is a push-mode member this syncer serves and it is Ready.
-    pub async fn client(&self, name: &str) -> Result<Client, Unavailable> {
+    pub async fn client(&self, name: &str) -> Result<Member, Unavailable> {
+        if let Some(pull) = &self.pull {
+            return if pull.cluster == name {
+                Ok(pull.member.clone())
+            } else {
+                Err(Unavailable::NotServed(name.into()))
+            };
+        }
         let Some(cluster) = self.cluster(name) else {
             return Err(match self.exists(name).await {
                 Ok(false) => Unavailable::Gone(name.into()),
@@ -79,6 +163,16 @@ impl Targets {
                 });
             }
         }
+        let cached = self
+            .recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .filter(|(_, at)| at.elapsed() < CLIENT_TTL)
+            .map(|(m, _)| m.clone());
+        if let Some(member) = cached {
+            return Ok(member);
+        }
         let Some(reference) = cluster.spec.kubeconfig_secret_ref.as_ref() else {
             return Err(Unavailable::NoClient(
                 name.into(),
@@ -93,10 +187,29 @@ impl Targets {
         let secret = read_secret(&secrets, &namespace, &reference.name)
             .await
             .map_err(|e: MemberClientError| Unavailable::NoClient(name.into(), e.to_string()))?;
-        self.clients
+        let client = self
+            .clients
             .client_for(name, &secret, &reference.key)
             .await
-            .map_err(|e| Unavailable::NoClient(name.into(), e.to_string()))
+            .map_err(|e| Unavailable::NoClient(name.into(), e.to_string()))?;
+        let member = Member {
+            client,
+            key: format!(
+                "{namespace}/{}/{}@{}",
+                reference.name,
+                reference.key,
+                secret
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .unwrap_or_default()
+            ),
+        };
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), (member.clone(), Instant::now()));
+        Ok(member)
     }
 
     /// The member a Work namespace belongs to.

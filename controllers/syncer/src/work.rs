@@ -1,29 +1,40 @@
-//! The Work controller: applies each Work's manifests into its member, copies their status back,
-//! re-applies drift on every resync, and deletes member objects only when the Work is deleted.
+//! The Work controller: applies each Work's manifests into its member, copies their status back
+//! (on the member's watch events, coalesced, skipping writes that change nothing), re-applies
+//! drift at once and on every resync, and deletes member objects only when the Work is deleted.
 
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_api::condition::set_condition;
 use flotilla_api::{
-    Cluster, DeletePolicy, Work, conditions, field_managers, finalizers, names, reasons,
+    Cluster, DeletePolicy, Work, WorkStatus, conditions, field_managers, finalizers, names, reasons,
 };
-use flotilla_runtime::{Context, ErrorCategory};
-use futures::StreamExt;
+use flotilla_runtime::{Context, ErrorCategory, Events};
+use futures::channel::mpsc;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::SyncerArgs;
-use crate::apply::{DiscoveryCache, Outcome, apply_manifest, delete_manifest};
+use crate::apply::{
+    Appliers, DiscoveryCache, NamespaceCache, Outcome, apply_manifest, delete_manifest,
+};
 use crate::manifest::prepare;
-use crate::status::{Verdict, manifest_status, work_conditions};
-use crate::targets::{Targets, Unavailable};
+use crate::metrics::{SyncerMetrics, Tracking};
+use crate::shard::{self, ShardConfig, Shards};
+use crate::status::{Verdict, manifest_status, same_ignoring_times, work_conditions};
+use crate::targets::{Serving, Targets, Unavailable};
+use crate::watches::{MemberWatches, Use};
 
 /// Why a reconciliation failed.
 #[derive(Debug, thiserror::Error)]
@@ -52,13 +63,67 @@ impl ErrorCategory for Error {
 struct Syncer {
     ctx: Context,
     args: SyncerArgs,
+    hub: Hub,
     targets: Targets,
     discovery: DiscoveryCache,
+    namespaces: NamespaceCache,
+    watches: MemberWatches,
+    tracking: Arc<Tracking>,
 }
+
+impl Syncer {
+    fn appliers(&self) -> Appliers<'_> {
+        Appliers {
+            discovery: &self.discovery,
+            namespaces: &self.namespaces,
+            watches: &self.watches,
+        }
+    }
+
+    /// Drops everything kept for member `cluster`: its watches, client and caches.
+    fn forget_cluster(&self, cluster: &str) {
+        self.watches.forget_cluster(cluster);
+        self.targets.forget(cluster);
+        self.namespaces.forget_cluster(cluster);
+        self.discovery.forget(cluster);
+    }
+}
+
+/// What of a Work makes the syncer act: its spec (generation), deletion, finalizers, labels and
+/// annotations. Status-only changes — mostly the syncer's own writes — do not.
+fn spec_or_lifecycle(work: &Work) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    (
+        work.metadata.generation,
+        work.metadata.deletion_timestamp.is_some(),
+        work.finalizers(),
+        work.labels(),
+        work.annotations(),
+    )
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// What of a Cluster makes its Works worth another look: its spec, and whether it is Ready.
+fn cluster_readiness(cluster: &Cluster) -> Option<u64> {
+    let ready = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY))
+        .map(|c| c.status.clone());
+    let mut h = DefaultHasher::new();
+    (cluster.metadata.generation, ready).hash(&mut h);
+    Some(h.finish())
+}
+
+/// How often members that this syncer no longer serves are looked for, to stop their watches.
+const JANITOR_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs the Work controller for push-mode members until `ctx.shutdown`.
 pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let metrics = SyncerMetrics::register(ctx.metrics.registry(), ctx.metrics.prefix())?;
+    let tracking = Arc::new(Tracking::new(metrics));
     let mut cluster_watch = watcher::Config::default();
     if !args.cluster_selector.is_empty() {
         cluster_watch = cluster_watch.labels(&args.cluster_selector);
@@ -79,50 +144,202 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
             _ = cluster_cache => {}
         }
     });
-
-    let controller = Controller::new(Api::<Work>::all(client.clone()), watcher::Config::default());
-    let works = controller.store();
     // A Cluster that changes (becomes Ready, gets a new kubeconfig) re-triggers its Works.
-    let controller = controller.watches(
-        Api::<Cluster>::all(client.clone()),
-        cluster_watch,
-        move |cluster: Cluster| {
+    let cluster_events = watcher(Api::<Cluster>::all(client.clone()), cluster_watch)
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(cluster_readiness, Default::default())
+        .boxed();
+    let shards = Arc::new(if args.shard_by_cluster {
+        Shards::sharded()
+    } else {
+        Shards::all()
+    });
+    let targets = Targets {
+        hub: client.clone(),
+        clusters: clusters.clone(),
+        clients: Default::default(),
+        secret_namespace: args.kubeconfig_secret_namespace.clone(),
+        recent: Default::default(),
+        shards: shards.clone(),
+        pull: None,
+    };
+
+    let health = ctx.health.clone();
+    let synced = clusters.clone();
+    tokio::spawn(async move {
+        if flotilla_runtime::cache::wait_until_synced(&synced).await {
+            tracing::info!("cache of Clusters synced");
+            health.set_caches_synced(true);
+        }
+    });
+    // Serve nothing before the Clusters are known: an unsynced cache would look like "no Cluster".
+    tokio::select! {
+        _ = ctx.shutdown.cancelled() => return Ok(()),
+        _ = flotilla_runtime::cache::wait_until_synced(&clusters) => {}
+    }
+    let hub = Hub {
+        works: Api::all(client.clone()),
+        client,
+        events: ctx.events.clone(),
+    };
+    serve(
+        ctx,
+        args,
+        hub,
+        targets,
+        tracking,
+        cluster_events,
+        Some(shards),
+    )
+    .await
+}
+
+/// The hub as the controller talks to it: in push mode with the controller's own client, in
+/// pull mode with the agent's credential.
+pub struct Hub {
+    pub client: Client,
+    /// The Works to serve: every namespace (push) or the member's own (pull).
+    pub works: Api<Work>,
+    pub events: Events,
+}
+
+/// Runs the Work controller until `ctx.shutdown`: Works from `hub.works`, re-triggered by
+/// `cluster_events` (push mode), by changes in the members and, with `shards`, by members this
+/// replica starts serving.
+pub async fn serve(
+    ctx: Context,
+    args: SyncerArgs,
+    hub: Hub,
+    targets: Targets,
+    tracking: Arc<Tracking>,
+    cluster_events: BoxStream<'static, Result<Cluster, watcher::Error>>,
+    shards: Option<Arc<Shards>>,
+) -> anyhow::Result<()> {
+    let pull = targets.pull.is_some();
+    // Works, cached; only changes of spec or lifecycle trigger a reconciliation (the syncer's
+    // own status writes do not). In pull mode, deletions are acted on as they are observed.
+    let (works, writer) = reflector::store::<Work>();
+    let seen = tracking.clone();
+    let (deleted_tx, deleted_rx) = mpsc::unbounded::<Work>();
+    let work_events = watcher(hub.works.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            if let watcher::Event::Delete(w) = event
+                && pull
+            {
+                let _ = deleted_tx.unbounded_send(w.clone());
+            }
+        })
+        .applied_objects()
+        .predicate_filter(spec_or_lifecycle, Default::default())
+        .inspect_ok(move |w| seen.work_seen(w));
+    // Changes of applied objects in the members trigger their Works.
+    let (member_events, member_triggers) = mpsc::channel(1024);
+    // A member this replica starts serving (its shard Lease taken) triggers its Works.
+    let (shard_events, shard_triggers) = mpsc::unbounded::<ObjectRef<Work>>();
+
+    let index = works.clone();
+    let by_cluster = works.clone();
+    let controller = Controller::for_stream(work_events, works)
+        .with_config(
+            controller::Config::default()
+                .debounce(args.debounce)
+                .concurrency(args.concurrency),
+        )
+        .watches_stream(cluster_events, move |cluster: Cluster| {
             let namespace = names::cluster_namespace(&cluster.name_any());
-            works
+            index
                 .state()
                 .into_iter()
                 .filter(|w| w.metadata.namespace.as_deref() == Some(namespace.as_str()))
                 .map(|w| ObjectRef::from_obj(&*w))
                 .collect::<Vec<_>>()
-        },
-    );
+        })
+        .reconcile_on(member_triggers)
+        .reconcile_on(shard_triggers);
 
-    let secret_namespace = args.kubeconfig_secret_namespace.clone();
     let state = Arc::new(Syncer {
         ctx: ctx.clone(),
         args,
-        targets: Targets {
-            hub: client,
-            clusters: clusters.clone(),
-            clients: Default::default(),
-            secret_namespace,
-        },
+        hub,
+        targets,
         discovery: DiscoveryCache::default(),
+        namespaces: NamespaceCache::default(),
+        watches: MemberWatches::new(member_events, tracking.clone(), ctx.shutdown.clone()),
+        tracking,
     });
 
-    let health = ctx.health.clone();
+    if let Some(shards) = shards.filter(|_| state.args.shard_by_cluster) {
+        let config = ShardConfig {
+            namespace: state.args.shard_lease_namespace.clone(),
+            identity: ctx.identity.clone(),
+            lease_duration: state.args.shard_lease_duration,
+            retry_period: state.args.shard_retry_period,
+        };
+        let served = state.targets.clusters.clone();
+        let changed = state.clone();
+        let shutdown = ctx.shutdown.clone();
+        let client = state.hub.client.clone();
+        tokio::spawn(async move {
+            shard::run(
+                client,
+                config,
+                shards,
+                || {
+                    served
+                        .state()
+                        .iter()
+                        .filter(|c| c.spec.sync_mode == flotilla_api::SyncMode::Push)
+                        .map(|c| c.name_any())
+                        .collect()
+                },
+                |cluster, serving| {
+                    if !serving {
+                        changed.forget_cluster(cluster);
+                    }
+                    // Either way its Works are looked at again: to be applied, or let be.
+                    let namespace = names::cluster_namespace(cluster);
+                    for w in by_cluster.state() {
+                        if w.metadata.namespace.as_deref() == Some(namespace.as_str()) {
+                            let _ = shard_events.unbounded_send(ObjectRef::from_obj(&*w));
+                        }
+                    }
+                },
+                shutdown,
+            )
+            .await;
+        });
+    }
+
+    // Pull mode: a Work deletion observed on the hub deletes its member objects (the agent's
+    // rights do not allow a finalizer on Works; see `cleanup_observed`).
+    let deletions = state.clone();
     tokio::spawn(async move {
-        if flotilla_runtime::cache::wait_until_synced(&clusters).await {
-            tracing::info!("cache of Clusters synced");
-            health.set_caches_synced(true);
+        let mut deleted_rx = deleted_rx;
+        while let Some(work) = deleted_rx.next().await {
+            cleanup_observed(work, deletions.clone()).await;
         }
     });
 
-    // Serve nothing before the Clusters are known: an unsynced cache would look like "no Cluster".
-    tokio::select! {
-        _ = ctx.shutdown.cancelled() => return Ok(()),
-        _ = flotilla_runtime::cache::wait_until_synced(&state.targets.clusters) => {}
-    }
+    // Members this syncer no longer serves (deleted, or deselected) keep no watch and no client.
+    let janitor = state.clone();
+    let shutdown = ctx.shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(JANITOR_INTERVAL) => {}
+            }
+            for cluster in janitor.watches.clusters() {
+                if !janitor.targets.serves(&cluster) {
+                    janitor.forget_cluster(&cluster);
+                }
+            }
+        }
+    });
+
     controller
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, state)
@@ -135,6 +352,33 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Pull mode: deletes the member objects of a Work whose deletion was observed (unless its
+/// deletePolicy is Orphan), retrying while the member does not answer. Works deleted while the
+/// syncer was not running leave their objects in place: nothing is deleted on a guess.
+async fn cleanup_observed(work: Work, state: Arc<Syncer>) {
+    let Some(cluster) = work.cluster_name().map(str::to_string) else {
+        return;
+    };
+    let key = ObjectRef::from_obj(&work);
+    loop {
+        match cleanup(&work, &cluster, &state).await {
+            Ok(_) => {
+                tracing::info!(work = %work_ref(&work), "the Work was deleted: its member objects are handled per deletePolicy");
+                state.watches.release(&key);
+                state.tracking.forget(&key);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(work = %work_ref(&work), error = %e, "deleting the member objects of a deleted Work; retrying")
+            }
+        }
+        tokio::select! {
+            _ = state.ctx.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+}
+
 fn work_ref(work: &Work) -> String {
     format!(
         "{}/{}",
@@ -143,44 +387,91 @@ fn work_ref(work: &Work) -> String {
     )
 }
 
+/// Counts a reconciliation of a member's Work as in flight while it lives.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn new(gauge: prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error> {
     let started = Instant::now();
+    let key = ObjectRef::from_obj(&*work);
+    let member_change = state.tracking.take_member_change(&key);
     let namespace = work.namespace().unwrap_or_default();
     let Some(cluster) = names::cluster_from_namespace(&namespace).map(str::to_string) else {
         // Not in a flotilla-cluster-<name> namespace: not a Work for any member.
         return Ok(Action::await_change());
     };
-    match state.targets.cluster(&cluster) {
+    match state.targets.serving(&cluster) {
+        Serving::Yes => {}
         // A pull-mode member's agent syncs its Works itself.
-        Some(c) if c.spec.sync_mode != flotilla_api::SyncMode::Push => {
-            return Ok(Action::await_change());
-        }
-        Some(_) => {}
+        Serving::ByAgent => return Ok(Action::await_change()),
         // Not served by this syncer (another shard, or not selected): not touched — not even
         // with a finalizer. The one exception: a deleted Work whose Cluster is gone can be let
-        // go by any syncer, since no member is left to clean up.
-        None => {
+        // go by any push-mode syncer, since no member is left to clean up.
+        Serving::No => {
             let ours = work.finalizers().iter().any(|f| f == finalizers::SYNCER);
-            if !(ours
+            let let_go = ours
+                && !state.targets.is_pull()
                 && work.metadata.deletion_timestamp.is_some()
-                && !state.targets.exists(&cluster).await?)
-            {
+                && !state.targets.exists(&cluster).await?;
+            if !let_go {
                 return Ok(Action::await_change());
             }
         }
     }
-    let api: Api<Work> = Api::namespaced(state.ctx.client.clone(), &namespace);
-    let result = finalizer(&api, finalizers::SYNCER, work, |event| async {
-        match event {
-            FinalizerEvent::Apply(w) => apply(&w, &cluster, &state).await,
-            FinalizerEvent::Cleanup(w) => cleanup(&w, &cluster, &state).await,
+    let _in_flight = InFlight::new(
+        state
+            .tracking
+            .metrics()
+            .in_flight
+            .with_label_values(&[&cluster]),
+    );
+    let span = tracing::info_span!("reconcile", controller = "work", cluster = %cluster, object = %work_ref(&work));
+    let result = if state.targets.is_pull() {
+        // The agent's credential cannot patch Works: no finalizer; deletions are handled as
+        // they are observed (`cleanup_observed`).
+        if work.metadata.deletion_timestamp.is_some() {
+            Ok(Action::await_change())
+        } else {
+            apply(&work, &cluster, &state, member_change)
+                .instrument(span)
+                .await
         }
-    })
-    .await
-    .map_err(|e| match e {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
+    } else {
+        let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
+        finalizer(&api, finalizers::SYNCER, work, |event| async {
+            match event {
+                FinalizerEvent::Apply(w) => apply(&w, &cluster, &state, member_change).await,
+                FinalizerEvent::Cleanup(w) => {
+                    let done = cleanup(&w, &cluster, &state).await;
+                    if done.is_ok() {
+                        // The Work lets go of its member objects: nothing of it is watched or
+                        // counted.
+                        state.watches.release(&key);
+                        state.tracking.forget(&key);
+                    }
+                    done
+                }
+            }
+        })
+        .instrument(span)
+        .await
+        .map_err(|e| match e {
+            finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+            other => Error::Finalizer(other.to_string()),
+        })
+    };
     state.ctx.metrics.observe_reconcile(
         "work",
         started.elapsed().as_secs_f64(),
@@ -200,12 +491,14 @@ fn error_policy(work: Arc<Work>, error: &Error, _state: Arc<Syncer>) -> Action {
 
 /// Writes the Work's status: the given verdicts (merged into the current conditions so that
 /// unchanged conditions keep their transition time) and, when given, the manifests' status.
+/// Writes nothing when that changes nothing but times; returns whether it wrote.
 async fn write_status(
     work: &Work,
+    cluster: &str,
     verdicts: &[Verdict],
     manifests: Option<Vec<flotilla_api::ManifestStatus>>,
     state: &Syncer,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let now = Timestamp::now();
     let old = work.status.clone().unwrap_or_default();
     let mut conditions = old.conditions.clone();
@@ -215,9 +508,17 @@ async fn write_status(
             v.into_condition(now, work.metadata.generation),
         );
     }
-    let manifests = manifests.unwrap_or(old.manifests);
+    let new = WorkStatus {
+        conditions,
+        manifests: manifests.unwrap_or_else(|| old.manifests.clone()),
+    };
+    let writes = &state.tracking.metrics().status_writes;
+    if work.status.is_some() && same_ignoring_times(&old, &new) {
+        writes.with_label_values(&[cluster, "unchanged"]).inc();
+        return Ok(false);
+    }
     let api: Api<Work> = Api::namespaced(
-        state.ctx.client.clone(),
+        state.hub.client.clone(),
         &work.namespace().unwrap_or_default(),
     );
     api.patch_status(
@@ -226,16 +527,18 @@ async fn write_status(
         &Patch::Apply(json!({
             "apiVersion": Work::api_version(&()),
             "kind": Work::kind(&()),
-            "status": { "conditions": conditions, "manifests": manifests },
+            "status": { "conditions": new.conditions, "manifests": new.manifests },
         })),
     )
     .await?;
-    Ok(())
+    writes.with_label_values(&[cluster, "written"]).inc();
+    Ok(true)
 }
 
 /// The member cannot be written to: say so on the Work, change nothing anywhere else.
 async fn report_unavailable(
     work: &Work,
+    cluster: &str,
     why: &Unavailable,
     state: &Syncer,
 ) -> Result<Action, Error> {
@@ -252,7 +555,7 @@ async fn report_unavailable(
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED));
     if previous.is_none_or(|c| c.reason != reasons::CLUSTER_UNAVAILABLE) {
         state
-            .ctx
+            .hub
             .events
             .warning(
                 work,
@@ -262,19 +565,34 @@ async fn report_unavailable(
             )
             .await;
     }
-    write_status(work, &[applied], None, state).await?;
+    state
+        .tracking
+        .metrics()
+        .apply_errors
+        .with_label_values(&[cluster, reasons::CLUSTER_UNAVAILABLE])
+        .inc();
+    write_status(work, cluster, &[applied], None, state).await?;
     Ok(Action::requeue(Duration::from_secs(10)))
 }
 
-async fn apply(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Error> {
-    let client = match state.targets.client(cluster).await {
-        Ok(c) => c,
-        Err(why) => return report_unavailable(work, &why, state).await,
+async fn apply(
+    work: &Work,
+    cluster: &str,
+    state: &Syncer,
+    member_change: Option<Instant>,
+) -> Result<Action, Error> {
+    let member = match state.targets.client(cluster).await {
+        Ok(m) => m,
+        Err(why) => return report_unavailable(work, cluster, &why, state).await,
     };
+    let key = ObjectRef::from_obj(work);
+    let metrics = state.tracking.metrics();
     let now = Timestamp::now();
     let work_ref = work_ref(work);
+    let shared = state.appliers();
     let mut outcomes = Vec::new();
     let mut manifests = Vec::new();
+    let mut resources = Vec::new();
     for prepared in prepare(work) {
         let prepared = match prepared {
             Ok(p) => p,
@@ -283,24 +601,70 @@ async fn apply(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Err
                 continue;
             }
         };
-        let outcome = apply_manifest(
-            &state.discovery,
+        let (resource, outcome) = apply_manifest(
+            &shared,
             cluster,
-            &client,
+            &member.client,
             &prepared,
             &work_ref,
             work.spec.conflict_policy,
         )
         .await;
-        if let Outcome::Applied(obj) = &outcome {
-            manifests.push(manifest_status(
-                prepared.ordinal,
-                &prepared.identity,
-                obj,
-                now,
-            ));
+        resources.extend(resource);
+        match &outcome {
+            Outcome::Applied(obj) => {
+                metrics
+                    .applies
+                    .with_label_values(&[cluster, "applied"])
+                    .inc();
+                manifests.push(manifest_status(
+                    prepared.ordinal,
+                    &prepared.identity,
+                    obj,
+                    now,
+                ));
+            }
+            Outcome::Conflict(_) => {
+                metrics
+                    .applies
+                    .with_label_values(&[cluster, "conflict"])
+                    .inc();
+                metrics
+                    .apply_errors
+                    .with_label_values(&[cluster, reasons::CONFLICT])
+                    .inc();
+            }
+            Outcome::Failed { reason, .. } => {
+                metrics
+                    .applies
+                    .with_label_values(&[cluster, "failed"])
+                    .inc();
+                metrics
+                    .apply_errors
+                    .with_label_values(&[cluster, reason])
+                    .inc();
+            }
         }
         outcomes.push((prepared.identity, outcome));
+    }
+    let unreachable = outcomes.iter().any(|(_, o)| {
+        matches!(o, Outcome::Failed { reason, .. } if *reason == reasons::CLUSTER_UNAVAILABLE)
+    });
+    if !unreachable {
+        // Watch exactly the types this Work uses (a type it dropped may stop being watched).
+        let uses: Vec<Use<'_>> = resources
+            .iter()
+            .map(|resource| Use {
+                client: &member.client,
+                client_key: &member.key,
+                resource,
+            })
+            .collect();
+        state.watches.set_uses(&key, cluster, &uses);
+    }
+    state.tracking.set_managed(&key, manifests.len());
+    if manifests.len() == outcomes.len() {
+        state.tracking.applied(&key, work.metadata.generation);
     }
     let verdicts = work_conditions(&outcomes);
     let old = work.status.clone().unwrap_or_default();
@@ -311,35 +675,39 @@ async fn apply(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Err
         }
         if v.type_ == conditions::APPLIED && v.status == "False" {
             state
-                .ctx
+                .hub
                 .events
                 .warning(work, v.reason, "Apply", v.message.clone())
                 .await;
         } else if v.type_ == conditions::DEGRADED && v.status == "True" {
             state
-                .ctx
+                .hub
                 .events
                 .warning(work, v.reason, "Observe", v.message.clone())
                 .await;
         }
     }
-    let settled = verdicts.iter().all(|v| match v.type_ {
-        conditions::DEGRADED => v.status == "False",
-        _ => v.status == "True",
-    });
-    write_status(work, &verdicts, Some(manifests), state).await?;
-    // Drift is re-applied and status refreshed on every resync; faster while settling.
-    Ok(Action::requeue(if settled {
+    let applied = verdicts
+        .iter()
+        .any(|v| v.type_ == conditions::APPLIED && v.status == "True");
+    write_status(work, cluster, &verdicts, Some(manifests), state).await?;
+    if let Some(since) = member_change {
+        state.tracking.status_reflects(&key, since);
+    }
+    // Changes in the member arrive through its watches; the resync re-applies in any case.
+    // What could not be applied is retried sooner: a conflicting object may have gone, a
+    // member may have come back.
+    Ok(Action::requeue(if applied {
         state.args.resync_interval
     } else {
-        Duration::from_secs(2)
+        state.args.resync_interval.min(Duration::from_secs(10))
     }))
 }
 
 async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Error> {
     if work.spec.delete_policy == DeletePolicy::Orphan {
         state
-            .ctx
+            .hub
             .events
             .normal(
                 work,
@@ -350,12 +718,12 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
             .await;
         return Ok(Action::await_change());
     }
-    let client = match state.targets.client(cluster).await {
-        Ok(c) => c,
+    let member = match state.targets.client(cluster).await {
+        Ok(m) => m,
         // The Cluster itself is gone: there is no member to delete from. Report and let go.
         Err(Unavailable::Gone(_)) => {
             state
-                .ctx
+                .hub
                 .events
                 .warning(
                     work,
@@ -375,7 +743,7 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
         match delete_manifest(
             &state.discovery,
             cluster,
-            &client,
+            &member.client,
             &prepared.identity,
             &work_ref,
         )

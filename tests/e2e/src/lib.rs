@@ -32,6 +32,7 @@ pub mod api;
 pub mod bootstrap;
 pub mod clusters;
 pub mod process;
+pub mod syncer_setup;
 pub const HUB_KUBECONFIG: &str = "FLOTILLA_HUB_KUBECONFIG";
 pub const HUB_USER_KUBECONFIG: &str = "FLOTILLA_HUB_USER_KUBECONFIG";
 pub const MEMBER_KUBECONFIGS: &str = "FLOTILLA_MEMBER_KUBECONFIGS";

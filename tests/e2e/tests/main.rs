@@ -10,3 +10,7 @@ mod registration_pull;
 mod runtime;
 mod splitter;
 mod syncer;
+mod syncer_faults;
+mod syncer_pull;
+mod syncer_shard;
+mod syncer_watch;

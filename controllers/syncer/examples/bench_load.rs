@@ -1,0 +1,169 @@
+//! The load of `hack/bench.sh syncer`: writes N ConfigMaps into every member, once straight into
+//! the members (the baseline) and once as Works on the hub for the syncer to apply, with the same
+//! client and the same concurrency, and prints how long each took until every object existed in
+//! every member.
+//!
+//! `hub-only` writes the same Works into namespaces of no member (`flotilla-cluster-<member>-idle`)
+//! and does not wait: the cost of the Work envelopes alone.
+//!
+//! Usage: bench_load <direct|works|hub-only> <namespace> <count> <concurrency> <hub-kubeconfig>
+//!        <member>=<kubeconfig>[,<member>=<kubeconfig>...]
+//! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::json;
+
+async fn client(path: &str) -> Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {path}"))?;
+    let mut config =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.read_timeout = Some(Duration::from_secs(60));
+    Ok(Client::try_from(config)?)
+}
+
+fn configmap(namespace: &str, i: usize) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": format!("bench-{i}"), "namespace": namespace},
+           "data": {"index": i.to_string(), "payload": "x".repeat(256)}})
+}
+
+async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Waits until every member has `count` ConfigMaps named bench-* in `namespace`.
+async fn wait_all(members: &[(String, Client)], namespace: &str, count: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let mut done = true;
+        for (_, c) in members {
+            let api: Api<ConfigMap> = Api::namespaced(c.clone(), namespace);
+            let n = api
+                .list_metadata(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|o| {
+                    o.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("bench-"))
+                })
+                .count();
+            done &= n >= count;
+        }
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("not every object arrived within 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, mode, namespace, count, concurrency, hub, members] = args.as_slice() else {
+        bail!(
+            "usage: bench_load <direct|works> <namespace> <count> <concurrency> <hub-kubeconfig> <member>=<kubeconfig>,..."
+        );
+    };
+    let count: usize = count.parse()?;
+    let concurrency: usize = concurrency.parse()?;
+    let hub = client(hub).await?;
+    let mut member_clients = Vec::new();
+    for pair in members.split(',') {
+        let (name, path) = pair.split_once('=').context("member=kubeconfig")?;
+        member_clients.push((name.to_string(), client(path).await?));
+    }
+    let params = PatchParams::apply("flotilla-bench").force();
+    let started = Instant::now();
+    match mode.as_str() {
+        "direct" => {
+            for (_, c) in &member_clients {
+                ensure_namespace(c, namespace).await?;
+            }
+            let writes = member_clients
+                .iter()
+                .flat_map(|(_, c)| (0..count).map(move |i| (c.clone(), i)));
+            stream::iter(writes)
+                .map(|(c, i)| {
+                    let params = params.clone();
+                    async move {
+                        let api: Api<ConfigMap> = Api::namespaced(c, namespace);
+                        api.patch(
+                            &format!("bench-{i}"),
+                            &params,
+                            &Patch::Apply(configmap(namespace, i)),
+                        )
+                        .await
+                    }
+                })
+                .buffer_unordered(concurrency)
+                .try_collect::<Vec<_>>()
+                .await?;
+        }
+        "works" | "hub-only" => {
+            let suffix = if mode == "hub-only" { "-idle" } else { "" };
+            if mode == "hub-only" {
+                for (name, _) in &member_clients {
+                    let ns = flotilla_api::names::cluster_namespace(&format!("{name}{suffix}"));
+                    ensure_namespace(&hub, &ns).await?;
+                }
+            }
+            let writes = member_clients
+                .iter()
+                .flat_map(|(name, _)| (0..count).map(move |i| (format!("{name}{suffix}"), i)));
+            stream::iter(writes)
+                .map(|(member, i)| {
+                    let params = params.clone();
+                    let hub = hub.clone();
+                    async move {
+                        let works: Api<flotilla_api::Work> =
+                            Api::namespaced(hub, &flotilla_api::names::cluster_namespace(&member));
+                        let work = json!({
+                            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+                            "metadata": {"name": format!("bench-{i}")},
+                            "spec": {"manifests": [configmap(namespace, i)]},
+                        });
+                        works
+                            .patch(&format!("bench-{i}"), &params, &Patch::Apply(work))
+                            .await
+                    }
+                })
+                .buffer_unordered(concurrency)
+                .try_collect::<Vec<_>>()
+                .await?;
+        }
+        other => bail!("unknown mode {other}: direct or works"),
+    }
+    let written = started.elapsed();
+    if mode != "hub-only" {
+        wait_all(&member_clients, namespace, count).await?;
+    }
+    let all = started.elapsed();
+    println!(
+        "{mode} {} {:.2} {:.2}",
+        count * member_clients.len(),
+        written.as_secs_f64(),
+        all.as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! Watches of the objects the syncer applied in its members: one metadata-only watch per member
+//! and resource type, selected by label (`flotilla.dev/managed=true,flotilla.dev/cluster=<c>`),
+//! never one per object. A change of a watched object (a member controller updating its status,
+//! a hand edit, a deletion) triggers a reconciliation of the Work named in its
+//! `flotilla.dev/work` annotation, so status flows up and drift is reverted at once rather than
+//! on the next resync.
+//!
+//! A watch starts when a Work first applies a type in a member and stops when no Work of that
+//! member uses the type any more, or when the member goes. Watches never delete anything: a watch
+//! that restarts or comes back from an unreachable member only triggers reconciliations.
+//!
+//! The watches also keep the metadata of every managed object (without `managedFields`), so that
+//! applying an object the syncer already manages needs no extra read from the member.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use flotilla_api::{Work, annotations, labels};
+use futures::channel::mpsc;
+use futures::{SinkExt, StreamExt};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Tracking;
+
+/// One member × resource type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct WatchKey {
+    cluster: String,
+    gvk: GroupVersionKind,
+}
+
+/// Object metadata as the watches keep it.
+pub type ObjectMeta = PartialObjectMeta<DynamicObject>;
+
+/// What the syncer last wrote, by (namespace, name): the resourceVersion it got back, or `None`
+/// while the write is in flight (its watch event may arrive before the response).
+type OwnWrites = Mutex<HashMap<(Option<String>, String), Option<String>>>;
+
+struct Running {
+    stop: CancellationToken,
+    /// Identifies the member client the watch uses; a new client restarts the watch.
+    client_key: String,
+    resource: ApiResource,
+    store: Store<ObjectMeta>,
+    /// The resourceVersion the syncer itself last wrote, per object: the watch event of our own
+    /// write is not a member change.
+    written: Arc<OwnWrites>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[derive(Default)]
+struct State {
+    watches: HashMap<WatchKey, Running>,
+    /// The types each Work uses in its member.
+    users: HashMap<ObjectRef<Work>, (String, HashSet<GroupVersionKind>)>,
+}
+
+/// The member watches of one syncer process.
+pub struct MemberWatches {
+    state: Mutex<State>,
+    trigger: mpsc::Sender<ObjectRef<Work>>,
+    tracking: Arc<Tracking>,
+    shutdown: CancellationToken,
+}
+
+/// A type the Work uses in the member, with the client to watch it.
+pub struct Use<'a> {
+    pub client: &'a Client,
+    pub client_key: &'a str,
+    pub resource: &'a ApiResource,
+}
+
+impl MemberWatches {
+    /// Watches whose events are sent to `trigger` (the Controller's `reconcile_on`), stopped by
+    /// `shutdown`.
+    pub fn new(
+        trigger: mpsc::Sender<ObjectRef<Work>>,
+        tracking: Arc<Tracking>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            state: Mutex::default(),
+            trigger,
+            tracking,
+            shutdown,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that `work` uses exactly these types in member `cluster`: starts the watches that
+    /// are missing (or whose client changed), and stops those no Work uses any more.
+    pub fn set_uses(&self, work: &ObjectRef<Work>, cluster: &str, uses: &[Use<'_>]) {
+        let gvks: HashSet<GroupVersionKind> = uses
+            .iter()
+            .map(|u| gvk_of(u.resource))
+            .collect::<HashSet<_>>();
+        let mut state = self.lock();
+        for u in uses {
+            let key = WatchKey {
+                cluster: cluster.to_string(),
+                gvk: gvk_of(u.resource),
+            };
+            let current = state
+                .watches
+                .get(&key)
+                .is_some_and(|r| r.client_key == u.client_key);
+            if !current {
+                let running = self.start(&key, u);
+                if state.watches.insert(key, running).is_none() {
+                    self.gauge(cluster).inc();
+                }
+            }
+        }
+        let previous = state
+            .users
+            .insert(work.clone(), (cluster.to_string(), gvks));
+        if let Some((old_cluster, old)) = previous {
+            self.stop_unused(&mut state, &old_cluster, old);
+        }
+    }
+
+    /// `work` no longer uses anything in its member (deleted, or its objects orphaned).
+    pub fn release(&self, work: &ObjectRef<Work>) {
+        let mut state = self.lock();
+        if let Some((cluster, old)) = state.users.remove(work) {
+            self.stop_unused(&mut state, &cluster, old);
+        }
+    }
+
+    /// Stops every watch of member `cluster` (it went away, or this syncer no longer serves it).
+    pub fn forget_cluster(&self, cluster: &str) {
+        let mut state = self.lock();
+        let before = state.watches.len();
+        state.watches.retain(|k, _| k.cluster != cluster);
+        let stopped = before - state.watches.len();
+        if stopped > 0 {
+            tracing::info!(cluster, stopped, "stopped the member's watches");
+            self.gauge(cluster)
+                .sub(i64::try_from(stopped).unwrap_or(i64::MAX));
+        }
+        state.users.retain(|_, (c, _)| c != cluster);
+    }
+
+    /// The members that have watches.
+    pub fn clusters(&self) -> HashSet<String> {
+        self.lock()
+            .watches
+            .keys()
+            .map(|k| k.cluster.clone())
+            .collect()
+    }
+
+    /// Whether the watch of this type knows `name` as an object of `work_ref` (so that applying
+    /// it again needs no conflict check). `false` when unknown or not watched yet.
+    pub fn knows(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        work_ref: &str,
+    ) -> bool {
+        let state = self.lock();
+        let Some(running) = state.watches.get(&WatchKey {
+            cluster: cluster.to_string(),
+            gvk: gvk_of(resource),
+        }) else {
+            return false;
+        };
+        let mut key = ObjectRef::new_with(name, running.resource.clone());
+        if let Some(ns) = namespace {
+            key = key.within(ns);
+        }
+        running.store.get(&key).is_some_and(|o| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(annotations::WORK))
+                .is_some_and(|w| w == work_ref)
+        })
+    }
+
+    /// The syncer is about to write this object: until [`Self::wrote`], its watch events are
+    /// taken for the echo of that write.
+    pub fn writing(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) {
+        self.record(cluster, resource, namespace, name, Some(None));
+    }
+
+    /// The syncer wrote this object and got `resource_version` back (`None`: the write failed):
+    /// the watch event of exactly that version is not a change.
+    pub fn wrote(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        resource_version: Option<&str>,
+    ) {
+        self.record(
+            cluster,
+            resource,
+            namespace,
+            name,
+            resource_version.map(|rv| Some(rv.to_string())),
+        );
+    }
+
+    fn record(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        entry: Option<Option<String>>,
+    ) {
+        let state = self.lock();
+        let Some(running) = state.watches.get(&WatchKey {
+            cluster: cluster.to_string(),
+            gvk: gvk_of(resource),
+        }) else {
+            return;
+        };
+        let mut written = running.written.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.map(str::to_string), name.to_string());
+        match entry {
+            Some(e) => written.insert(key, e),
+            None => written.remove(&key),
+        };
+    }
+
+    fn gauge(&self, cluster: &str) -> prometheus::IntGauge {
+        self.tracking
+            .metrics()
+            .member_watches
+            .with_label_values(&[cluster])
+    }
+
+    fn stop_unused(&self, state: &mut State, cluster: &str, candidates: HashSet<GroupVersionKind>) {
+        for gvk in candidates {
+            let used = state
+                .users
+                .values()
+                .any(|(c, g)| c == cluster && g.contains(&gvk));
+            if used {
+                continue;
+            }
+            let key = WatchKey {
+                cluster: cluster.to_string(),
+                gvk,
+            };
+            if state.watches.remove(&key).is_some() {
+                tracing::info!(cluster, kind = %key.gvk.kind, "no Work uses the type any more: stopped its watch");
+                self.gauge(cluster).dec();
+            }
+        }
+    }
+
+    fn start(&self, key: &WatchKey, u: &Use<'_>) -> Running {
+        let stop = self.shutdown.child_token();
+        let writer = reflector::store::Writer::<ObjectMeta>::new(u.resource.clone());
+        let store = writer.as_reader();
+        let written: Arc<OwnWrites> = Arc::default();
+        let api: Api<ObjectMeta> = Api::all_with(u.client.clone(), u.resource);
+        let selector = format!(
+            "{}={},{}={}",
+            labels::MANAGED,
+            labels::MANAGED_VALUE,
+            labels::CLUSTER,
+            key.cluster
+        );
+        let events = watcher(api, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            // Not needed to find a Work, and often the largest part of an object's metadata.
+            .modify(|o| o.metadata.managed_fields = None)
+            .reflect(writer)
+            .touched_objects();
+        let cluster = key.cluster.clone();
+        let kind = key.gvk.kind.clone();
+        let mut trigger = self.trigger.clone();
+        let tracking = self.tracking.clone();
+        let token = stop.clone();
+        let own_writes = written.clone();
+        tracing::info!(
+            cluster,
+            kind,
+            "watching the applied objects of this type in the member"
+        );
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            let mut failing = false;
+            loop {
+                let next = tokio::select! {
+                    _ = token.cancelled() => break,
+                    next = events.next() => next,
+                };
+                match next {
+                    Some(Ok(object)) => {
+                        if failing {
+                            tracing::info!(cluster, kind, "the member watch works again");
+                            failing = false;
+                        }
+                        let Some(work) = work_of(&object) else {
+                            continue;
+                        };
+                        if is_own_write(&own_writes, &object) {
+                            continue;
+                        }
+                        tracking.member_changed(work.clone());
+                        if trigger.send(work).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        // The watch retries with backoff; say so once per outage, not per attempt.
+                        if !failing {
+                            tracing::warn!(cluster, kind, error = %e, "the member watch failed; retrying with backoff");
+                            failing = true;
+                        }
+                    }
+                    None => break,
+                }
+            }
+        });
+        Running {
+            stop,
+            client_key: u.client_key.to_string(),
+            resource: u.resource.clone(),
+            store,
+            written,
+        }
+    }
+}
+
+fn gvk_of(resource: &ApiResource) -> GroupVersionKind {
+    GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind)
+}
+
+/// Whether this event is the echo of the syncer's own last write of the object.
+fn is_own_write(written: &OwnWrites, object: &ObjectMeta) -> bool {
+    let key = (
+        object.metadata.namespace.clone(),
+        object.metadata.name.clone().unwrap_or_default(),
+    );
+    let written = written.lock().unwrap_or_else(|e| e.into_inner());
+    if object.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    match written.get(&key) {
+        // A write is in flight: this is most likely its echo; anything else is seen on the
+        // write's own response or the next event.
+        Some(None) => true,
+        Some(Some(rv)) => object.metadata.resource_version.as_deref() == Some(rv.as_str()),
+        None => false,
+    }
+}
+
+/// The Work a member object belongs to, from its `flotilla.dev/work` annotation
+/// (`<namespace>/<name>` on the hub).
+pub fn work_of(object: &ObjectMeta) -> Option<ObjectRef<Work>> {
+    let value = object
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::WORK)?;
+    let (namespace, name) = value.split_once('/')?;
+    if namespace.is_empty() || name.is_empty() {
+        return None;
+    }
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(annotation: Option<&str>, rv: &str) -> ObjectMeta {
+        let mut o: ObjectMeta = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {}
+        }))
+        .expect("metadata");
+        o.metadata.name = Some("settings".into());
+        o.metadata.namespace = Some("shop".into());
+        o.metadata.resource_version = Some(rv.into());
+        o.metadata.annotations =
+            annotation.map(|a| [(annotations::WORK.to_string(), a.to_string())].into());
+        o
+    }
+
+    #[test]
+    fn objects_map_to_their_work() {
+        let w = work_of(&meta(Some("flotilla-cluster-m1/web"), "1")).expect("a Work");
+        assert_eq!(w.name, "web");
+        assert_eq!(w.namespace.as_deref(), Some("flotilla-cluster-m1"));
+        assert!(work_of(&meta(None, "1")).is_none());
+        assert!(work_of(&meta(Some("no-slash"), "1")).is_none());
+        assert!(work_of(&meta(Some("/web"), "1")).is_none());
+    }
+
+    #[test]
+    fn the_echo_of_our_own_write_is_not_a_change() {
+        let key = (Some("shop".to_string()), "settings".to_string());
+        let written = Mutex::new(HashMap::from([(key.clone(), Some("7".to_string()))]));
+        assert!(is_own_write(&written, &meta(None, "7")));
+        assert!(!is_own_write(&written, &meta(None, "8")));
+        let in_flight = Mutex::new(HashMap::from([(key, None)]));
+        assert!(is_own_write(&in_flight, &meta(None, "9")));
+        let mut deleted = meta(None, "7");
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(!is_own_write(&written, &deleted));
+    }
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Benchmarks of Flotilla's controllers against a local environment of their own (run directory
+# ${TMPDIR:-/tmp}/flotilla-bench-<name>, ports from 19443), torn down afterwards. Prints Markdown.
+#
+#   syncer   N ConfigMaps as Works in each of M push-mode members (one Work per ConfigMap per
+#            member): time until every object exists in every member, against the same client
+#            writing the same objects straight into the members in the same run (the baseline);
+#            the syncer's RSS at idle and with the objects managed. A last row writes the same
+#            Works into namespaces of no member: what the Work envelopes alone cost the hub.
+#
+# Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${REPO_ROOT}"
+
+WHAT="${1:-}"; shift || true
+[[ "${WHAT}" == syncer ]] || die "usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]"
+MEMBERS=3
+COUNT=1000
+CONCURRENCY=32
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --members) MEMBERS="$2"; shift 2 ;;
+    --count) COUNT="$2"; shift 2 ;;
+    --concurrency) CONCURRENCY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1'" ;;
+  esac
+done
+
+RUN="${TMPDIR:-/tmp}/flotilla-bench-${WHAT}"
+CL=("${HACK_DIR}/clusters.sh" --run-dir "${RUN}" --port-base 19443)
+TARGET="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/release"
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "${p}" 2>/dev/null || true; done
+  "${CL[@]}" down >/dev/null 2>&1 || true
+}
+
+log "== building (release)"
+"${HACK_DIR}/build-tools.sh" >/dev/null
+cargo build --release --quiet -p flotilla-syncer -p flotilla-registration --bins --example bench_load
+"${CL[@]}" down >/dev/null 2>&1 || true
+trap cleanup EXIT
+log "== starting hub + ${MEMBERS} members"
+"${CL[@]}" up --members "${MEMBERS}" >/dev/null
+eval "$("${CL[@]}" env)"
+KUBECTL="${TOOLS_BIN}/kubectl"
+HUB="${FLOTILLA_HUB_KUBECONFIG}"
+k() { "${KUBECTL}" --kubeconfig "${HUB}" "$@"; }
+
+k apply --server-side -f crds/yaml >/dev/null
+k wait --for condition=Established crd --all --timeout 60s >/dev/null
+k create namespace flotilla-system >/dev/null
+MEMBER_LIST=()
+IFS=',' read -r -a PAIRS <<<"${FLOTILLA_MEMBER_KUBECONFIGS}"
+for pair in "${PAIRS[@]}"; do
+  name="${pair%%=*}"; path="${pair#*=}"
+  MEMBER_LIST+=("${name}=${path}")
+  k -n flotilla-system create secret generic "${name}-kubeconfig" --from-file=kubeconfig="${path}" >/dev/null
+  k apply --server-side -f - >/dev/null <<EOF
+apiVersion: flotilla.dev/v1alpha1
+kind: Cluster
+metadata: {name: ${name}}
+spec: {syncMode: Push, kubeconfigSecretRef: {name: ${name}-kubeconfig}}
+EOF
+done
+MEMBERS_ARG="$(IFS=,; echo "${MEMBER_LIST[*]}")"
+
+log "== starting the registration controller and the syncer (release builds)"
+"${TARGET}/flotilla-registration" --kubeconfig "${HUB}" --leader-elect=false \
+  --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/registration.log" 2>&1 &
+PIDS+=("$!")
+"${TARGET}/flotilla-syncer" --kubeconfig "${HUB}" --leader-elect=false \
+  --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/syncer.log" 2>&1 &
+SYNCER_PID="$!"
+PIDS+=("${SYNCER_PID}")
+k wait --for condition=Ready cluster --all --timeout 120s >/dev/null || {
+  tail -n 20 "${RUN}/registration.log" "${RUN}/syncer.log" >&2
+  die "the members did not become Ready"
+}
+sleep 5
+rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+RSS_IDLE="$(rss "${SYNCER_PID}")"
+
+log "== baseline: ${COUNT} ConfigMaps straight into each of ${MEMBERS} members"
+read -r _ N_DIRECT W_DIRECT T_DIRECT < <("${TARGET}/examples/bench_load" direct bench-direct \
+  "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
+log "== syncer: the same ConfigMaps as Works on the hub"
+read -r _ N_WORKS W_WORKS T_WORKS < <("${TARGET}/examples/bench_load" works bench-works \
+  "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
+RSS_LOADED="$(rss "${SYNCER_PID}")"
+log "== the same Works once more, into namespaces of no member: the cost of the Works alone"
+read -r _ _ W_HUB _ < <("${TARGET}/examples/bench_load" hub-only bench-works \
+  "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
+log "== waiting for every Work to report Applied"
+applied() {
+  k get works -A -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Applied")].status}{"\n"}{end}' \
+    | grep -c '^True$' || true
+}
+for _ in $(seq 300); do
+  [[ "$(applied)" -ge "${N_WORKS}" ]] && break
+  sleep 1
+done
+[[ "$(applied)" -ge "${N_WORKS}" ]] || die "not every Work reported Applied=True within 300 s"
+sleep 10
+RSS_SETTLED="$(rss "${SYNCER_PID}")"
+RATIO="$(awk -v a="${T_WORKS}" -v b="${T_DIRECT}" 'BEGIN {printf "%.2f", a / b}')"
+PER_1000="$(awk -v s="${RSS_SETTLED}" -v i="${RSS_IDLE}" -v n="${N_WORKS}" 'BEGIN {printf "%.1f", (s - i) * 1000 / n}')"
+
+echo
+echo "| path (${N_DIRECT} ConfigMaps, ${MEMBERS} members, concurrency ${CONCURRENCY}) | writes done, s | all objects in the members, s | ratio |"
+echo "|---|---:|---:|---:|"
+echo "| direct: straight into the members (baseline) | ${W_DIRECT} | ${T_DIRECT} | 1.00 |"
+echo "| Works on the hub, applied by the syncer | ${W_WORKS} | ${T_WORKS} | ${RATIO} |"
+echo "| the same Works written to the hub only (no member served, nothing applied) | ${W_HUB} | – | $(awk -v a="${W_HUB}" -v b="${T_DIRECT}" 'BEGIN {printf "%.2f", a / b}') |"
+echo
+echo "| syncer RSS | MiB |"
+echo "|---|---:|"
+echo "| idle (${MEMBERS} members, no Work) | ${RSS_IDLE} |"
+echo "| right after the load | ${RSS_LOADED} |"
+echo "| settled, ${N_WORKS} objects managed | ${RSS_SETTLED} |"
+echo "| per 1,000 managed objects | ${PER_1000} |"

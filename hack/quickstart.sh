@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Flotilla's quick start: builds everything, starts a local hub and three members, installs
+# Flotilla on the hub (CRDs and the chart's ServiceAccounts and RBAC — the controllers run as
+# local processes with those ServiceAccounts' tokens, since there are no container images here),
+# registers member1 and member2 in push mode and member3 in pull mode (its agent asks, the hub
+# accepts), applies an example workload and shows it running 10/10, spread over the members.
+#
+# Usage: hack/quickstart.sh [--tour]
+#   --tour   then stop one member and show its replicas moving while the Deployment stays
+#            Available, and start it again
+# Everything it starts is stopped, and its data deleted, by: hack/clusters.sh down
+# Environment: FLOTILLA_RUN_DIR, FLOTILLA_PORT_BASE (see hack/clusters.sh --help) and
+# FLOTILLA_CONTROLLER_PORT (first of the local ports the controllers serve on; default 19080).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${REPO_ROOT}"
+
+TOUR=0
+for arg in "$@"; do
+  case "${arg}" in
+    --tour) TOUR=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '${arg}' (see --help)" ;;
+  esac
+done
+
+RUN_DIR="${FLOTILLA_RUN_DIR:-${TMPDIR:-/tmp}/flotilla-env}"
+PIDS="${RUN_DIR}/pids"
+LOGS="${RUN_DIR}/logs"
+NS=flotilla-system
+T0="$(now)"
+
+log "== building the tools (the first time: 15-30 minutes) and the controllers"
+"${HACK_DIR}/build-tools.sh" >/dev/null
+cargo build --workspace --bins --quiet
+BIN="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/debug"
+
+log "== starting the hub and three members"
+eval "$("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" up --members 3)"
+K=("${TOOLS_BIN}/kubectl" --kubeconfig "${FLOTILLA_HUB_KUBECONFIG}")
+member_kubeconfig() { tr ',' '\n' <<<"${FLOTILLA_MEMBER_KUBECONFIGS}" | sed -n "s/^$1=//p"; }
+apply() { "${K[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart "$@" >/dev/null; }
+
+log "== installing Flotilla on the hub: CRDs, the chart's ServiceAccounts and RBAC, bootstrap RBAC"
+apply -f crds/yaml/
+"${K[@]}" wait --for condition=Established -f crds/yaml/ >/dev/null
+"${K[@]}" create namespace "${NS}" --dry-run=client -o yaml | apply -f -
+"${TOOLS_BIN}/helm" template flotilla charts/flotilla --namespace "${NS}" 2>/dev/null \
+  | python3 -c 'import sys; docs = sys.stdin.read().split("\n---"); print("\n---".join(d for d in docs if "\nkind: Deployment" not in d))' \
+  | apply -f -
+apply -f deploy/bootstrap/
+
+# A kubeconfig for the hub that authenticates as a ServiceAccount of the hub.
+sa_kubeconfig() { # namespace name file
+  local token
+  token="$("${K[@]}" -n "$1" create token "$2" --duration 24h)"
+  sed "s|^\(\s*token:\).*|\1 ${token}|" "${FLOTILLA_HUB_KUBECONFIG}" >"$3"
+  chmod 600 "$3"
+}
+
+wait_ready() { # name port
+  local t0; t0="$(now)"
+  until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$2/readyz")" == 200 ]]; do
+    proc_alive "$1" || { tail -n 20 "${LOGS}/$1.log" >&2; die "$1 exited"; }
+    (( $(now) - t0 < 60 )) || { tail -n 20 "${LOGS}/$1.log" >&2; die "$1 not ready after 60s"; }
+    sleep 1
+  done
+}
+
+log "== starting the four controllers, each with its own ServiceAccount"
+mkdir -p "${RUN_DIR}/controllers"
+port="${FLOTILLA_CONTROLLER_PORT:-19080}"
+first_port="${port}"
+for c in registration syncer splitter negotiator; do
+  kc="${RUN_DIR}/controllers/${c}.kubeconfig"
+  sa_kubeconfig "${NS}" "flotilla-${c}" "${kc}"
+  extra=()
+  case "${c}" in
+    registration) extra=(--probe-interval 5s --grace-period 20s) ;;
+    syncer) extra=(--resync-interval 10s) ;;
+  esac
+  start_proc "flotilla.${c}" "${BIN}/flotilla-${c}" --kubeconfig "${kc}" --lease-namespace "${NS}" \
+    --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}" "${extra[@]}"
+  wait_ready "flotilla.${c}" "${port}"
+  log "flotilla-${c} ready (metrics and health on 127.0.0.1:${port})"
+  port=$((port + 1))
+done
+
+log "== registering member1 and member2 (push: the hub holds their kubeconfigs in Secrets)"
+for m in member1 member2; do
+  "${K[@]}" -n "${NS}" create secret generic "${m}-kubeconfig" --from-file=kubeconfig="$(member_kubeconfig "${m}")" \
+    --dry-run=client -o yaml | apply -f -
+  cat <<EOF | apply -f -
+apiVersion: flotilla.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: ${m}
+spec:
+  syncMode: Push
+  kubeconfigSecretRef: {name: ${m}-kubeconfig}
+EOF
+done
+
+log "== registering member3 (pull: its agent asks with a bootstrap token, the hub admin accepts)"
+"${K[@]}" -n "${NS}" create serviceaccount flotilla-bootstrap-member3 --dry-run=client -o yaml | apply -f -
+"${K[@]}" create clusterrolebinding flotilla-bootstrap-member3 --clusterrole flotilla:bootstrap \
+  --serviceaccount "${NS}:flotilla-bootstrap-member3" --dry-run=client -o yaml | apply -f -
+sa_kubeconfig "${NS}" flotilla-bootstrap-member3 "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig"
+M3=("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig member3)")
+"${M3[@]}" create namespace "${NS}" --dry-run=client -o yaml | "${M3[@]}" apply -f - >/dev/null
+start_proc "member3.flotilla-agent" "${BIN}/flotilla-registration" agent \
+  --kubeconfig "$(member_kubeconfig member3)" --lease-namespace "${NS}" \
+  --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}" \
+  --cluster-name member3 --hub-kubeconfig "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig" \
+  --heartbeat-interval 5s
+wait_ready "member3.flotilla-agent" "${port}"
+port=$((port + 1))
+t0="$(now)"
+until "${K[@]}" get clusters.flotilla.dev member3 >/dev/null 2>&1; do
+  (( $(now) - t0 < 60 )) || die "the agent of member3 did not create its Cluster"
+  sleep 1
+done
+log "member3's agent created its Cluster and asks to join; accepting it (hubAcceptsClient: true)"
+"${K[@]}" patch clusters.flotilla.dev member3 --type merge -p '{"spec":{"hubAcceptsClient":true}}' >/dev/null
+
+if "${BIN}/flotilla-syncer" --help 2>/dev/null | grep -q -- '--pull'; then
+  start_proc "member3.flotilla-syncer" "${BIN}/flotilla-syncer" --pull --cluster-name member3 \
+    --kubeconfig "$(member_kubeconfig member3)" --lease-namespace "${NS}" \
+    --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}"
+  port=$((port + 1))
+fi
+
+log "== waiting for the members to be Ready"
+"${K[@]}" wait --for condition=Ready clusters.flotilla.dev --all --timeout 120s >/dev/null
+
+log "== applying the example workload to the hub (deploy/quickstart/workload.yaml)"
+apply -f deploy/quickstart/workload.yaml
+"${K[@]}" -n demo wait deployment/web --for jsonpath='{.status.availableReplicas}'=10 --timeout 180s >/dev/null
+"${K[@]}" -n demo wait deployment/web --for condition=Available --timeout 60s >/dev/null
+
+show() {
+  echo
+  "${K[@]}" get clusters.flotilla.dev
+  echo
+  "${K[@]}" -n demo get deployment web
+  echo
+  echo "distribution: $("${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message}')"
+  local m
+  for m in member1 member2 member3; do
+    printf '  %-8s %s\n' "${m}" "$("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" -n demo get deployment web \
+      -o jsonpath='{.status.availableReplicas}/{.spec.replicas} available' 2>/dev/null || echo '-')"
+  done
+}
+show
+
+if [[ "${TOUR}" == 1 ]]; then
+  echo
+  log "== tour: stopping member1; after the grace period its replicas move to the other members"
+  "${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" stop-member member1 >/dev/null
+  t0="$(now)"
+  placed() { "${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message} {.status.availableReplicas}'; }
+  until [[ "$(placed)" != *member1=* && "$(placed)" == *" 10" ]]; do
+    (( $(now) - t0 < 240 )) || die "the replicas of member1 did not move within 240s: $(placed)"
+    sleep 2
+  done
+  log "member1 is $("${K[@]}" get clusters.flotilla.dev member1 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'); its replicas moved in $(( $(now) - t0 ))s and the Deployment is Available again"
+  show
+  log "== tour: starting member1 again"
+  "${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" start-member member1 >/dev/null
+  "${K[@]}" wait --for condition=Ready clusters.flotilla.dev member1 --timeout 120s >/dev/null
+  show
+fi
+
+cat <<EOF
+
+Flotilla is running ($(( $(now) - T0 ))s). Explore:
+  eval "\$(hack/clusters.sh --run-dir ${RUN_DIR} env)"
+  export PATH="${TOOLS_BIN}:\$PATH"
+  kubectl --kubeconfig \$FLOTILLA_HUB_KUBECONFIG get flotilla -A          # Clusters, Placements, Works
+  kubectl --kubeconfig \$FLOTILLA_HUB_KUBECONFIG -n demo scale deployment web --replicas 13
+  kubectl --kubeconfig \$FLOTILLA_HUB_KUBECONFIG describe clusters.flotilla.dev member3
+  curl -s 127.0.0.1:${first_port}/metrics | grep flotilla_registration_clusters
+Controller logs: ${LOGS}/flotilla.*.log
+Stop everything and delete its data: hack/clusters.sh --run-dir ${RUN_DIR} down
+EOF

@@ -1,0 +1,215 @@
+//! Syncer replicas share the member clusters (`--shard-by-cluster`): a second replica takes half
+//! of them, and when a replica is killed the other takes its clusters over.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use flotilla_api::{Cluster, Work, labels, names};
+use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::process::ControllerProcess;
+use flotilla_e2e::syncer_setup::SELECTOR_LABEL;
+use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const CLUSTERS: usize = 4;
+
+fn start_syncer(identity: &str, common: &[String]) -> Result<ControllerProcess> {
+    let mut args: Vec<&str> = common.iter().map(String::as_str).collect();
+    args.extend([
+        "--identity",
+        identity,
+        "--leader-elect=false",
+        "--shard-by-cluster",
+        "--shard-lease-duration",
+        "6s",
+        "--shard-retry-period",
+        "1s",
+        "--resync-interval",
+        "3s",
+    ]);
+    ControllerProcess::start("flotilla-syncer", &args)
+}
+
+/// The holder of each cluster's shard Lease (`None`: no Lease or no holder yet).
+async fn holders(leases: &Api<Lease>, clusters: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for c in clusters {
+        let holder = leases
+            .get_opt(&format!("flotilla-syncer-cluster-{c}"))
+            .await?
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_default();
+        out.insert(c.clone(), holder);
+    }
+    Ok(out)
+}
+
+async fn wait_holders(
+    leases: &Api<Lease>,
+    clusters: &[String],
+    expected: &str,
+    ok: impl Fn(&BTreeMap<String, String>) -> bool,
+) -> Result<BTreeMap<String, String>> {
+    wait_for(expected, Duration::from_secs(45), || async {
+        let h = holders(leases, clusters).await?;
+        Ok(if ok(&h) {
+            Seen::Done(h)
+        } else {
+            Seen::not_yet(format!("{h:?}"))
+        })
+    })
+    .await
+}
+
+async fn create_work(hub: &Client, cluster: &str, name: &str, ns: &str) -> Result<()> {
+    let work: Work = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+        "metadata": {"name": name, "labels": {labels::CLUSTER: cluster}},
+        "spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name, "namespace": ns},
+                                "data": {"cluster": cluster}}]},
+    }))?;
+    Api::<Work>::namespaced(hub.clone(), &names::cluster_namespace(cluster))
+        .create(&PostParams::default(), &work)
+        .await?;
+    Ok(())
+}
+
+async fn wait_in_member(member: &Client, ns: &str, name: &str) -> Result<()> {
+    let cms: Api<ConfigMap> = Api::namespaced(member.clone(), ns);
+    wait_for(
+        &format!("ConfigMap {name} in its member"),
+        Duration::from_secs(30),
+        || async {
+            Ok(if cms.get_opt(name).await?.is_some() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet("absent")
+            })
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()> {
+    let env = Environment::get();
+    let hub = env.hub.client().await?;
+    api::install_crds(&hub).await?;
+    let members = env.require_members(3)?.to_vec();
+    let member_refs: Vec<_> = std::iter::once(&env.hub).chain(members.iter()).collect();
+    let ns = TestNamespace::create("sync-shard", &member_refs).await?;
+    let id = random_suffix();
+    let selector = format!("{SELECTOR_LABEL}={id}");
+    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+    let common: Vec<String> = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--lease-namespace",
+        ns.name(),
+        "--shard-lease-namespace",
+        ns.name(),
+        "--kubeconfig-secret-namespace",
+        ns.name(),
+        "--cluster-selector",
+        selector.as_str(),
+    ]
+    .map(String::from)
+    .to_vec();
+    // The registration controller takes every flag but the shard Lease namespace.
+    let mut reg_args: Vec<&str> = common
+        .iter()
+        .map(String::as_str)
+        .enumerate()
+        .filter(|(i, _)| !(4..6).contains(i))
+        .map(|(_, a)| a)
+        .collect();
+    reg_args.extend(["--probe-interval", "2s"]);
+    let _registration = ControllerProcess::start("flotilla-registration", &reg_args)?;
+    let mut syncer_a = start_syncer("syncer-a", &common)?;
+    let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
+
+    // Four Clusters on three members (two Clusters may share a member: their objects differ).
+    let mut clusters = Vec::new();
+    let mut member_of = BTreeMap::new();
+    for i in 0..CLUSTERS {
+        let member = &members[i % members.len()];
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("member-{i}")),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                [(
+                    "kubeconfig".to_string(),
+                    ByteString(std::fs::read(&member.kubeconfig)?),
+                )]
+                .into(),
+            ),
+            ..Secret::default()
+        };
+        Api::<Secret>::namespaced(hub.clone(), ns.name())
+            .create(&PostParams::default(), &secret)
+            .await?;
+        let name = format!("e2e-{}-{i}", random_suffix());
+        let c: Cluster = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": name, "labels": {SELECTOR_LABEL: id}},
+            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": format!("member-{i}")}},
+        }))?;
+        Api::<Cluster>::all(hub.clone())
+            .create(&PostParams::default(), &c)
+            .await?;
+        member_of.insert(name.clone(), member.client().await?);
+        clusters.push(name);
+    }
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), ns.name());
+
+    // One replica serves every cluster.
+    wait_holders(&leases, &clusters, "syncer-a to hold every cluster", |h| {
+        h.values().all(|v| v == "syncer-a")
+    })
+    .await?;
+
+    // A second replica takes half of them.
+    let _syncer_b = start_syncer("syncer-b", &common)?;
+    let split = wait_holders(
+        &leases,
+        &clusters,
+        "the clusters to be split two and two",
+        |h| {
+            h.values().filter(|v| *v == "syncer-a").count() == CLUSTERS / 2
+                && h.values().filter(|v| *v == "syncer-b").count() == CLUSTERS / 2
+        },
+    )
+    .await?;
+    for c in &clusters {
+        create_work(&hub, c, &format!("shard-{c}"), ns.name()).await?;
+    }
+    for c in &clusters {
+        wait_in_member(&member_of[c], ns.name(), &format!("shard-{c}")).await?;
+    }
+
+    // syncer-a dies: syncer-b takes its clusters over once their Leases expire.
+    syncer_a.signal("KILL")?;
+    syncer_a.wait_exit(Duration::from_secs(10)).await?;
+    wait_holders(&leases, &clusters, "syncer-b to hold every cluster", |h| {
+        h.values().all(|v| v == "syncer-b")
+    })
+    .await?;
+    let taken = split
+        .iter()
+        .find(|(_, holder)| *holder == "syncer-a")
+        .map(|(c, _)| c.clone())
+        .unwrap_or_default();
+    create_work(&hub, &taken, "after-takeover", ns.name()).await?;
+    wait_in_member(&member_of[&taken], ns.name(), "after-takeover").await?;
+    drop(cleanup);
+    Ok(())
+}
