@@ -44,6 +44,7 @@ teardown() {
     local keep="${REPO_ROOT}/target/e2e-logs"
     rm -rf "${keep}"; mkdir -p "${keep}"
     cp -r "${FLOTILLA_RUN_DIR}/logs/." "${keep}/" 2>/dev/null || true
+    mkdir -p "${keep}/e2e" && cp "${FLOTILLA_RUN_DIR}"/e2e/*.log "${keep}/e2e/" 2>/dev/null || true
     log "tests failed: component logs copied to ${keep}"
   fi
   if [[ "${FLOTILLA_KEEP_ENV:-0}" == 1 ]]; then
@@ -67,7 +68,13 @@ if [[ ${#CARGO_TEST_ARGS[@]} -eq 0 && "${FLOTILLA_SKIP_QUICKSTART:-0}" != 1 ]]; 
   # The README's first command, as a user runs it, in an environment of its own.
   log "== hack/quickstart.sh --tour"
   QS_DIR="${FLOTILLA_RUN_DIR}-quickstart"
-  trap 'rc=$?; "${HACK_DIR}/clusters.sh" --run-dir "${QS_DIR}" down >/dev/null 2>&1 || true; (exit "${rc}"); teardown' EXIT
+  keep_qs_logs() {
+    local keep="${REPO_ROOT}/target/e2e-logs-quickstart"
+    rm -rf "${keep}"; mkdir -p "${keep}"
+    cp -r "${QS_DIR}/logs/." "${keep}/" 2>/dev/null || true
+    log "the quick start failed: its component logs are in ${keep}"
+  }
+  trap 'rc=$?; [[ ${rc} -eq 0 ]] || keep_qs_logs; "${HACK_DIR}/clusters.sh" --run-dir "${QS_DIR}" down >/dev/null 2>&1 || true; (exit "${rc}"); teardown' EXIT
   FLOTILLA_RUN_DIR="${QS_DIR}" FLOTILLA_PORT_BASE=$(( FLOTILLA_PORT_BASE + 500 )) \
     "${HACK_DIR}/quickstart.sh" --tour
 fi

@@ -103,7 +103,7 @@ impl Registration {
         let name = Self::service_account(cluster);
         let this = Self {
             cluster: cluster.to_string(),
-            kubeconfig: std::env::temp_dir().join(format!(
+            kubeconfig: crate::scratch_dir().join(format!(
                 "flotilla-e2e-bootstrap-{cluster}-{}.kubeconfig",
                 random_suffix()
             )),
@@ -298,7 +298,7 @@ impl AgentProcess {
     ) -> Result<Self> {
         let path = controller_binary("flotilla-registration")?;
         let http: std::net::SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-        let log_path = std::env::temp_dir().join(format!(
+        let log_path = crate::scratch_dir().join(format!(
             "flotilla-e2e-agent-{}-{}.log",
             registration.cluster,
             random_suffix()

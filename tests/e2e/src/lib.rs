@@ -173,6 +173,19 @@ impl Environment {
     }
 }
 
+/// Where tests keep their scratch files (controller logs, generated kubeconfigs):
+/// `$FLOTILLA_RUN_DIR/e2e`, so that `hack/clusters.sh down` removes them with the environment and
+/// `hack/test.sh` keeps them with the component logs when a test fails.
+pub fn scratch_dir() -> PathBuf {
+    let dir = std::env::var_os(RUN_DIR)
+        .map(|d| PathBuf::from(d).join("e2e"))
+        .unwrap_or_else(|| std::env::temp_dir().join("flotilla-e2e"));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("warning: cannot create {}: {e}", dir.display());
+    }
+    dir
+}
+
 /// The repository root (the e2e crate lives in `tests/e2e`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

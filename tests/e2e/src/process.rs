@@ -50,7 +50,7 @@ impl ControllerProcess {
         let path = controller_binary(binary)?;
         let port = free_port()?;
         let http: SocketAddr = ([127, 0, 0, 1], port).into();
-        let log_path = std::env::temp_dir().join(format!(
+        let log_path = crate::scratch_dir().join(format!(
             "flotilla-e2e-{binary}-{}.log",
             crate::random_suffix()
         ));

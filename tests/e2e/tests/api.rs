@@ -292,7 +292,8 @@ async fn kubectl(env: &Environment, args: &[&str]) -> Result<String> {
         .unwrap_or_else(|| "kubectl".into());
     // A discovery cache of its own: kubectl caches discovery for minutes, and a cache written
     // before the CRDs were installed would hide them.
-    let cache = std::env::temp_dir().join(format!("flotilla-e2e-kubectl-{}", random_suffix()));
+    let cache =
+        flotilla_e2e::scratch_dir().join(format!("flotilla-e2e-kubectl-{}", random_suffix()));
     let out = tokio::process::Command::new(&bin)
         .arg("--kubeconfig")
         .arg(&env.hub.kubeconfig)

@@ -123,7 +123,8 @@ fn kubeconfig_with_token(env: &Environment, token: &str) -> Result<PathBuf> {
         .lines()
         .find_map(|l| l.trim().strip_prefix("token: "))
         .ok_or_else(|| anyhow!("no token in the hub kubeconfig"))?;
-    let path = std::env::temp_dir().join(format!("flotilla-e2e-sa-{}.kubeconfig", random_suffix()));
+    let path =
+        flotilla_e2e::scratch_dir().join(format!("flotilla-e2e-sa-{}.kubeconfig", random_suffix()));
     std::fs::write(&path, admin.replace(admin_token, token))?;
     Ok(path)
 }

@@ -228,7 +228,7 @@ async fn a_controller_started_against_an_unreachable_hub_says_so_and_retries() -
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: "))
         .ok_or_else(|| anyhow::anyhow!("no server in the hub kubeconfig"))?;
-    let path = std::env::temp_dir().join(format!(
+    let path = flotilla_e2e::scratch_dir().join(format!(
         "flotilla-e2e-unreachable-{}.kubeconfig",
         flotilla_e2e::random_suffix()
     ));
