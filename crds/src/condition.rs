@@ -8,6 +8,7 @@
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +113,45 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) 
                 *existing = condition;
                 true
             }
+        }
+    }
+}
+
+/// A condition as a controller decides it: type, status, reason and message, without times.
+/// [`Verdict::into_condition`] adds them; [`set_condition`] then keeps `lastTransitionTime` while
+/// the status is unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Verdict {
+    pub fn new(
+        type_: &'static str,
+        status: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The condition at `now`, for an object of `generation`.
+    pub fn into_condition(&self, now: jiff::Timestamp, generation: Option<i64>) -> Condition {
+        Condition {
+            type_: self.type_.to_string(),
+            status: self.status.to_string(),
+            reason: self.reason.to_string(),
+            message: self.message.clone(),
+            last_transition_time: Time(now),
+            observed_generation: generation,
         }
     }
 }

@@ -354,7 +354,7 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
     for v in &verdicts {
         set_condition(
             &mut conditions,
-            health::into_condition(v, now, cluster.metadata.generation),
+            v.into_condition(now, cluster.metadata.generation),
         );
     }
     // Only the condition types this controller owns.
@@ -426,7 +426,7 @@ async fn publish_transitions(
             continue;
         }
         let note = format!("{} is {}: {}", v.type_, v.status, v.message);
-        if v.is_bad() {
+        if health::is_bad(v) {
             state
                 .ctx
                 .events

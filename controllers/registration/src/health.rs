@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flotilla_api::{ClusterSpec, SyncMode, TaintEffect, conditions, reasons};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
 /// What a probe of a push-mode member found.
@@ -36,48 +36,13 @@ pub struct MemberFacts {
     pub cluster_id: Option<String>,
 }
 
-/// One condition, without times (those are filled in by [`into_condition`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    pub type_: &'static str,
-    pub status: &'static str,
-    pub reason: &'static str,
-    pub message: String,
-}
+pub use flotilla_api::condition::Verdict;
 
-impl Verdict {
-    fn new(
-        type_: &'static str,
-        status: &'static str,
-        reason: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
-        Self {
-            type_,
-            status,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// Whether this verdict is something a user should be warned about.
-    pub fn is_bad(&self) -> bool {
-        match self.type_ {
-            conditions::READY | conditions::JOINED | conditions::ACCEPTED => self.status != "True",
-            _ => self.status == "False",
-        }
-    }
-}
-
-/// The condition for `verdict` at `now`, for an object of `generation`.
-pub fn into_condition(verdict: &Verdict, now: Timestamp, generation: Option<i64>) -> Condition {
-    Condition {
-        type_: verdict.type_.to_string(),
-        status: verdict.status.to_string(),
-        reason: verdict.reason.to_string(),
-        message: verdict.message.clone(),
-        last_transition_time: Time(now),
-        observed_generation: generation,
+/// Whether a verdict is something a user should be warned about (a Warning Event).
+pub fn is_bad(verdict: &Verdict) -> bool {
+    match verdict.type_ {
+        conditions::READY | conditions::JOINED | conditions::ACCEPTED => verdict.status != "True",
+        _ => verdict.status == "False",
     }
 }
 
@@ -347,6 +312,7 @@ fn static_reason(reason: &str) -> &'static str {
 mod tests {
     use super::*;
     use flotilla_api::Taint;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + s).expect("timestamp")
@@ -373,7 +339,7 @@ mod tests {
     }
 
     fn health_condition(v: &Verdict) -> Condition {
-        into_condition(v, at(0), None)
+        v.into_condition(at(0), None)
     }
 
     fn healthy() -> ProbeOutcome {
@@ -544,6 +510,6 @@ mod tests {
         s.unschedulable = true;
         let v = schedulable(&s);
         assert_eq!((v.status, v.reason), ("False", reasons::CORDONED));
-        assert!(v.is_bad());
+        assert!(is_bad(&v));
     }
 }

@@ -9,41 +9,7 @@ use serde_json::Value;
 
 use crate::apply::Outcome;
 
-/// A condition without times.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    pub type_: &'static str,
-    pub status: &'static str,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Verdict {
-    pub fn new(
-        type_: &'static str,
-        status: &'static str,
-        reason: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
-        Self {
-            type_,
-            status,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn into_condition(&self, now: Timestamp, generation: Option<i64>) -> Condition {
-        Condition {
-            type_: self.type_.into(),
-            status: self.status.into(),
-            reason: self.reason.into(),
-            message: self.message.clone(),
-            last_transition_time: Time(now),
-            observed_generation: generation,
-        }
-    }
-}
+pub use flotilla_api::condition::Verdict;
 
 /// How an applied object is doing, read generically from its status.
 #[derive(Clone, Debug, PartialEq, Eq)]
