@@ -34,15 +34,15 @@ where
     }
 }
 
-/// Watches `api` into a cache until the controllers stop, marking the caches synced once the
-/// first list completed. Returns the cache's reader at once; the watch runs in the background.
-pub async fn watch_into_store<K>(ctx: &Context, api: Api<K>) -> Store<K>
+/// Watches `api` (with `config`) into a cache until the controllers stop. Returns the cache's
+/// reader at once; the watch runs in the background and retries with backoff, logging failures.
+pub fn spawn_store<K>(ctx: &Context, api: Api<K>, config: watcher::Config) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let stream = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
         .touched_objects();
     let shutdown = ctx.shutdown.clone();
@@ -59,6 +59,17 @@ where
             }
         }
     });
+    reader
+}
+
+/// Watches `api` into a cache until the controllers stop, marking the caches synced once the
+/// first list completed. Returns the cache's reader at once; the watch runs in the background.
+pub async fn watch_into_store<K>(ctx: &Context, api: Api<K>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let reader = spawn_store(ctx, api, watcher::Config::default());
     let health = ctx.health.clone();
     let ready = reader.clone();
     let shutdown = ctx.shutdown.clone();

@@ -17,8 +17,8 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -112,21 +112,11 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
                 Api::namespaced(client.clone(), &args.namespace),
             )
         };
-    let (clusters, writer) = reflector::store();
-    let cluster_cache = reflector::reflector(
-        writer,
-        watcher(Api::<Cluster>::all(client.clone()), cluster_watch.clone()),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| async {});
-    let shutdown = ctx.shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = cluster_cache => {}
-        }
-    });
+    let clusters = flotilla_runtime::cache::spawn_store(
+        &ctx,
+        Api::<Cluster>::all(client.clone()),
+        cluster_watch.clone(),
+    );
 
     let controller = Controller::new(placements_api, watcher::Config::default());
     let placements = controller.store();

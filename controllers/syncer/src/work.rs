@@ -129,21 +129,11 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
         cluster_watch = cluster_watch.labels(&args.cluster_selector);
     }
     // The Clusters this syncer serves, cached for look-ups.
-    let (clusters, writer) = reflector::store();
-    let cluster_cache = reflector::reflector(
-        writer,
-        watcher(Api::<Cluster>::all(client.clone()), cluster_watch.clone()),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| async {});
-    let shutdown = ctx.shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = cluster_cache => {}
-        }
-    });
+    let clusters = flotilla_runtime::cache::spawn_store(
+        &ctx,
+        Api::<Cluster>::all(client.clone()),
+        cluster_watch.clone(),
+    );
     // A Cluster that changes (becomes Ready, gets a new kubeconfig) re-triggers its Works.
     let cluster_events = watcher(Api::<Cluster>::all(client.clone()), cluster_watch)
         .default_backoff()
