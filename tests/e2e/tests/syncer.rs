@@ -8,197 +8,21 @@
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use flotilla_api::{Cluster, Work, labels, names};
-use flotilla_e2e::clusters::ClusterCleanup;
-use flotilla_e2e::process::ControllerProcess;
-use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
-use k8s_openapi::ByteString;
+use flotilla_api::labels;
+use flotilla_e2e::syncer_setup::{Options, SyncerSetup};
+use flotilla_e2e::{Seen, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const SELECTOR_LABEL: &str = "e2e.flotilla.dev/syncer";
-
-/// A push-mode Cluster for member1 with a registration controller and a syncer serving only it,
-/// and a namespace of the same name in the hub and in the member for the test's objects.
-struct Setup {
-    hub: Client,
-    member: Client,
-    cluster: String,
-    ns: TestNamespace,
-    _registration: ControllerProcess,
-    _syncer: ControllerProcess,
-    _cleanup: ClusterCleanup,
-}
-
-impl Setup {
-    async fn start(prefix: &str) -> Result<Self> {
-        let env = Environment::get();
-        let hub = env.hub.client().await?;
-        api::install_crds(&hub).await?;
-        let member_info = env.require_members(1)?[0].clone();
-        let ns = TestNamespace::create(prefix, &[&env.hub, &member_info]).await?;
-        let id = random_suffix();
-        let selector = format!("{SELECTOR_LABEL}={id}");
-        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-        let common = [
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--lease-namespace",
-            ns.name(),
-            "--kubeconfig-secret-namespace",
-            ns.name(),
-            "--cluster-selector",
-            selector.as_str(),
-        ];
-        let mut reg_args = common.to_vec();
-        reg_args.extend(["--probe-interval", "2s"]);
-        let registration = ControllerProcess::start("flotilla-registration", &reg_args)?;
-        let mut sync_args = common.to_vec();
-        sync_args.extend(["--resync-interval", "3s"]);
-        let syncer = ControllerProcess::start("flotilla-syncer", &sync_args)?;
-        let cleanup = ClusterCleanup::new(&env.hub, selector);
-
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some("member".into()),
-                ..ObjectMeta::default()
-            },
-            data: Some(
-                [(
-                    "kubeconfig".to_string(),
-                    ByteString(std::fs::read(&member_info.kubeconfig)?),
-                )]
-                .into(),
-            ),
-            ..Secret::default()
-        };
-        Api::<Secret>::namespaced(hub.clone(), ns.name())
-            .create(&PostParams::default(), &secret)
-            .await?;
-        let cluster = format!("e2e-{}", random_suffix());
-        let c: Cluster = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": cluster, "labels": {SELECTOR_LABEL: id}},
-            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": "member"}},
-        }))?;
-        Api::<Cluster>::all(hub.clone())
-            .create(&PostParams::default(), &c)
-            .await?;
-        let clusters: Api<Cluster> = Api::all(hub.clone());
-        wait_for(
-            &format!("Cluster {cluster} to be Ready"),
-            Duration::from_secs(60),
-            || async {
-                let c = clusters.get(&cluster).await?;
-                let ready = c
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|x| x.type_ == "Ready").cloned());
-                Ok(match ready {
-                    Some(r) if r.status == "True" => Seen::Done(()),
-                    other => Seen::not_yet(format!("{other:?}")),
-                })
-            },
-        )
-        .await?;
-        Ok(Self {
-            hub,
-            member: member_info.client().await?,
-            cluster,
-            ns,
-            _registration: registration,
-            _syncer: syncer,
-            _cleanup: cleanup,
-        })
-    }
-
-    fn works(&self) -> Api<Work> {
-        Api::namespaced(self.hub.clone(), &names::cluster_namespace(&self.cluster))
-    }
-
-    fn configmap(&self, name: &str, data: Value) -> Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": self.ns.name()}, "data": data})
-    }
-
-    async fn create_work(&self, name: &str, spec: Value) -> Result<()> {
-        let work: Work = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
-            "metadata": {"name": name, "labels": {labels::CLUSTER: self.cluster}},
-            "spec": spec,
-        }))?;
-        self.works().create(&PostParams::default(), &work).await?;
-        Ok(())
-    }
-
-    /// Waits until condition `type_` of Work `name` is `status` (with `reason`, if given).
-    async fn work_condition(
-        &self,
-        name: &str,
-        type_: &str,
-        status: &str,
-        reason: Option<&str>,
-    ) -> Result<Work> {
-        let works = self.works();
-        wait_for(
-            &format!("Work {name} to have {type_}={status}"),
-            Duration::from_secs(60),
-            || async {
-                let w = works.get(name).await?;
-                let c = w
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned());
-                Ok(match c {
-                    Some(c) if c.status == status && reason.is_none_or(|r| c.reason == r) => {
-                        Seen::Done(w)
-                    }
-                    other => Seen::not_yet(format!("{other:?}")),
-                })
-            },
-        )
-        .await
-    }
-
-    fn member_configmaps(&self) -> Api<ConfigMap> {
-        Api::namespaced(self.member.clone(), self.ns.name())
-    }
-
-    async fn member_data(
-        &self,
-        name: &str,
-    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
-        Ok(self
-            .member_configmaps()
-            .get_opt(name)
-            .await?
-            .map(|c| c.data.unwrap_or_default()))
-    }
-
-    async fn wait_member_data(&self, name: &str, key: &str, value: Option<&str>) -> Result<()> {
-        wait_for(
-            &format!("ConfigMap {name} in the member to have {key}={value:?}"),
-            Duration::from_secs(60),
-            || async {
-                let data = self.member_data(name).await?;
-                let seen = data.as_ref().and_then(|d| d.get(key)).map(String::as_str);
-                Ok(if seen == value {
-                    Seen::Done(())
-                } else {
-                    Seen::not_yet(format!("{data:?}"))
-                })
-            },
-        )
-        .await
-    }
-}
+/// How long each step may take.
+const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Result<()> {
-    let s = Setup::start("sync-flow").await?;
+    let s = SyncerSetup::start("sync-flow", Options::default()).await?;
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": s.ns.name()},
@@ -212,8 +36,10 @@ async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Resul
     )
     .await?;
 
-    let work = s.work_condition("web", "Available", "True", None).await?;
-    s.work_condition("web", "Applied", "True", Some("Applied"))
+    let work = s
+        .work_condition("web", "Available", "True", None, WAIT)
+        .await?;
+    s.work_condition("web", "Applied", "True", Some("Applied"), WAIT)
         .await?;
     let status = work.status.unwrap_or_default();
     let d = status
@@ -255,7 +81,7 @@ async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Resul
             &Patch::Merge(json!({"spec": {"manifests": manifests}})),
         )
         .await?;
-    s.wait_member_data("settings", "color", Some("green"))
+    s.wait_member_data("settings", "color", Some("green"), WAIT)
         .await?;
 
     // A hand edit in the member is reverted.
@@ -266,7 +92,7 @@ async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Resul
             &Patch::Merge(json!({"data": {"color": "red"}})),
         )
         .await?;
-    s.wait_member_data("settings", "color", Some("green"))
+    s.wait_member_data("settings", "color", Some("green"), WAIT)
         .await?;
 
     // Deleting the Work deletes its objects from the member (deletePolicy Delete by default).
@@ -291,7 +117,7 @@ async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Resul
 
 #[tokio::test]
 async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects() -> Result<()> {
-    let s = Setup::start("sync-conflict").await?;
+    let s = SyncerSetup::start("sync-conflict", Options::default()).await?;
     let existing: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "precious", "namespace": s.ns.name()}, "data": {"owner": "someone else"}
     }))?;
@@ -305,7 +131,7 @@ async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects
     )
     .await?;
     let w = s
-        .work_condition("take", "Applied", "False", Some("Conflict"))
+        .work_condition("take", "Applied", "False", Some("Conflict"), WAIT)
         .await?;
     let message = w
         .status
@@ -317,7 +143,7 @@ async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects
         "the conflict names the object: {message}"
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    s.wait_member_data("precious", "owner", Some("someone else"))
+    s.wait_member_data("precious", "owner", Some("someone else"), WAIT)
         .await?;
 
     // Adopt takes it over.
@@ -328,9 +154,10 @@ async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects
             &Patch::Merge(json!({"spec": {"conflictPolicy": "Adopt", "deletePolicy": "Orphan"}})),
         )
         .await?;
-    s.wait_member_data("precious", "owner", Some("flotilla"))
+    s.wait_member_data("precious", "owner", Some("flotilla"), WAIT)
         .await?;
-    s.work_condition("take", "Applied", "True", None).await?;
+    s.work_condition("take", "Applied", "True", None, WAIT)
+        .await?;
 
     // Orphan: deleting the Work leaves the object in the member.
     s.works().delete("take", &DeleteParams::default()).await?;
