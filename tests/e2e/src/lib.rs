@@ -28,6 +28,7 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
+pub mod access;
 pub mod api;
 pub mod bootstrap;
 pub mod clusters;

@@ -7,15 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::{Cluster, names};
+use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api::{self, ClusterScopedObjects};
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, repo_root, wait_for};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
@@ -146,6 +144,7 @@ async fn token_for(hub: &Client, namespace: &str, service_account: &str) -> Resu
         .ok_or_else(|| anyhow!("no token for {namespace}/{service_account}"))
 }
 
+/// Asks the hub whether `user` may `verb` `resource` in `namespace`.
 async fn allowed(
     hub: &Client,
     user: &str,
@@ -154,24 +153,14 @@ async fn allowed(
     resource: &str,
     namespace: Option<&str>,
 ) -> Result<bool> {
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.into()),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                namespace: namespace.map(String::from),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
+    let request = Request {
+        verb,
+        group,
+        resource,
+        namespace,
+        name: None,
     };
-    let result = Api::<SubjectAccessReview>::all(hub.clone())
-        .create(&PostParams::default(), &review)
-        .await?;
-    Ok(result.status.is_some_and(|s| s.allowed))
+    access::allowed(hub, user, &[], request).await
 }
 
 #[tokio::test]

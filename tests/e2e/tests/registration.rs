@@ -8,15 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, names};
+use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
     ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
 };
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -471,7 +469,8 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
     Ok(())
 }
 
-/// Asks the hub whether `user` may `verb` `resource` in `namespace`.
+/// Asks the hub whether the agent `user` (in the agents' group) may `verb` `resource` in
+/// `namespace`.
 async fn allowed(
     hub: &Client,
     user: &str,
@@ -481,29 +480,15 @@ async fn allowed(
     namespace: Option<&str>,
     name: Option<&str>,
 ) -> Result<bool> {
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.into()),
-            groups: Some(vec![
-                names::AGENT_GROUP.into(),
-                "system:authenticated".into(),
-            ]),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                namespace: namespace.map(String::from),
-                name: name.map(String::from),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
+    let groups = [names::AGENT_GROUP, "system:authenticated"];
+    let request = Request {
+        verb,
+        group,
+        resource,
+        namespace,
+        name,
     };
-    let result = Api::<SubjectAccessReview>::all(hub.clone())
-        .create(&PostParams::default(), &review)
-        .await?;
-    Ok(result.status.is_some_and(|s| s.allowed))
+    access::allowed(hub, user, &groups, request).await
 }
 
 #[tokio::test]
