@@ -3,10 +3,9 @@
 //! bootstrap kubeconfig), the agent process, and clean-up of what a test registered.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use flotilla_api::cluster::Cluster;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -18,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use crate::process::{controller_binary, free_port, http_get};
+use crate::process::ControllerProcess;
 use crate::{ClusterInfo, Environment, api, client_from_kubeconfig, random_suffix};
 
 /// Namespace of the bootstrap ServiceAccounts on the hub.
@@ -278,13 +277,9 @@ pub fn write_private(path: &Path, contents: &str) -> Result<()> {
 }
 
 /// `flotilla-registration agent` as a process: its output goes to a log file, it is killed when
-/// dropped. (The agent's flags follow the subcommand, so [`crate::process::ControllerProcess`],
-/// which puts its own flags first, cannot start it.)
+/// dropped.
 pub struct AgentProcess {
-    child: tokio::process::Child,
-    /// Address of its metrics and health server.
-    pub http: std::net::SocketAddr,
-    pub log_path: PathBuf,
+    process: ControllerProcess,
 }
 
 impl AgentProcess {
@@ -296,58 +291,45 @@ impl AgentProcess {
         registration: &Registration,
         extra: &[&str],
     ) -> Result<Self> {
-        let path = controller_binary("flotilla-registration")?;
-        let http: std::net::SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-        let log_path = crate::scratch_dir().join(format!(
-            "flotilla-e2e-agent-{}-{}.log",
-            registration.cluster,
-            random_suffix()
-        ));
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = tokio::process::Command::new(&path)
-            .arg("agent")
-            .args(["--metrics-address", &http.to_string()])
-            .args(["--health-address", &http.to_string()])
-            .arg("--kubeconfig")
-            .arg(&member.kubeconfig)
-            .args(["--lease-namespace", namespace])
-            .args(["--identity", &format!("agent-{}", registration.cluster)])
-            .args(["--cluster-name", &registration.cluster])
-            .arg("--hub-kubeconfig")
-            .arg(&registration.kubeconfig)
-            .args(["--hub-credential-namespace", namespace])
-            .args(extra)
-            .env("FLOTILLA_LOG_LEVEL", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", path.display()))?;
-        Ok(Self {
-            child,
-            http,
-            log_path,
-        })
+        let member_kubeconfig = member.kubeconfig.to_string_lossy().into_owned();
+        let hub_kubeconfig = registration.kubeconfig.to_string_lossy().into_owned();
+        let identity = format!("agent-{}", registration.cluster);
+        let mut args = vec![
+            "--kubeconfig",
+            member_kubeconfig.as_str(),
+            "--lease-namespace",
+            namespace,
+            "--identity",
+            identity.as_str(),
+            "--cluster-name",
+            registration.cluster.as_str(),
+            "--hub-kubeconfig",
+            hub_kubeconfig.as_str(),
+            "--hub-credential-namespace",
+            namespace,
+        ];
+        args.extend_from_slice(extra);
+        let process =
+            ControllerProcess::start_subcommand("flotilla-registration", &["agent"], &args)?;
+        Ok(Self { process })
     }
 
     /// What the agent wrote so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.process.log()
     }
 
     /// `GET path` on the agent's HTTP server.
     pub async fn get(&self, path: &str) -> Result<(u16, String)> {
-        http_get(self.http, path).await
+        self.process.get(path).await
     }
 
     /// Stops the agent (SIGKILL) and waits for it.
     pub async fn kill(&mut self) -> Result<()> {
-        self.child.start_kill().context("killing the agent")?;
-        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
-            Ok(status) => status.map(|_| ()).context("waiting for the agent"),
-            Err(_) => bail!("the agent did not exit within 10s"),
-        }
+        self.process.signal("KILL")?;
+        self.process
+            .wait_exit(Duration::from_secs(10))
+            .await
+            .map(|_| ())
     }
 }

@@ -47,6 +47,12 @@ impl ControllerProcess {
     /// Starts `binary` (e.g. `flotilla-syncer`) with `args`, serving metrics and health on a free
     /// port of 127.0.0.1.
     pub fn start(binary: &str, args: &[&str]) -> Result<Self> {
+        Self::start_subcommand(binary, &[], args)
+    }
+
+    /// Like [`ControllerProcess::start`], for a subcommand such as `flotilla-registration agent`:
+    /// `subcommand` goes first, since a subcommand's flags follow it.
+    pub fn start_subcommand(binary: &str, subcommand: &[&str], args: &[&str]) -> Result<Self> {
         let path = controller_binary(binary)?;
         let port = free_port()?;
         let http: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -57,6 +63,7 @@ impl ControllerProcess {
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
         let child = tokio::process::Command::new(&path)
+            .args(subcommand)
             .args(["--metrics-address", &http.to_string()])
             .args(["--health-address", &http.to_string()])
             .args(args)
