@@ -279,17 +279,7 @@ impl<'a> Parser<'a> {
                 "maxItems" => s.max_items = Some(count(v, path, key)?),
                 "minProperties" => s.min_properties = Some(count(v, path, key)?),
                 "maxProperties" => s.max_properties = Some(count(v, path, key)?),
-                "required" => {
-                    let names = v
-                        .as_array()
-                        .ok_or_else(|| invalid(path, key, "expected a list of names"))?;
-                    for n in names {
-                        let n = n
-                            .as_str()
-                            .ok_or_else(|| invalid(path, key, "expected a list of names"))?;
-                        s.required.insert(n.to_string());
-                    }
-                }
+                "required" => s.required.extend(names(v, path, key)?),
                 "properties" => {
                     let props = v
                         .as_object()
@@ -369,17 +359,7 @@ impl<'a> Parser<'a> {
                 "x-kubernetes-embedded-resource" => s.embedded_resource = boolean(v, path, key)?,
                 "x-kubernetes-list-type" => s.list_type = Some(string(v, path, key)?),
                 "x-kubernetes-map-type" => s.map_type = Some(string(v, path, key)?),
-                "x-kubernetes-list-map-keys" => {
-                    let keys = v
-                        .as_array()
-                        .ok_or_else(|| invalid(path, key, "expected a list of names"))?;
-                    for k in keys {
-                        let k = k
-                            .as_str()
-                            .ok_or_else(|| invalid(path, key, "expected a list of names"))?;
-                        s.list_map_keys.push(k.to_string());
-                    }
-                }
+                "x-kubernetes-list-map-keys" => s.list_map_keys.extend(names(v, path, key)?),
                 "x-kubernetes-validations" => {
                     let rules = v
                         .as_array()
@@ -430,6 +410,16 @@ fn string(v: &Value, path: &Path, key: &str) -> Result<String, SchemaError> {
     v.as_str()
         .map(str::to_string)
         .ok_or_else(|| invalid(path, key, "expected a string"))
+}
+
+/// A list of strings, such as `required` or `x-kubernetes-list-map-keys`.
+fn names(v: &Value, path: &Path, key: &str) -> Result<Vec<String>, SchemaError> {
+    let expected = || invalid(path, key, "expected a list of names");
+    v.as_array()
+        .ok_or_else(expected)?
+        .iter()
+        .map(|n| n.as_str().map(str::to_string).ok_or_else(expected))
+        .collect()
 }
 
 fn boolean(v: &Value, path: &Path, key: &str) -> Result<bool, SchemaError> {
