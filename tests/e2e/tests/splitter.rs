@@ -134,6 +134,32 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         clusters.create(&PostParams::default(), &c).await?;
         members.push((name, info.client().await?));
     }
+    // All three Ready before the Deployment appears: a member that joins later gets no replicas
+    // (no rebalanceOnJoin), which is not what this test is about.
+    wait_for(
+        "the three members to be Ready",
+        Duration::from_secs(60),
+        || async {
+            let mut not_ready = Vec::new();
+            for (name, _) in &members {
+                let c = clusters.get(name).await?;
+                let ready = c
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter())
+                    .any(|x| x.type_ == "Ready" && x.status == "True");
+                if !ready {
+                    not_ready.push(name.clone());
+                }
+            }
+            Ok(if not_ready.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("not Ready: {not_ready:?}"))
+            })
+        },
+    )
+    .await?;
 
     let placement: Placement = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
