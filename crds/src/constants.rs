@@ -61,6 +61,7 @@ pub mod finalizers {
     pub const REGISTRATION: &str = "flotilla.dev/registration";
 
     /// On Works: delete (or orphan, per `deletePolicy`) the member objects before the Work goes.
+    /// The splitter writes Works with it already set; the syncer adds it to Works made by others.
     pub const SYNCER: &str = "flotilla.dev/syncer";
 
     /// On placed hub objects: delete their Works (and so their member copies) before they go.

@@ -54,10 +54,12 @@ pub fn agent_role(cluster: &str) -> Role {
             cluster,
         ),
         rules: Some(vec![
+            // patch/update: only the syncer's finalizer, which the admission policy
+            // flotilla-agent-works (deploy/bootstrap) enforces; RBAC cannot name a field.
             rule(
                 &["flotilla.dev"],
                 &["works"],
-                &["get", "list", "watch"],
+                &["get", "list", "watch", "patch", "update"],
                 &[],
             ),
             rule(
@@ -74,6 +76,8 @@ pub fn agent_role(cluster: &str) -> Role {
                 ],
                 &[],
             ),
+            // Events on its Works (conflicts, apply errors).
+            rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
             // RBAC cannot restrict create by name; get/update only the agent's own Lease.
             rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
             rule(

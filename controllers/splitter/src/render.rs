@@ -1,7 +1,7 @@
 //! Pure Work rendering: one Work per hub object and member, with a deterministic name, the
 //! manifest stripped of hub-only metadata, and that member's replica count.
 
-use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, labels, names};
+use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
 
@@ -119,6 +119,9 @@ pub fn render(
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         ),
+        // Written with the syncer's finalizer, so the syncer's first look at a new Work applies
+        // it instead of spending a hub write (and a reconciliation) on adding the finalizer.
+        finalizers: Some(vec![finalizers::SYNCER.to_string()]),
         ..ObjectMeta::default()
     };
     Ok(work)
@@ -127,6 +130,7 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
     use serde_json::json;
 
     fn deployment() -> DynamicObject {
@@ -174,6 +178,8 @@ mod tests {
         let a = w.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(a[annotations::SOURCE_KIND], "Deployment");
         assert_eq!(a[annotations::SOURCE_NAMESPACE], "shop");
+        // Born with the syncer's finalizer; none of the hub object's finalizers travel.
+        assert_eq!(w.finalizers(), [finalizers::SYNCER]);
         assert_eq!(
             render(&deployment(), "member1", Some(4), "spread", &spec).expect("again"),
             w

@@ -138,9 +138,13 @@ async fn main() -> Result<()> {
                     async move {
                         let works: Api<flotilla_api::Work> =
                             Api::namespaced(hub, &flotilla_api::names::cluster_namespace(&member));
+                        // As the splitter writes them: with the syncer's finalizer already set.
                         let work = json!({
                             "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
-                            "metadata": {"name": format!("bench-{i}")},
+                            "metadata": {
+                                "name": format!("bench-{i}"),
+                                "finalizers": [flotilla_api::finalizers::SYNCER],
+                            },
                             "spec": {"manifests": [configmap(namespace, i)]},
                         });
                         works

@@ -4,10 +4,12 @@
 //! the syncer reconnects with the new one. If the hub is unreachable, the member keeps running
 //! what it has: nothing is deleted without an observed Work deletion.
 //!
-//! The agent's hub rights allow reading Works and writing their status in its own namespace, not
-//! patching Works: a pull-mode syncer therefore puts no finalizer on Works and deletes member
-//! objects when it observes a Work's deletion on its watch. A Work deleted while the syncer is
-//! not running leaves its objects in place (orphaned, never deleted on a guess).
+//! The agent's hub rights allow reading the Works of its own namespace, writing their status and
+//! adding or removing the syncer's finalizer (nothing else: the admission policy
+//! `flotilla-agent-works` of `deploy/bootstrap` refuses any other change). So deletion works as in
+//! push mode: a deleted Work stays until its member objects are gone, also when it was deleted
+//! while this syncer was not running. When the Cluster is removed, the agent loses its access
+//! first; registration marks the Works `Orphan` and the hub's syncer lets them go.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -71,6 +71,15 @@ pub enum Serving {
     No,
 }
 
+/// Where a Cluster is in its life, as the hub says now (not from a cache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterLifecycle {
+    Present,
+    /// Deleted, held by registration's finalizer while its namespace goes.
+    Removing,
+    Gone,
+}
+
 impl Targets {
     /// Whether this syncer runs in a member (pull mode).
     pub fn is_pull(&self) -> bool {
@@ -107,12 +116,16 @@ impl Targets {
         self.clusters.get(&ObjectRef::new(name))
     }
 
-    /// Whether Cluster `name` exists on the hub at all (also when this syncer does not serve it).
-    pub async fn exists(&self, name: &str) -> Result<bool, kube::Error> {
-        Ok(Api::<Cluster>::all(self.hub.clone())
-            .get_opt(name)
-            .await?
-            .is_some())
+    /// Whether Cluster `name` exists on the hub, or is being removed (also when this syncer does
+    /// not serve it).
+    pub async fn lifecycle(&self, name: &str) -> Result<ClusterLifecycle, kube::Error> {
+        Ok(
+            match Api::<Cluster>::all(self.hub.clone()).get_opt(name).await? {
+                None => ClusterLifecycle::Gone,
+                Some(c) if c.metadata.deletion_timestamp.is_some() => ClusterLifecycle::Removing,
+                Some(_) => ClusterLifecycle::Present,
+            },
+        )
     }
 
     /// Forgets the client of member `name` (it went away, or this syncer no longer serves it).
@@ -134,8 +147,8 @@ impl Targets {
             };
         }
         let Some(cluster) = self.cluster(name) else {
-            return Err(match self.exists(name).await {
-                Ok(false) => Unavailable::Gone(name.into()),
+            return Err(match self.lifecycle(name).await {
+                Ok(ClusterLifecycle::Gone) => Unavailable::Gone(name.into()),
                 _ => Unavailable::NotServed(name.into()),
             });
         };

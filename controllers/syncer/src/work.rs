@@ -33,7 +33,7 @@ use crate::manifest::prepare;
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::shard::{self, ShardConfig, Shards};
 use crate::status::{Verdict, manifest_status, same_ignoring_times, work_conditions};
-use crate::targets::{Serving, Targets, Unavailable};
+use crate::targets::{ClusterLifecycle, Serving, Targets, Unavailable};
 use crate::watches::{MemberWatches, Use};
 
 /// Why a reconciliation failed.
@@ -206,22 +206,13 @@ pub async fn serve(
     cluster_events: BoxStream<'static, Result<Cluster, watcher::Error>>,
     shards: Option<Arc<Shards>>,
 ) -> anyhow::Result<()> {
-    let pull = targets.pull.is_some();
     // Works, cached; only changes of spec or lifecycle trigger a reconciliation (the syncer's
-    // own status writes do not). In pull mode, deletions are acted on as they are observed.
+    // own status writes do not).
     let (works, writer) = reflector::store::<Work>();
     let seen = tracking.clone();
-    let (deleted_tx, deleted_rx) = mpsc::unbounded::<Work>();
     let work_events = watcher(hub.works.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
-        .inspect_ok(move |event| {
-            if let watcher::Event::Delete(w) = event
-                && pull
-            {
-                let _ = deleted_tx.unbounded_send(w.clone());
-            }
-        })
         .applied_objects()
         .predicate_filter(spec_or_lifecycle, Default::default())
         .inspect_ok(move |w| seen.work_seen(w));
@@ -303,16 +294,6 @@ pub async fn serve(
         });
     }
 
-    // Pull mode: a Work deletion observed on the hub deletes its member objects (the agent's
-    // rights do not allow a finalizer on Works; see `cleanup_observed`).
-    let deletions = state.clone();
-    tokio::spawn(async move {
-        let mut deleted_rx = deleted_rx;
-        while let Some(work) = deleted_rx.next().await {
-            cleanup_observed(work, deletions.clone()).await;
-        }
-    });
-
     // Members this syncer no longer serves (deleted, or deselected) keep no watch and no client.
     let janitor = state.clone();
     let shutdown = ctx.shutdown.clone();
@@ -340,33 +321,6 @@ pub async fn serve(
         })
         .await;
     Ok(())
-}
-
-/// Pull mode: deletes the member objects of a Work whose deletion was observed (unless its
-/// deletePolicy is Orphan), retrying while the member does not answer. Works deleted while the
-/// syncer was not running leave their objects in place: nothing is deleted on a guess.
-async fn cleanup_observed(work: Work, state: Arc<Syncer>) {
-    let Some(cluster) = work.cluster_name().map(str::to_string) else {
-        return;
-    };
-    let key = ObjectRef::from_obj(&work);
-    loop {
-        match cleanup(&work, &cluster, &state).await {
-            Ok(_) => {
-                tracing::info!(work = %work_ref(&work), "the Work was deleted: its member objects are handled per deletePolicy");
-                state.watches.release(&key);
-                state.tracking.forget(&key);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(work = %work_ref(&work), error = %e, "deleting the member objects of a deleted Work; retrying")
-            }
-        }
-        tokio::select! {
-            _ = state.ctx.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
-    }
 }
 
 fn work_ref(work: &Work) -> String {
@@ -402,23 +356,12 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
         // Not in a flotilla-cluster-<name> namespace: not a Work for any member.
         return Ok(Action::await_change());
     };
-    match state.targets.serving(&cluster) {
-        Serving::Yes => {}
-        // A pull-mode member's agent syncs its Works itself.
-        Serving::ByAgent => return Ok(Action::await_change()),
-        // Not served by this syncer (another shard, or not selected): not touched — not even
-        // with a finalizer. The one exception: a deleted Work whose Cluster is gone can be let
-        // go by any push-mode syncer, since no member is left to clean up.
-        Serving::No => {
-            let ours = work.finalizers().iter().any(|f| f == finalizers::SYNCER);
-            let let_go = ours
-                && !state.targets.is_pull()
-                && work.metadata.deletion_timestamp.is_some()
-                && !state.targets.exists(&cluster).await?;
-            if !let_go {
-                return Ok(Action::await_change());
-            }
-        }
+    if state.targets.serving(&cluster) != Serving::Yes
+        && !may_let_go(&work, &cluster, &state).await?
+    {
+        // Not served by this syncer (a pull-mode member's own syncer, another shard, or not
+        // selected): not touched — not even with a finalizer.
+        return Ok(Action::await_change());
     }
     let _in_flight = InFlight::new(
         state
@@ -428,46 +371,52 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
             .with_label_values(&[&cluster]),
     );
     let span = tracing::info_span!("reconcile", controller = "work", cluster = %cluster, object = %work_ref(&work));
-    let result = if state.targets.is_pull() {
-        // The agent's credential cannot patch Works: no finalizer; deletions are handled as
-        // they are observed (`cleanup_observed`).
-        if work.metadata.deletion_timestamp.is_some() {
-            Ok(Action::await_change())
-        } else {
-            apply(&work, &cluster, &state, member_change)
-                .instrument(span)
-                .await
-        }
-    } else {
-        let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
-        finalizer(&api, finalizers::SYNCER, work, |event| async {
-            match event {
-                FinalizerEvent::Apply(w) => apply(&w, &cluster, &state, member_change).await,
-                FinalizerEvent::Cleanup(w) => {
-                    let done = cleanup(&w, &cluster, &state).await;
-                    if done.is_ok() {
-                        // The Work lets go of its member objects: nothing of it is watched or
-                        // counted.
-                        state.watches.release(&key);
-                        state.tracking.forget(&key);
-                    }
-                    done
+    // In pull mode too: the agent's credential may add and remove this finalizer, and nothing
+    // else of a Work (admission policy flotilla-agent-works).
+    let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
+    let result = finalizer(&api, finalizers::SYNCER, work, |event| async {
+        match event {
+            FinalizerEvent::Apply(w) => apply(&w, &cluster, &state, member_change).await,
+            FinalizerEvent::Cleanup(w) => {
+                let done = cleanup(&w, &cluster, &state).await;
+                if done.is_ok() {
+                    // The Work lets go of its member objects: nothing of it is watched or
+                    // counted.
+                    state.watches.release(&key);
+                    state.tracking.forget(&key);
                 }
+                done
             }
-        })
-        .instrument(span)
-        .await
-        .map_err(|e| match e {
-            finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-            other => Error::Finalizer(other.to_string()),
-        })
-    };
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    });
     state.ctx.metrics.observe_reconcile(
         "work",
         started.elapsed().as_secs_f64(),
         result.as_ref().err().map(|e| e.category()),
     );
     result
+}
+
+/// Whether this push-mode syncer may remove its finalizer from a deleted Work of a member it
+/// does not serve: when no member is left to clean up (the Cluster is gone), or when the Cluster
+/// is being removed and registration has marked the Work `Orphan` (a pull-mode member's agent has
+/// lost its access by then, so it could not let go itself).
+async fn may_let_go(work: &Work, cluster: &str, state: &Syncer) -> Result<bool, Error> {
+    let ours = work.finalizers().iter().any(|f| f == finalizers::SYNCER);
+    if !ours || state.targets.is_pull() || work.metadata.deletion_timestamp.is_none() {
+        return Ok(false);
+    }
+    Ok(match state.targets.lifecycle(cluster).await? {
+        ClusterLifecycle::Gone => true,
+        ClusterLifecycle::Removing => work.spec.delete_policy == DeletePolicy::Orphan,
+        ClusterLifecycle::Present => false,
+    })
 }
 
 fn error_policy(work: Arc<Work>, error: &Error, _state: Arc<Syncer>) -> Action {

@@ -555,6 +555,16 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     let hub = &s.hub;
     let may = [
         ("list", "flotilla.dev", "works", Some(own.as_str()), None),
+        // Only the syncer's finalizer; admission policy flotilla-agent-works refuses the rest
+        // (tests/e2e/tests/syncer_pull.rs).
+        ("update", "flotilla.dev", "works", Some(own.as_str()), None),
+        (
+            "create",
+            "events.k8s.io",
+            "events",
+            Some(own.as_str()),
+            None,
+        ),
         (
             "patch",
             "flotilla.dev",
@@ -599,9 +609,17 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
             Some(foreign.as_str()),
             None,
         ),
+        (
+            "patch",
+            "flotilla.dev",
+            "works",
+            Some(foreign.as_str()),
+            None,
+        ),
+        ("create", "flotilla.dev", "works", Some(own.as_str()), None),
+        ("delete", "flotilla.dev", "works", Some(own.as_str()), None),
         ("get", "", "secrets", Some(own.as_str()), None),
         ("list", "", "secrets", None, None),
-        ("update", "flotilla.dev", "works", Some(own.as_str()), None),
         (
             "get",
             "flotilla.dev",

@@ -1,18 +1,21 @@
 //! The syncer in pull mode: it runs against the member, reaches the hub only with the credential
 //! the registration agent obtained (least privilege: Works of its own namespace), applies the
-//! member's Works, brings their status up, reverts drift and deletes on an observed deletion.
+//! member's Works, brings their status up, reverts drift, holds each Work with its finalizer
+//! (the only change to a Work its credential may make) and deletes the member objects of a
+//! deleted Work — also one deleted while the syncer was not running.
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
-use flotilla_api::{Work, labels, names};
+use flotilla_api::{Work, finalizers, labels, names};
 use flotilla_e2e::bootstrap::{AgentProcess, Registration};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
+use flotilla_runtime::member_client::{client_from_kubeconfig, kubeconfig_from_secret};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const SELECTOR_LABEL: &str = "e2e.flotilla.dev/syncer-pull";
@@ -83,24 +86,27 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     // The syncer runs "in the member": its own cluster is the member, the hub is reached with
     // the agent's credential only.
     let member_kubeconfig = member_info.kubeconfig.to_string_lossy().into_owned();
-    let syncer = ControllerProcess::start(
-        "flotilla-syncer",
-        &[
-            "--kubeconfig",
-            &member_kubeconfig,
-            "--lease-namespace",
-            member_ns.name(),
-            "--pull",
-            "--cluster-name",
-            &cluster,
-            "--hub-credential-namespace",
-            member_ns.name(),
-            "--hub-credential-secret",
-            CREDENTIAL_SECRET,
-            "--resync-interval",
-            "5m",
-        ],
-    )?;
+    let start_syncer = || {
+        ControllerProcess::start(
+            "flotilla-syncer",
+            &[
+                "--kubeconfig",
+                &member_kubeconfig,
+                "--lease-namespace",
+                member_ns.name(),
+                "--pull",
+                "--cluster-name",
+                &cluster,
+                "--hub-credential-namespace",
+                member_ns.name(),
+                "--hub-credential-secret",
+                CREDENTIAL_SECRET,
+                "--resync-interval",
+                "5m",
+            ],
+        )
+    };
+    let syncer = start_syncer()?;
 
     let works: Api<Work> = Api::namespaced(hub.clone(), &names::cluster_namespace(&cluster));
     let work: Work = serde_json::from_value(json!({
@@ -152,28 +158,142 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     .await?;
     wait_color(&cms, "blue").await?;
 
-    // The Work's deletion, observed on the hub, deletes the member object.
+    // The syncer holds the Work with its finalizer, using the agent's credential; that credential
+    // may change nothing else of a Work (admission policy flotilla-agent-works).
+    let held = works.get("settings").await?;
+    ensure!(
+        held.finalizers().iter().any(|f| f == finalizers::SYNCER),
+        "the pull-mode syncer must hold the Work with its finalizer: {:?}",
+        held.finalizers()
+    );
+    let as_agent: Api<Work> = Api::namespaced(
+        agent_hub_client(&secrets).await?,
+        &names::cluster_namespace(&cluster),
+    );
+    for (what, patch) in [
+        ("spec", json!({"spec": {"deletePolicy": "Orphan"}})),
+        ("labels", json!({"metadata": {"labels": {"x": "y"}}})),
+        (
+            "finalizers",
+            json!({"metadata": {"finalizers": [finalizers::SYNCER, "example.com/other"]}}),
+        ),
+    ] {
+        let refused = as_agent
+            .patch("settings", &PatchParams::default(), &Patch::Merge(patch))
+            .await;
+        ensure!(
+            matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("an agent may")),
+            "the agent's credential must not change the {what} of a Work: {refused:?}"
+        );
+    }
+
+    // A Work deleted while the syncer is not running waits for it: its member object is deleted
+    // once the syncer is back, and only then does the Work go.
+    drop(syncer);
     works.delete("settings", &DeleteParams::default()).await?;
+    flotilla_e2e::holds_for(
+        "the deleted Work and its member object to stay while no syncer runs",
+        Duration::from_secs(3),
+        || async {
+            let work = works.get_opt("settings").await?;
+            let object = cms.get_opt("settings").await?;
+            Ok(match (work, object) {
+                (Some(w), Some(_)) if w.metadata.deletion_timestamp.is_some() => Ok(()),
+                (w, o) => Err(format!(
+                    "work {:?}, object present: {}",
+                    w.map(|w| w.metadata.deletion_timestamp),
+                    o.is_some()
+                )),
+            })
+        },
+    )
+    .await?;
+    let syncer = start_syncer()?;
     wait_for(
-        "the member object to be deleted with its Work",
+        "the member object and then the Work to be deleted",
         Duration::from_secs(30),
         || async {
-            Ok(if cms.get_opt("settings").await?.is_none() {
-                Seen::Done(())
-            } else {
-                Seen::not_yet("still there")
+            let object = cms.get_opt("settings").await?;
+            let work = works.get_opt("settings").await?;
+            Ok(match (object, work) {
+                (None, None) => Seen::Done(()),
+                (o, w) => Seen::not_yet(format!(
+                    "object present: {}, Work present: {}",
+                    o.is_some(),
+                    w.is_some()
+                )),
             })
         },
     )
     .await
     .with_context(|| format!("syncer log:\n{}", syncer.log()))?;
+
+    // Removing the Cluster: the agent loses its access first, so it cannot let go of its Works;
+    // registration marks them Orphan and the hub's syncer lets them go. The member keeps the
+    // object.
+    works.create(&PostParams::default(), &work).await?;
+    wait_color(&cms, "blue").await?;
+    wait_for(
+        "the syncer to hold the new Work",
+        Duration::from_secs(30),
+        || async {
+            let w = works.get("settings").await?;
+            Ok(if w.finalizers().iter().any(|f| f == finalizers::SYNCER) {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{:?}", w.finalizers()))
+            })
+        },
+    )
+    .await?;
+    let hub_syncer = ControllerProcess::start(
+        "flotilla-syncer",
+        &[
+            "--kubeconfig",
+            &hub_kubeconfig,
+            "--lease-namespace",
+            hub_ns.name(),
+            "--cluster-selector",
+            &format!("{SELECTOR_LABEL}={selector}"),
+        ],
+    )?;
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    clusters.delete(&cluster, &DeleteParams::default()).await?;
+    wait_for(
+        "the Cluster to be removed",
+        Duration::from_secs(60),
+        || async {
+            Ok(match clusters.get_opt(&cluster).await? {
+                None => Seen::Done(()),
+                Some(c) => Seen::not_yet(format!("finalizers {:?}", c.finalizers())),
+            })
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "hub syncer log:\n{}\nregistration log:\n{}",
+            hub_syncer.log(),
+            hub_controller.log()
+        )
+    })?;
+    ensure!(
+        cms.get_opt("settings").await?.is_some(),
+        "the member object of an orphaned Work must stay in the member"
+    );
+    drop(hub_syncer);
     drop(syncer);
     drop(agent);
-    let _ = Api::<Cluster>::all(hub.clone())
-        .delete(&cluster, &DeleteParams::default())
-        .await;
     drop(registration);
     Ok(())
+}
+
+/// A hub client with the agent's own credential, as it keeps it in the member.
+async fn agent_hub_client(secrets: &Api<Secret>) -> Result<kube::Client> {
+    let secret = secrets.get(CREDENTIAL_SECRET).await?;
+    let key = names::DEFAULT_KUBECONFIG_KEY;
+    let kubeconfig = kubeconfig_from_secret(&secret, key)?;
+    Ok(client_from_kubeconfig(kubeconfig, CREDENTIAL_SECRET, key).await?)
 }
 
 async fn wait_color(cms: &Api<ConfigMap>, want: &str) -> Result<()> {
