@@ -155,7 +155,7 @@ show
 
 if [[ "${TOUR}" == 1 ]]; then
   echo
-  log "== tour: stopping member1; after the grace period its replicas move to the other members"
+  log "== tour: stopping member1; once it has been unready for the grace period and the Placement's failover toleration (30 s), its replicas move to the other members"
   "${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" stop-member member1 >/dev/null
   t0="$(now)"
   placed() { "${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message} {.status.availableReplicas}'; }

@@ -157,6 +157,9 @@ pub mod reasons {
     pub const SECRET_KEY_NOT_FOUND: &str = "SecretKeyNotFound";
     /// The member answered, but `/readyz` says it is not ready.
     pub const NOT_READY: &str = "NotReady";
+    /// A Placement's member that was not Ready for longer than the failover toleration: its work
+    /// moves to the other members.
+    pub const FAILED_OVER: &str = "FailedOver";
     /// No successful probe or heartbeat within the grace period.
     pub const HEARTBEAT_EXPIRED: &str = "HeartbeatExpired";
 

@@ -1,5 +1,6 @@
 //! Kubernetes Events on the objects users look at.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
@@ -45,6 +46,18 @@ impl Events {
             .await;
     }
 
+    /// A Normal event on an object known by reference (e.g. a dynamically typed one).
+    pub async fn normal_ref(
+        &self,
+        reference: &ObjectReference,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
+        self.publish_ref(reference, EventType::Normal, reason, action, note.into())
+            .await;
+    }
+
     async fn publish<K>(
         &self,
         object: &K,
@@ -55,7 +68,18 @@ impl Events {
     ) where
         K: Resource<DynamicType = ()>,
     {
-        let reference = object.object_ref(&());
+        self.publish_ref(&object.object_ref(&()), type_, reason, action, note)
+            .await;
+    }
+
+    async fn publish_ref(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.into(),
@@ -63,7 +87,7 @@ impl Events {
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::warn!(
                 object = reference.name.as_deref().unwrap_or_default(),
                 reason,

@@ -6,19 +6,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_api::placement::{ReplicaSchedulingType, ResourceSelector};
+use flotilla_api::condition::ConditionStatus;
+use flotilla_api::placement::{
+    ClusterDecision, ClusterExclusion, ObjectDecision, ReplicaSchedulingType, ResourceSelector,
+};
 use flotilla_api::{
-    Cluster, Placement, Work, annotations, conditions, field_managers, labels, names,
+    Cluster, Placement, Work, annotations, conditions, field_managers, labels, names, reasons,
 };
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -118,37 +122,44 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
         cluster_watch.clone(),
     );
 
-    let controller = Controller::new(placements_api, watcher::Config::default());
-    let placements = controller.store();
+    // Placements, cached; only spec changes (and deletion) trigger: the splitter's own status
+    // writes do not.
+    let (placements, writer) = reflector::store::<Placement>();
+    let placement_events = watcher(placements_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    // Clusters: what selection reads, not heartbeats.
+    let cluster_events = watcher(Api::<Cluster>::all(client.clone()), cluster_watch)
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(cluster_inputs, Default::default());
+    // Hub Deployments: their spec and deletion, not the status the splitter writes.
+    let deployment_events = spec_changes_and_deletions(
+        watcher(deployments_api, watcher::Config::default()).default_backoff(),
+    );
     let all = placements.clone();
     let same_namespace = placements.clone();
     let by_label = placements.clone();
-    let controller = controller
-        // Any Cluster change may change eligibility of every Placement.
-        .watches(
-            Api::<Cluster>::all(client.clone()),
-            cluster_watch,
-            move |_: Cluster| {
-                all.state()
-                    .iter()
-                    .map(|p| ObjectRef::from_obj(&**p))
-                    .collect::<Vec<_>>()
-            },
-        )
+    let controller = Controller::for_stream(placement_events, placements)
+        // A Cluster change may change the eligibility of members for every Placement.
+        .watches_stream(cluster_events, move |_: Cluster| {
+            all.state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
         // A hub Deployment changes: the Placements of its namespace.
-        .watches(
-            deployments_api,
-            watcher::Config::default(),
-            move |d: Deployment| {
-                let ns = d.namespace();
-                same_namespace
-                    .state()
-                    .iter()
-                    .filter(|p| p.namespace() == ns)
-                    .map(|p| ObjectRef::from_obj(&**p))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(deployment_events, move |d: Deployment| {
+            let ns = d.namespace();
+            same_namespace
+                .state()
+                .iter()
+                .filter(|p| p.namespace() == ns)
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
         // A Work's status changes: its Placement aggregates again.
         .watches(
             Api::<Work>::all(client.clone()),
@@ -184,6 +195,57 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
         })
         .await;
     Ok(())
+}
+
+/// The objects of a watch whose generation changed, and every deleted one (a predicate on the
+/// generation alone would drop deletions: a deleted object keeps its last generation).
+fn spec_changes_and_deletions<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>>
+where
+    K: Resource,
+{
+    let mut generations: std::collections::HashMap<String, Option<i64>> = Default::default();
+    events.filter_map(move |event| {
+        let changed = match event {
+            Ok(watcher::Event::Delete(o)) => {
+                generations.remove(&o.uid().unwrap_or_default());
+                Some(Ok(o))
+            }
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                let generation = o.meta().generation;
+                let before = generations.insert(o.uid().unwrap_or_default(), generation);
+                (before != Some(generation)).then_some(Ok(o))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(changed)
+    })
+}
+
+/// What of a Cluster selection reads: labels, spec, conditions (not their heartbeat times) and
+/// allocatable capacity.
+fn cluster_inputs(cluster: &Cluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    cluster.metadata.labels.hash(&mut h);
+    cluster.metadata.generation.hash(&mut h);
+    if let Some(status) = &cluster.status {
+        for c in &status.conditions {
+            (
+                &c.type_,
+                &c.status,
+                &c.reason,
+                &c.last_transition_time.0.to_string(),
+            )
+                .hash(&mut h);
+        }
+        for (k, v) in &status.allocatable {
+            (k, &v.0).hash(&mut h);
+        }
+    }
+    Some(h.finish())
 }
 
 fn error_policy(p: Arc<Placement>, e: &Error, _s: Arc<Splitter>) -> Action {
@@ -227,7 +289,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     let spec = &placement.spec;
     let cluster_objects = state.clusters.state();
     let cluster_refs: Vec<&Cluster> = cluster_objects.iter().map(|c| &**c).collect();
-    let selection: Selection = select(spec, &cluster_refs);
+    let selection: Selection = select(spec, &cluster_refs, Timestamp::now());
     let eligible: BTreeSet<String> = selection
         .candidates
         .iter()
@@ -243,8 +305,22 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         .filter(|w| w.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns))
         .collect();
 
+    let held: BTreeSet<&str> = selection
+        .candidates
+        .iter()
+        .filter(|c| c.held)
+        .map(|c| c.cluster.as_str())
+        .collect();
+    let has_copy = |uid: &str, cluster: &str| {
+        existing.iter().any(|w| {
+            w.labels().get(labels::SOURCE_UID).map(String::as_str) == Some(uid)
+                && w.cluster_name() == Some(cluster)
+                && w.metadata.deletion_timestamp.is_none()
+        })
+    };
     let mut desired: BTreeMap<(String, String), Work> = BTreeMap::new();
     let mut divisions: Vec<(DynamicObject, Division, u32)> = Vec::new();
+    let mut decisions: Vec<ObjectDecision> = Vec::new();
     for (ar, selector) in selected_types(&spec.resource_selectors)? {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
         for object in api.list(&ListParams::default()).await?.items {
@@ -290,9 +366,11 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                     Err(DivisionError::NoCandidates | DivisionError::ZeroWeight) => Division::new(),
                 }
             } else {
+                // A copy everywhere, except that a held member keeps only the copy it has.
                 selection
                     .candidates
                     .iter()
+                    .filter(|c| !c.held || has_copy(&uid, &c.cluster))
                     .map(|c| (c.cluster.clone(), 0))
                     .collect()
             };
@@ -301,13 +379,26 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 api_version: ar.api_version.clone(),
                 kind: ar.kind.clone(),
             });
+            let mut decision = ObjectDecision {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+                name: object.name_any(),
+                excluded: exclusions(&selection, &held, &division),
+                ..Default::default()
+            };
             for (cluster, n) in &division {
                 if divisible && *n == 0 {
                     continue;
                 }
                 let work = render(&object, cluster, divisible.then_some(*n), &name, spec)?;
                 desired.insert((uid.clone(), cluster.clone()), work);
+                decision.clusters.push(ClusterDecision {
+                    cluster: cluster.clone(),
+                    replicas: divisible.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
+                    ..Default::default()
+                });
             }
+            decisions.push(decision);
         }
     }
 
@@ -376,8 +467,23 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         }
     }
 
-    // Aggregated status of every divided Deployment.
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    // What each copy reports, for the decisions.
+    for decision in &mut decisions {
+        let kind = decision.kind.clone();
+        let object_name = decision.name.clone();
+        for c in &mut decision.clusters {
+            let work = current.iter().find(|w| {
+                w.cluster_name() == Some(c.cluster.as_str())
+                    && w.annotations().get(annotations::SOURCE_KIND) == Some(&kind)
+                    && w.annotations().get(annotations::SOURCE_NAME) == Some(&object_name)
+            });
+            c.applied = work.map(|w| work_condition(w, conditions::APPLIED));
+            c.available = work.map(|w| work_condition(w, conditions::AVAILABLE));
+        }
+    }
+
+    // Aggregated status of every divided Deployment, written when it says something new.
+    let now = Timestamp::now().to_string();
     for (object, division, total) in &divisions {
         let uid = object.metadata.uid.clone().unwrap_or_default();
         let copies: Vec<_> = current
@@ -389,7 +495,15 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 Some(copy_of(w, &c, object.metadata.generation))
             })
             .collect();
-        let status = deployment_status(object.metadata.generation, *total, &copies, division, &now);
+        let old = object.data.get("status");
+        let mut status =
+            deployment_status(object.metadata.generation, *total, &copies, division, &now);
+        keep_condition_times(&mut status, old);
+        if old.is_some_and(|o| same_ignoring_times(o, &status)) {
+            continue;
+        }
+        let placed_before = old.and_then(|o| condition_message(o, conditions::PLACED));
+        let placed_now = condition_message(&status, conditions::PLACED);
         let api: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
             &ns,
@@ -401,26 +515,206 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "status": status})),
         )
         .await?;
+        if placed_now.is_some() && placed_before != placed_now {
+            let message = placed_now.unwrap_or_default();
+            let mut reference = object.object_ref(&ar_deployment());
+            reference.api_version = Some("apps/v1".into());
+            reference.kind = Some("Deployment".into());
+            state
+                .ctx
+                .events
+                .normal_ref(&reference, conditions::PLACED, "Place", message)
+                .await;
+        }
     }
 
-    let placed = desired.len();
-    let status = json!({
+    let status = placement_status(placement, &selection, decisions, &now);
+    if placement
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .is_none_or(|old| !same_ignoring_times(&old, &status["status"]))
+    {
+        Api::<Placement>::namespaced(client, &ns)
+            .patch_status(&name, &params, &Patch::Apply(&status))
+            .await?;
+    }
+    Ok(Action::requeue(
+        selection
+            .recheck_after
+            .map_or(RESYNC, |r| r.min(RESYNC) + Duration::from_secs(1)),
+    ))
+}
+
+/// How often a Placement is looked at again without any change.
+const RESYNC: Duration = Duration::from_secs(60);
+
+fn ar_deployment() -> ApiResource {
+    resource("apps", "v1", "Deployment", "deployments")
+}
+
+/// The status of a Work's condition `type_` (Unknown when it has none).
+fn work_condition(work: &Work, type_: &str) -> ConditionStatus {
+    work.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .map_or(ConditionStatus::Unknown, |c| match c.status.as_str() {
+            "True" => ConditionStatus::True,
+            "False" => ConditionStatus::False,
+            _ => ConditionStatus::Unknown,
+        })
+}
+
+/// The selected members an object does not go to (or keeps only what it runs on), with why.
+fn exclusions(
+    selection: &Selection,
+    held: &BTreeSet<&str>,
+    division: &Division,
+) -> Vec<ClusterExclusion> {
+    let to = |e: &crate::eligibility::Excluded| ClusterExclusion {
+        cluster: e.cluster.clone(),
+        reason: e.reason.to_string(),
+        message: Some(e.message.clone()),
+    };
+    selection
+        .excluded
+        .iter()
+        .map(to)
+        .chain(
+            selection
+                .held
+                .iter()
+                .filter(|e| held.contains(e.cluster.as_str()) && !division.contains_key(&e.cluster))
+                .map(to),
+        )
+        .collect()
+}
+
+/// The Placement's status: `Scheduled`, how many objects it selects and the decision for each.
+fn placement_status(
+    placement: &Placement,
+    selection: &Selection,
+    decisions: Vec<ObjectDecision>,
+    now: &str,
+) -> serde_json::Value {
+    let scheduled = !selection.candidates.is_empty();
+    let works: usize = decisions.iter().map(|d| d.clusters.len()).sum();
+    let mut message = format!(
+        "{works} Work(s) for {} object(s) on {} member(s)",
+        decisions.len(),
+        selection.candidates.len()
+    );
+    for e in selection.held.iter().chain(&selection.excluded) {
+        message.push_str(&format!("; {}: {}", e.cluster, e.message));
+    }
+    let mut status = json!({
+        "conditions": [{
+            "type": conditions::SCHEDULED,
+            "status": if scheduled { "True" } else { "False" },
+            "reason": if scheduled { conditions::SCHEDULED } else { reasons::NO_ELIGIBLE_CLUSTER },
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": placement.metadata.generation,
+        }],
+        "selectedObjects": decisions.len(),
+        "decisions": decisions,
+    });
+    let old = placement
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok());
+    keep_condition_times(&mut status, old.as_ref());
+    json!({
         "apiVersion": Placement::api_version(&()),
         "kind": Placement::kind(&()),
-        "status": {
-            "conditions": [{
-                "type": conditions::SCHEDULED,
-                "status": if eligible.is_empty() { "False" } else { "True" },
-                "reason": if eligible.is_empty() { flotilla_api::reasons::NO_ELIGIBLE_CLUSTER } else { conditions::SCHEDULED },
-                "message": format!("{placed} Work(s) on {} eligible member(s){}", eligible.len(),
-                    selection.excluded.iter().map(|e| format!("; {} excluded: {}", e.cluster, e.message)).collect::<String>()),
-                "lastTransitionTime": now,
-                "observedGeneration": placement.metadata.generation,
-            }],
-        },
-    });
-    Api::<Placement>::namespaced(client, &ns)
-        .patch_status(&name, &params, &Patch::Apply(&status))
-        .await?;
-    Ok(Action::requeue(Duration::from_secs(15)))
+        "status": status,
+    })
+}
+
+/// The `message` of condition `type_` in a status object.
+fn condition_message(status: &serde_json::Value, type_: &str) -> Option<String> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["message"].as_str())
+        .map(str::to_string)
+}
+
+const TIME_FIELDS: [&str; 2] = ["lastTransitionTime", "lastUpdateTime"];
+
+/// Carries the times of `old`'s conditions over to `new`'s: `lastTransitionTime` while the
+/// status is the same, `lastUpdateTime` while nothing of the condition changed. A status that
+/// says the same thing is then equal to the one written before.
+fn keep_condition_times(new: &mut serde_json::Value, old: Option<&serde_json::Value>) {
+    let Some(old_conditions) = old.and_then(|o| o["conditions"].as_array()) else {
+        return;
+    };
+    let Some(conditions) = new["conditions"].as_array_mut() else {
+        return;
+    };
+    for c in conditions {
+        let Some(before) = old_conditions.iter().find(|o| o["type"] == c["type"]) else {
+            continue;
+        };
+        if before["status"] != c["status"] {
+            continue;
+        }
+        let unchanged = ["reason", "message"].iter().all(|k| before[k] == c[k]);
+        for field in TIME_FIELDS {
+            let keep = field == "lastTransitionTime" || unchanged;
+            if keep && let Some(t) = before.get(field) {
+                c[field] = t.clone();
+            }
+        }
+    }
+}
+
+/// Whether two status objects are equal apart from condition times.
+fn same_ignoring_times(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    fn strip(v: &serde_json::Value) -> serde_json::Value {
+        let mut v = v.clone();
+        if let Some(cs) = v["conditions"].as_array_mut() {
+            for c in cs {
+                if let Some(o) = c.as_object_mut() {
+                    for f in TIME_FIELDS {
+                        o.remove(f);
+                    }
+                }
+            }
+        }
+        v
+    }
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_that_says_the_same_keeps_its_times_and_is_not_written_again() {
+        let old = json!({"replicas": 3, "conditions": [
+            {"type": "Available", "status": "True", "reason": "R", "message": "m",
+             "lastTransitionTime": "t0", "lastUpdateTime": "t0"}]});
+        let mut same = json!({"replicas": 3, "conditions": [
+            {"type": "Available", "status": "True", "reason": "R", "message": "m",
+             "lastTransitionTime": "t1", "lastUpdateTime": "t1"}]});
+        keep_condition_times(&mut same, Some(&old));
+        assert_eq!(same, old);
+        assert!(same_ignoring_times(&old, &same));
+
+        let mut reworded = json!({"replicas": 3, "conditions": [
+            {"type": "Available", "status": "True", "reason": "R", "message": "m2",
+             "lastTransitionTime": "t1", "lastUpdateTime": "t1"}]});
+        keep_condition_times(&mut reworded, Some(&old));
+        assert_eq!(reworded["conditions"][0]["lastTransitionTime"], "t0");
+        assert_eq!(reworded["conditions"][0]["lastUpdateTime"], "t1");
+        assert!(!same_ignoring_times(&old, &reworded));
+
+        let mut flipped = json!({"conditions": [
+            {"type": "Available", "status": "False", "lastTransitionTime": "t1"}]});
+        keep_condition_times(&mut flipped, Some(&old));
+        assert_eq!(flipped["conditions"][0]["lastTransitionTime"], "t1");
+    }
 }

@@ -7,7 +7,9 @@
 //!
 //! Changes are stable: scaling up divides only the added replicas, scaling down removes replicas
 //! in proportion to where they run, a cluster that leaves has only its own replicas moved, and a
-//! cluster that joins takes replicas only when asked to rebalance.
+//! cluster that joins takes replicas only when asked to rebalance. A *held* cluster (cordoned,
+//! not tolerating a new taint, or not Ready within the failover toleration) keeps what it runs
+//! but is given nothing new.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +19,8 @@ use std::collections::BTreeMap;
 pub struct Candidate {
     pub cluster: String,
     pub weight: u64,
+    /// Keeps the replicas it runs (fewer on scale-down) but is given no new ones.
+    pub held: bool,
 }
 
 impl Candidate {
@@ -24,6 +28,15 @@ impl Candidate {
         Self {
             cluster: cluster.into(),
             weight,
+            held: false,
+        }
+    }
+
+    /// A cluster that keeps what it runs and takes nothing new.
+    pub fn held(cluster: impl Into<String>, weight: u64) -> Self {
+        Self {
+            held: true,
+            ..Self::new(cluster, weight)
         }
     }
 }
@@ -83,6 +96,9 @@ pub fn apportion(total: u32, candidates: &[Candidate]) -> Result<Division, Divis
 ///   proportion to where they run. Either way the total change equals the change of scale.
 /// - A candidate that did not run the workload before gets replicas only when added replicas
 ///   (scale-up or moved ones) are apportioned, or with `rebalance`.
+/// - Held candidates never gain: added replicas go to the others; `rebalance` leaves held ones
+///   their replicas. When only held candidates remain, replicas that cannot be placed stay
+///   unplaced and the result sums to less than `total` (see [`unplaced`]).
 pub fn divide(
     total: u32,
     candidates: &[Candidate],
@@ -100,6 +116,7 @@ pub fn divide(
     if eligible.is_empty() {
         return Err(DivisionError::ZeroWeight);
     }
+    let growable: Vec<Candidate> = eligible.iter().filter(|c| !c.held).cloned().collect();
     let mut kept: Division = eligible
         .iter()
         .map(|c| {
@@ -109,16 +126,24 @@ pub fn divide(
             )
         })
         .collect();
+    if rebalance && !growable.is_empty() {
+        // Afresh over the clusters that may grow, around what the held ones keep.
+        for c in &growable {
+            kept.insert(c.cluster.clone(), 0);
+        }
+    }
     let kept_sum: u64 = kept.values().map(|&n| u64::from(n)).sum();
-    if rebalance || kept_sum == 0 {
-        return with_zero_weight(apportion(total, &eligible)?, candidates);
+    if kept_sum == 0 && growable.is_empty() {
+        return Err(DivisionError::NoCandidates);
     }
     let total64 = u64::from(total);
     if kept_sum < total64 {
-        let added = u32::try_from(total64 - kept_sum).unwrap_or(u32::MAX);
-        for (cluster, n) in apportion(added, &eligible)? {
-            if let Some(k) = kept.get_mut(&cluster) {
-                *k += n;
+        if !growable.is_empty() {
+            let added = u32::try_from(total64 - kept_sum).unwrap_or(u32::MAX);
+            for (cluster, n) in apportion(added, &growable)? {
+                if let Some(k) = kept.get_mut(&cluster) {
+                    *k += n;
+                }
             }
         }
     } else if kept_sum > total64 {
@@ -135,6 +160,13 @@ pub fn divide(
         }
     }
     with_zero_weight(kept, candidates)
+}
+
+/// Replicas of `total` that `division` does not place (only held clusters were left to take
+/// them).
+pub fn unplaced(total: u32, division: &Division) -> u32 {
+    let placed: u64 = division.values().map(|&n| u64::from(n)).sum();
+    u32::try_from(u64::from(total).saturating_sub(placed)).unwrap_or(u32::MAX)
 }
 
 /// Adds candidates of weight 0 with 0 replicas, so the result lists every candidate.
@@ -240,6 +272,32 @@ mod tests {
         assert_eq!(rebalanced, d(&[("a", 3), ("b", 3), ("c", 2), ("d", 2)]));
     }
 
+    #[test]
+    fn held_clusters_keep_their_replicas_and_take_no_new_ones() {
+        let before = d(&[("a", 4), ("b", 3), ("c", 3)]);
+        let c = vec![
+            Candidate::new("a", 1),
+            Candidate::held("b", 1),
+            Candidate::new("c", 1),
+        ];
+        let up = divide(16, &c, &before, false).expect("scale up");
+        assert_eq!(up, d(&[("a", 7), ("b", 3), ("c", 6)]));
+        let rebalanced = divide(10, &c, &before, true).expect("rebalance");
+        assert_eq!(rebalanced, d(&[("a", 4), ("b", 3), ("c", 3)]));
+        let down = divide(5, &c, &before, false).expect("scale down");
+        assert_eq!(down.values().sum::<u32>(), 5);
+        assert!(down["b"] <= 3);
+        // Only held clusters left: they keep theirs, the rest stays unplaced.
+        let only_held = vec![Candidate::held("b", 1)];
+        let short = divide(10, &only_held, &before, false).expect("held only");
+        assert_eq!(short, d(&[("b", 3)]));
+        assert_eq!(unplaced(10, &short), 7);
+        assert_eq!(
+            divide(10, &only_held, &Division::new(), false),
+            Err(DivisionError::NoCandidates)
+        );
+    }
+
     fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
         prop::collection::btree_map("[a-z]{1,6}", 0u64..50, 1..12)
             .prop_map(|m| m.into_iter().map(|(c, w)| Candidate::new(c, w)).collect())
@@ -269,6 +327,23 @@ mod tests {
             let moved: u64 = cs.iter().map(|c| u64::from(first[&c.cluster].abs_diff(second[&c.cluster]))).sum();
             if a > 0 {
                 prop_assert_eq!(moved, u64::from(a.abs_diff(b)));
+            }
+        }
+
+        #[test]
+        fn held_clusters_never_gain(total in 0u32..3000, next in 0u32..3000, cs in candidates(), held in prop::collection::vec(any::<bool>(), 12), rebalance: bool) {
+            prop_assume!(cs.iter().any(|c| c.weight > 0));
+            let before = divide(total, &cs, &Division::new(), false).expect("before");
+            let marked: Vec<Candidate> = cs.iter().zip(&held).map(|(c, &h)| Candidate { held: h, ..c.clone() }).collect();
+            if let Ok(after) = divide(next, &marked, &before, rebalance) {
+                let placed: u64 = after.values().map(|&n| u64::from(n)).sum();
+                prop_assert!(placed <= u64::from(next));
+                for c in marked.iter().filter(|c| c.held) {
+                    prop_assert!(after[&c.cluster] <= before[&c.cluster], "{} grew", c.cluster);
+                }
+                if marked.iter().any(|c| !c.held && c.weight > 0) {
+                    prop_assert_eq!(placed, u64::from(next), "some cluster may grow: all placed");
+                }
             }
         }
 

@@ -1,11 +1,20 @@
 //! Pure cluster selection: which members a Placement may use, with a reason for every member it
 //! may not, and their weights for replica division.
+//!
+//! A member is a *candidate* (takes new work), *held* (keeps the work it runs, takes nothing new:
+//! cordoned, an untolerated `NoSchedule` taint, or not Ready for less than the failover
+//! toleration) or *excluded* (its work moves: not accepted, an untolerated `NoExecute` taint —
+//! a drain — or not Ready for longer than the toleration). Time-bound states say when to look
+//! again.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use flotilla_api::placement::{ReplicaDivision, ReplicaSchedulingType, tolerates_all};
+use flotilla_api::cluster::{Taint, TaintEffect};
+use flotilla_api::placement::{ReplicaDivision, ReplicaSchedulingType, Toleration};
 use flotilla_api::{Cluster, PlacementSpec, conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::division::Candidate;
@@ -21,9 +30,93 @@ pub struct Excluded {
 /// The outcome of cluster selection.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
-    /// Eligible members with their division weights, by name.
+    /// Members that may run work, with their division weights, by name; held ones
+    /// ([`Candidate::held`]) keep what they run but take nothing new.
     pub candidates: Vec<Candidate>,
+    /// Why each held candidate is held.
+    pub held: Vec<Excluded>,
     pub excluded: Vec<Excluded>,
+    /// When a time-bound state (failover toleration, a taint's `tolerationSeconds`) runs out and
+    /// the selection must be made again.
+    pub recheck_after: Option<Duration>,
+}
+
+impl Selection {
+    fn recheck_in(&mut self, after: Duration) {
+        self.recheck_after = Some(self.recheck_after.map_or(after, |r| r.min(after)));
+    }
+}
+
+/// What a member's taints mean for a Placement.
+enum TaintVerdict {
+    Tolerated,
+    /// An untolerated `NoSchedule` taint: no new work.
+    Hold(String),
+    /// An untolerated `NoExecute` taint, or its `tolerationSeconds` ran out: the work moves.
+    Evict(String),
+}
+
+fn describe_taint(t: &Taint) -> String {
+    match &t.value {
+        Some(v) => format!("{}={v}:{:?}", t.key, t.effect),
+        None => format!("{}:{:?}", t.key, t.effect),
+    }
+}
+
+/// The rules of Pod tolerations, with `tolerationSeconds` counted from the taint's `timeAdded`
+/// (stamped by the registration controller). `PreferNoSchedule` never keeps work away.
+fn taint_verdict(
+    tolerations: &[Toleration],
+    taints: &[Taint],
+    now: Timestamp,
+    selection: &mut Selection,
+) -> TaintVerdict {
+    let mut hold = Vec::new();
+    for taint in taints
+        .iter()
+        .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+    {
+        let matching: Vec<&Toleration> =
+            tolerations.iter().filter(|t| t.tolerates(taint)).collect();
+        if matching.is_empty() {
+            if taint.effect == TaintEffect::NoExecute {
+                return TaintVerdict::Evict(format!(
+                    "the Placement does not tolerate the taint {} (its work moves)",
+                    describe_taint(taint)
+                ));
+            }
+            hold.push(describe_taint(taint));
+            continue;
+        }
+        if taint.effect != TaintEffect::NoExecute {
+            continue;
+        }
+        // Tolerated for the longest tolerationSeconds of the matching tolerations (none: forever).
+        let limit = matching
+            .iter()
+            .map(|t| t.toleration_seconds)
+            .try_fold(0i64, |max, s| s.map(|s| max.max(s)));
+        if let (Some(limit), Some(added)) = (limit, taint.time_added.as_ref()) {
+            let elapsed = now.duration_since(added.0).as_secs();
+            if elapsed >= limit {
+                return TaintVerdict::Evict(format!(
+                    "the taint {} was tolerated for {limit}s (its work moves)",
+                    describe_taint(taint)
+                ));
+            }
+            selection.recheck_in(Duration::from_secs(
+                u64::try_from(limit - elapsed).unwrap_or(0),
+            ));
+        }
+    }
+    if hold.is_empty() {
+        TaintVerdict::Tolerated
+    } else {
+        TaintVerdict::Hold(format!(
+            "the Placement does not tolerate the taints {} (no new work)",
+            hold.join(", ")
+        ))
+    }
 }
 
 /// Whether `labels` match a Kubernetes label selector (`matchLabels` and `matchExpressions` with
@@ -49,14 +142,16 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
     plain && expressions
 }
 
-fn condition_status<'a>(cluster: &'a Cluster, type_: &str) -> Option<(&'a str, &'a str)> {
+fn condition<'a>(
+    cluster: &'a Cluster,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     cluster
         .status
         .as_ref()?
         .conditions
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (c.status.as_str(), c.reason.as_str()))
 }
 
 /// Allocatable pods of a member, its capacity for `division: Capacity`.
@@ -69,12 +164,11 @@ fn capacity(cluster: &Cluster) -> u64 {
         .unwrap_or(0)
 }
 
-/// Selects the members `spec` may place work on, in name order.
-///
-/// A member is eligible when it is accepted and Ready, not cordoned, every `NoSchedule` and
-/// `NoExecute` taint is tolerated, and it matches the affinity (names and label selector).
-/// `maxClusters` then keeps the first members by name (stable across reconciliations).
-pub fn select(spec: &PlacementSpec, clusters: &[&Cluster]) -> Selection {
+/// Selects the members `spec` may place work on at `now`, in name order (see the module
+/// documentation for candidates, held and excluded members). Only members that match the
+/// affinity (names and label selector) are considered; `maxClusters` then keeps the first
+/// candidates by name (stable across reconciliations).
+pub fn select(spec: &PlacementSpec, clusters: &[&Cluster], now: Timestamp) -> Selection {
     let mut sorted: Vec<&Cluster> = clusters.to_vec();
     sorted.sort_by_key(|c| c.name_any());
     let mut selection = Selection::default();
@@ -97,22 +191,16 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster]) -> Selection {
         {
             continue;
         }
-        if condition_status(cluster, conditions::ACCEPTED).is_none_or(|(s, _)| s != "True") {
+        if condition(cluster, conditions::ACCEPTED).is_none_or(|c| c.status != "True") {
             selection.excluded.push(exclude(
                 reasons::NO_ELIGIBLE_CLUSTER,
                 "the Cluster is not accepted".into(),
             ));
             continue;
         }
-        match condition_status(cluster, conditions::READY) {
-            Some(("True", _)) => {}
-            Some((status, reason)) => {
-                selection.excluded.push(exclude(
-                    reasons::NO_ELIGIBLE_CLUSTER,
-                    format!("the Cluster is not Ready ({status}, {reason})"),
-                ));
-                continue;
-            }
+        let mut held: Option<(&'static str, String)> = None;
+        match condition(cluster, conditions::READY) {
+            Some(c) if c.status == "True" => {}
             None => {
                 selection.excluded.push(exclude(
                     reasons::NO_ELIGIBLE_CLUSTER,
@@ -120,29 +208,45 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster]) -> Selection {
                 ));
                 continue;
             }
+            Some(c) => {
+                let state = format!("the Cluster is not Ready ({}, {})", c.status, c.reason);
+                if !spec.failover.enabled {
+                    held = Some((reasons::NOT_READY, format!("{state}; failover is off")));
+                } else {
+                    let since = now.duration_since(c.last_transition_time.0).as_secs();
+                    let toleration = spec.failover.toleration_seconds.max(0);
+                    if since >= toleration {
+                        selection.excluded.push(exclude(
+                            reasons::FAILED_OVER,
+                            format!("{state} for {since}s, longer than the failover toleration of {toleration}s: its work moves"),
+                        ));
+                        continue;
+                    }
+                    selection.recheck_in(Duration::from_secs(
+                        u64::try_from(toleration - since).unwrap_or(0),
+                    ));
+                    held = Some((
+                        reasons::NOT_READY,
+                        format!("{state} for {since}s; its work moves after {toleration}s"),
+                    ));
+                }
+            }
+        }
+        match taint_verdict(&spec.tolerations, &cluster.spec.taints, now, &mut selection) {
+            TaintVerdict::Evict(message) => {
+                selection.excluded.push(exclude(reasons::TAINTED, message));
+                continue;
+            }
+            TaintVerdict::Hold(message) => {
+                held.get_or_insert((reasons::TAINTED, message));
+            }
+            TaintVerdict::Tolerated => {}
         }
         if cluster.spec.unschedulable {
-            selection.excluded.push(exclude(
+            held.get_or_insert((
                 reasons::CORDONED,
-                "the Cluster is cordoned (spec.unschedulable)".into(),
+                "the Cluster is cordoned (spec.unschedulable): no new work".into(),
             ));
-            continue;
-        }
-        if !tolerates_all(&spec.tolerations, &cluster.spec.taints) {
-            let taints: Vec<String> = cluster
-                .spec
-                .taints
-                .iter()
-                .map(|t| format!("{}:{:?}", t.key, t.effect))
-                .collect();
-            selection.excluded.push(exclude(
-                reasons::TAINTED,
-                format!(
-                    "the Placement does not tolerate the taints {}",
-                    taints.join(", ")
-                ),
-            ));
-            continue;
         }
         let weight = match (
             spec.replica_scheduling.type_,
@@ -160,9 +264,14 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster]) -> Selection {
             }
             _ => 1,
         };
-        selection
-            .candidates
-            .push(Candidate::new(name, u64::try_from(weight).unwrap_or(0)));
+        let weight = u64::try_from(weight).unwrap_or(0);
+        match held {
+            Some((reason, message)) => {
+                selection.held.push(exclude(reason, message));
+                selection.candidates.push(Candidate::held(name, weight));
+            }
+            None => selection.candidates.push(Candidate::new(name, weight)),
+        }
     }
     if let Some(max) = affinity.max_clusters.and_then(|m| usize::try_from(m).ok()) {
         selection.candidates.truncate(max);
@@ -205,8 +314,35 @@ mod tests {
         s.candidates.iter().map(|c| c.cluster.as_str()).collect()
     }
 
+    /// 10 s after the clusters' conditions last changed.
+    fn now() -> Timestamp {
+        "2026-01-01T00:00:10Z".parse().expect("timestamp")
+    }
+
+    /// Members by reason.
+    type Reasons<'a> = Vec<(&'a str, &'a str)>;
+
+    /// Candidates taking new work, held members and excluded members.
+    fn classes(s: &Selection) -> (Vec<&str>, Reasons<'_>, Reasons<'_>) {
+        (
+            s.candidates
+                .iter()
+                .filter(|c| !c.held)
+                .map(|c| c.cluster.as_str())
+                .collect(),
+            s.held
+                .iter()
+                .map(|e| (e.cluster.as_str(), e.reason))
+                .collect(),
+            s.excluded
+                .iter()
+                .map(|e| (e.cluster.as_str(), e.reason))
+                .collect(),
+        )
+    }
+
     #[test]
-    fn ready_accepted_untainted_members_are_eligible() {
+    fn members_take_new_work_keep_theirs_or_lose_it() {
         let a = cluster("member1", "True", json!({}));
         let b = cluster("member2", "Unknown", json!({}));
         let c = cluster("member3", "True", json!({"unschedulable": true}));
@@ -215,26 +351,75 @@ mod tests {
             "True",
             json!({"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}),
         );
-        let s = select(&spec(json!({})), &[&d, &c, &b, &a]);
-        assert_eq!(names(&s), vec!["member1"]);
-        let reasons: Vec<(&str, &str)> = s
-            .excluded
-            .iter()
-            .map(|e| (e.cluster.as_str(), e.reason))
-            .collect();
-        assert_eq!(
-            reasons,
-            vec![
-                ("member2", reasons::NO_ELIGIBLE_CLUSTER),
-                ("member3", reasons::CORDONED),
-                ("member4", reasons::TAINTED)
-            ]
+        let e = cluster(
+            "member5",
+            "True",
+            json!({"taints": [{"key": "drain", "effect": "NoExecute"}]}),
         );
+        let s = select(&spec(json!({})), &[&e, &d, &c, &b, &a], now());
+        assert_eq!(
+            classes(&s),
+            (
+                vec!["member1"],
+                vec![
+                    ("member2", reasons::NOT_READY),
+                    ("member3", reasons::CORDONED),
+                    ("member4", reasons::TAINTED)
+                ],
+                vec![("member5", reasons::TAINTED)],
+            )
+        );
+        assert!(
+            s.candidates
+                .iter()
+                .any(|c| c.cluster == "member2" && c.held)
+        );
+        // member2's failover toleration (30 s) runs out 20 s from now.
+        assert_eq!(s.recheck_after, Some(Duration::from_secs(20)));
         let tolerant = spec(json!({"tolerations": [{"key": "maintenance", "operator": "Exists"}]}));
         assert_eq!(
-            names(&select(&tolerant, &[&a, &d])),
+            classes(&select(&tolerant, &[&a, &d], now())).0,
             vec!["member1", "member4"]
         );
+    }
+
+    #[test]
+    fn failover_moves_work_after_the_toleration_only_when_enabled() {
+        let b = cluster("member2", "False", json!({}));
+        let short = spec(json!({"failover": {"tolerationSeconds": 5}}));
+        let s = select(&short, &[&b], now());
+        assert_eq!(classes(&s).2, vec![("member2", reasons::FAILED_OVER)]);
+        assert!(
+            s.excluded[0].message.contains("for 10s"),
+            "{}",
+            s.excluded[0].message
+        );
+        let off = spec(json!({"failover": {"enabled": false}}));
+        let s = select(&off, &[&b], now());
+        assert_eq!(classes(&s).1, vec![("member2", reasons::NOT_READY)]);
+        assert_eq!(s.recheck_after, None);
+    }
+
+    #[test]
+    fn no_execute_tolerations_last_their_seconds_from_time_added() {
+        let e = cluster(
+            "member5",
+            "True",
+            json!({"taints": [{"key": "drain", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]}),
+        );
+        let for_a_while = |secs: i64| {
+            spec(
+                json!({"tolerations": [{"key": "drain", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": secs}]}),
+            )
+        };
+        let s = select(&for_a_while(60), &[&e], now());
+        assert_eq!(classes(&s).0, vec!["member5"]);
+        assert_eq!(s.recheck_after, Some(Duration::from_secs(50)));
+        let s = select(&for_a_while(10), &[&e], now());
+        assert_eq!(classes(&s).2, vec![("member5", reasons::TAINTED)]);
+        let forever = spec(json!({"tolerations": [{"key": "drain", "operator": "Exists"}]}));
+        let s = select(&forever, &[&e], now());
+        assert_eq!((classes(&s).0, s.recheck_after), (vec!["member5"], None));
     }
 
     #[test]
@@ -246,13 +431,13 @@ mod tests {
         let by_label =
             spec(json!({"clusterAffinity": {"labelSelector": {"matchLabels": {"region": "us"}}}}));
         assert_eq!(
-            names(&select(&by_label, &refs)),
+            names(&select(&by_label, &refs, now())),
             vec!["member2", "member3", "member4"]
         );
         let by_name = spec(
             json!({"clusterAffinity": {"clusterNames": ["member4", "member2"], "maxClusters": 1}}),
         );
-        assert_eq!(names(&select(&by_name, &refs)), vec!["member2"]);
+        assert_eq!(names(&select(&by_name, &refs, now())), vec!["member2"]);
     }
 
     #[test]
@@ -262,7 +447,7 @@ mod tests {
         let weighted = spec(
             json!({"replicaScheduling": {"type": "Divided", "division": "Weighted", "weights": [{"cluster": "member2", "weight": 3}]}}),
         );
-        let s = select(&weighted, &[&a, &b]);
+        let s = select(&weighted, &[&a, &b], now());
         assert_eq!(
             s.candidates,
             vec![Candidate::new("member1", 5), Candidate::new("member2", 3)]
@@ -270,7 +455,7 @@ mod tests {
         let capacity =
             spec(json!({"replicaScheduling": {"type": "Divided", "division": "Capacity"}}));
         assert_eq!(
-            select(&capacity, &[&a]).candidates,
+            select(&capacity, &[&a], now()).candidates,
             vec![Candidate::new("member1", 100)]
         );
     }

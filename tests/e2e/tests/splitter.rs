@@ -1,5 +1,6 @@
 //! The splitter end to end: a Deployment applied to the hub runs spread over real members, the
-//! hub status is the truth of all copies, scaling divides only the change, and deleting the hub
+//! hub status is the truth of all copies, scaling divides only the change, a cordoned member takes
+//! no new replicas, a drained one gives its replicas away, and deleting the hub
 //! Deployment removes the copies.
 
 use std::collections::BTreeMap;
@@ -217,6 +218,77 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         moved == 3,
         "scaling 10 -> 13 moves exactly 3 replicas: {spread:?} -> {scaled:?}"
     );
+
+    // Cordon one member: it keeps its replicas but takes none of a scale-up.
+    let (cordoned, _) = members[0].clone();
+    clusters
+        .patch(
+            &cordoned,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await?;
+    // The Placement reports it held (and why) before the scale-up, so the test cannot race it.
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns.name());
+    wait_for(
+        "the Placement to report the cordoned member",
+        Duration::from_secs(30),
+        || async {
+            let message = placements
+                .get("spread")
+                .await?
+                .status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"))
+                .map(|c| c.message)
+                .unwrap_or_default();
+            Ok(
+                if message.contains(&format!("{cordoned}: the Cluster is cordoned")) {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(message)
+                },
+            )
+        },
+    )
+    .await?;
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 16}})),
+        )
+        .await?;
+    hub_available(&deployments, 16).await?;
+    let after_cordon = member_replicas(&members, ns.name()).await?;
+    ensure!(
+        after_cordon.get(&cordoned) == scaled.get(&cordoned),
+        "a cordoned member takes no new replicas: {scaled:?} -> {after_cordon:?}"
+    );
+
+    // Drain it (an untolerated NoExecute taint): its replicas move, the hub stays at 16.
+    clusters
+        .patch(
+            &cordoned,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{"key": "e2e.flotilla.dev/drain", "effect": "NoExecute"}]}})),
+        )
+        .await?;
+    wait_for(
+        "the drained member's replicas to move",
+        Duration::from_secs(120),
+        || async {
+            let now = member_replicas(&members, ns.name()).await?;
+            let total: i32 = now.values().sum();
+            Ok(if !now.contains_key(&cordoned) && total == 16 {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{now:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(splitter.log()))?;
+    hub_available(&deployments, 16).await?;
 
     // Deleting the hub Deployment removes every copy.
     deployments.delete("web", &DeleteParams::default()).await?;
