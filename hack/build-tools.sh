@@ -38,19 +38,6 @@ K8S_MINOR="$(echo "${KUBERNETES_VERSION}" | cut -d. -f2)"
 K8S_STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
 BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
-# Runs a go command, turning a refused module into a message that names it.
-go_or_die() {
-  local what="$1"; shift
-  local out
-  if ! out="$("$@" 2>&1)"; then
-    printf '%s\n' "${out}" | tail -n 30 >&2
-    if grep -qE 'not found|410 Gone|404 Not Found|unknown revision|invalid version' <<<"${out}"; then
-      die "the Go module proxy refused a module needed for ${what} (see the lines above); check hack/versions.env"
-    fi
-    die "building ${what} failed (see the lines above)"
-  fi
-}
-
 have() { [[ -x "${TOOLS_BIN}/$1" ]]; }
 
 report() { # name start

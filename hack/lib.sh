@@ -18,6 +18,19 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Seconds since the epoch, for elapsed-time reporting.
 now() { date +%s; }
 
+# Runs a go command, turning a refused module into a message that names it.
+go_or_die() {
+  local what="$1"; shift
+  local out
+  if ! out="$("$@" 2>&1)"; then
+    printf '%s\n' "${out}" | tail -n 30 >&2
+    if grep -qE 'not found|410 Gone|404 Not Found|unknown revision|invalid version' <<<"${out}"; then
+      die "the Go module proxy refused a module needed for ${what} (see the lines above); check hack/versions.env"
+    fi
+    die "building ${what} failed (see the lines above)"
+  fi
+}
+
 # Processes: every process is recorded as "<pid> <start time>" in pids/<name>; it is only ever
 # signalled when both still match, so a recycled PID is never hit.
 

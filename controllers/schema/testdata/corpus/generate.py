@@ -162,10 +162,18 @@ simple("stored-version-removed", "Breaking", ".spec.versions[v1]", "StoredVersio
        lambda c: c["spec"].__setitem__("versions", [v2(c, storage=True)]))
 simple("served-version-removed", "Breaking", ".spec.versions[v2]", "VersionRemoved",
        lambda c: c["spec"]["versions"].pop(), version="v2", old=lambda c: c["spec"]["versions"].append(v2(c)))
+simple("stored-version-removed-status", "Breaking", ".spec.versions[v1]", "StoredVersionRemoved",
+       lambda c: c["spec"]["versions"].pop(0),
+       old=lambda c: c["spec"]["versions"][0].update({"served": False, "storage": False}) or c["spec"]["versions"].append(v2(c, storage=True))
+       or c.__setitem__("status", {"storedVersions": ["v1", "v2"]}))
 simple("unserved-version-removed", "Safe", ".spec.versions[v2]", "VersionRemoved",
        lambda c: c["spec"]["versions"].pop(), version="v2", old=lambda c: c["spec"]["versions"].append(v2(c, served=False)))
 simple("version-unserved", "Breaking", ".spec.versions[v2].served", "VersionUnserved",
        lambda c: c["spec"]["versions"][1].__setitem__("served", False), version="v2", old=lambda c: c["spec"]["versions"].append(v2(c)))
+# A new served version that lacks a field of an existing one (crdify's served-version validator).
+simple("served-version-added-narrower", "Safe", ".spec.versions[v2]", "VersionAdded",
+       lambda c: c["spec"]["versions"].append(v2(c)) or c["spec"]["versions"][1]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("ratio"),
+       version="v2")
 simple("status-subresource-removed", "Breaking", ".spec.versions[v1].subresources.status", "SubresourceRemoved",
        lambda c: c["spec"]["versions"][0].pop("subresources"))
 simple("scale-subresource-added", "Safe", ".spec.versions[v1].subresources.scale", "SubresourceAdded",
