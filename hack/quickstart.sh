@@ -10,7 +10,8 @@
 #            Available, and start it again
 # Everything it starts is stopped, and its data deleted, by: hack/clusters.sh down
 # Environment: FLOTILLA_RUN_DIR, FLOTILLA_PORT_BASE (see hack/clusters.sh --help) and
-# FLOTILLA_CONTROLLER_PORT (first of the local ports the controllers serve on; default 19080).
+# FLOTILLA_CONTROLLER_PORT (first of the local ports the controllers serve on; default the port
+# base + 2637: 19080 with the default port base).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
@@ -69,7 +70,8 @@ wait_ready() { # name port
 
 log "== starting the four controllers, each with its own ServiceAccount"
 mkdir -p "${RUN_DIR}/controllers"
-port="${FLOTILLA_CONTROLLER_PORT:-19080}"
+# Derived from the port base, so environments side by side do not collide.
+port="${FLOTILLA_CONTROLLER_PORT:-$(( ${FLOTILLA_PORT_BASE:-16443} + 2637 ))}"
 first_port="${port}"
 for c in registration syncer splitter negotiator; do
   kc="${RUN_DIR}/controllers/${c}.kubeconfig"

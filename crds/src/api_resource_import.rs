@@ -87,6 +87,8 @@ pub enum SchemaUpdateStrategy {
 pub struct ApiResourceImportStatus {
     /// `Compatible`: `True` (reasons `Identical`, `Superset`), `False` (`MissingFields`,
     /// `Incompatible`), or `Unknown` (`Pending`, `Undecidable`); the message names the paths.
+    /// `Imported`: whether the last read of the member's schema succeeded (`False`,
+    /// `ImportFailed`: the last import is kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -23,6 +23,14 @@ pub mod labels {
 
     /// The value of [`MANAGED`].
     pub const MANAGED_VALUE: &str = "true";
+
+    /// On hub CustomResourceDefinitions the negotiator created from a NegotiatedAPIResource
+    /// (`spec.publish: true`), with the value [`PUBLISHED_VALUE`]. A hub CRD without it was made
+    /// by someone else: its schema is enforced, never changed.
+    pub const PUBLISHED: &str = "flotilla.dev/published";
+
+    /// The value of [`PUBLISHED`].
+    pub const PUBLISHED_VALUE: &str = "true";
 }
 
 /// Annotation keys.
@@ -107,6 +115,9 @@ pub mod conditions {
     /// APIResourceImport: the member's schema accepts what the negotiated (or enforced) schema
     /// accepts.
     pub const COMPATIBLE: &str = "Compatible";
+    /// APIResourceImport: the last attempt to read the member's schema succeeded. When it fails
+    /// (the member is unreachable, say) the last import is kept and this condition says why.
+    pub const IMPORTED: &str = "Imported";
 
     /// NegotiatedAPIResource: a least-common-denominator schema was computed from the imports.
     pub const SUBMITTED: &str = "Submitted";
@@ -207,11 +218,19 @@ pub mod reasons {
     /// The comparison could not decide (unsupported construct); the message has the path.
     pub const UNDECIDABLE: &str = "Undecidable";
 
+    // APIResourceImport: Imported
+    /// The member's schema was read.
+    pub const IMPORTED: &str = "Imported";
+    /// The member's schema could not be read; the last import is kept.
+    pub const IMPORT_FAILED: &str = "ImportFailed";
+
     // NegotiatedAPIResource: Submitted / Published / Enforced
     /// A negotiated schema was computed.
     pub const NEGOTIATED: &str = "Negotiated";
     /// No import exists yet.
     pub const NO_IMPORTS: &str = "NoImports";
+    /// The imports have no common schema (or none could be read); the message has the path.
+    pub const NO_COMMON_SCHEMA: &str = "NoCommonSchema";
     /// The hub CRD was created or updated from the negotiated schema.
     pub const PUBLISHED: &str = "Published";
     /// `spec.publish` is false.
@@ -264,6 +283,7 @@ mod tests {
             conditions::AVAILABLE,
             conditions::DEGRADED,
             conditions::COMPATIBLE,
+            conditions::IMPORTED,
             conditions::SUBMITTED,
             conditions::PUBLISHED,
             conditions::ENFORCED,
@@ -296,8 +316,11 @@ mod tests {
             reasons::INCOMPATIBLE,
             reasons::PENDING,
             reasons::UNDECIDABLE,
+            reasons::IMPORTED,
+            reasons::IMPORT_FAILED,
             reasons::NEGOTIATED,
             reasons::NO_IMPORTS,
+            reasons::NO_COMMON_SCHEMA,
             reasons::NOT_PUBLISHED,
             reasons::PUBLISH_FAILED,
             reasons::BUILT_IN,
@@ -322,6 +345,7 @@ mod tests {
             labels::PLACEMENT,
             labels::SOURCE_UID,
             labels::MANAGED,
+            labels::PUBLISHED,
             annotations::WORK,
             annotations::SOURCE_API_VERSION,
             annotations::SOURCE_KIND,

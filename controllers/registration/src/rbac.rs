@@ -76,6 +76,13 @@ pub fn agent_role(cluster: &str) -> Role {
                 ],
                 &[],
             ),
+            // The Imported condition of its imports (the negotiator writes Compatible).
+            rule(
+                &["flotilla.dev"],
+                &["apiresourceimports/status"],
+                &["get", "patch"],
+                &[],
+            ),
             // Events on its Works (conflicts, apply errors).
             rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
             // RBAC cannot restrict create by name; get/update only the agent's own Lease.

@@ -41,6 +41,23 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    spawn_store_with(ctx, api, config, |_: &K| {})
+}
+
+/// Like [`spawn_store`], calling `on_change` with every object that was added, changed or
+/// deleted, after the cache has it (the initial list included), so that a controller can be
+/// triggered by a cache it shares with others.
+pub fn spawn_store_with<K, F>(
+    ctx: &Context,
+    api: Api<K>,
+    config: watcher::Config,
+    on_change: F,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    F: Fn(&K) + Send + 'static,
+{
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
@@ -52,7 +69,7 @@ where
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 next = stream.next() => match next {
-                    Some(Ok(_)) => {}
+                    Some(Ok(object)) => on_change(&object),
                     Some(Err(e)) => tracing::warn!(kind = %K::kind(&Default::default()), error = %e, "watch failed; retrying with backoff"),
                     None => break,
                 },

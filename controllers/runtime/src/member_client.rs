@@ -247,6 +247,20 @@ pub async fn client_from_kubeconfig(
     Client::try_from(config).map_err(|e| invalid(format!("cannot build a client: {e}")))
 }
 
+/// A client from the kubeconfig in `key` of the Secret `namespace/name` (e.g. a pull-mode agent's
+/// hub credential), with the Secret's resourceVersion, so a caller can notice a rotation.
+pub async fn client_from_secret(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<(Client, String), MemberClientError> {
+    let secret = read_secret(secrets, namespace, name).await?;
+    let kubeconfig = kubeconfig_from_secret(&secret, key)?;
+    let client = client_from_kubeconfig(kubeconfig, &format!("{namespace}/{name}"), key).await?;
+    Ok((client, secret.metadata.resource_version.unwrap_or_default()))
+}
+
 /// kube's configuration errors name fields and files but may also echo values; keep the part
 /// before the first colon, which names the problem.
 fn redact_config_error(message: &str) -> String {

@@ -37,6 +37,23 @@ pub(crate) fn parse(root: &Value, limits: &Limits) -> Result<Schema, SchemaError
     parser.node(root, &Path::root(), 0, false)
 }
 
+/// Parses the schema that `reference` (e.g. `#/components/schemas/io.k8s.api.apps.v1.Deployment`)
+/// names in `document`, resolving every `$ref` against `document` (see the module docs).
+pub(crate) fn parse_ref(
+    document: &Value,
+    reference: &str,
+    limits: &Limits,
+) -> Result<Schema, SchemaError> {
+    let node = serde_json::json!({ "$ref": reference });
+    let mut parser = Parser {
+        root: document,
+        limits,
+        nodes: 0,
+        stack: Vec::new(),
+    };
+    parser.node(&node, &Path::root(), 0, false)
+}
+
 struct Parser<'a> {
     root: &'a Value,
     limits: &'a Limits,

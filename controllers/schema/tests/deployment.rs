@@ -36,3 +36,30 @@ fn the_deployment_schema_negotiates() {
     assert_eq!(problems.len(), 1, "{problems:#?}");
     assert_eq!(problems[0].path, ".spec.minReadySeconds");
 }
+
+#[test]
+fn a_schema_is_read_by_reference_into_an_openapi_document() {
+    use flotilla_schema::{Limits, Schema, SchemaError};
+    let doc = json!({"components": {"schemas": {
+        "Widget": {"type": "object", "description": "a widget", "properties": {
+            "spec": {"allOf": [{"$ref": "#/components/schemas/Spec"}], "description": "its spec"}}},
+        "Spec": {"type": "object", "properties": {"size": {"type": "integer", "description": "n"}}},
+        "Broken": {"type": "object", "properties": {"x": {"$ref": "#/components/schemas/Gone"}}},
+    }}});
+    let limits = Limits::default();
+    let mut widget =
+        Schema::from_document_ref(&doc, "#/components/schemas/Widget", &limits).expect("readable");
+    let whole = json!({"$ref": "#/components/schemas/Widget", "components": doc["components"]});
+    assert!(compare_parsed(&Schema::from_value(&whole).expect("readable"), &widget).is_identical());
+    assert!(widget.to_value().to_string().contains("its spec"));
+    widget.strip_docs();
+    let stripped = widget.to_value();
+    assert!(!stripped.to_string().contains("description"), "{stripped}");
+    assert_eq!(
+        stripped["properties"]["spec"]["properties"]["size"]["type"],
+        "integer"
+    );
+    let e = Schema::from_document_ref(&doc, "#/components/schemas/Broken", &limits)
+        .expect_err("dangling");
+    assert!(matches!(e, SchemaError::DanglingRef { .. }), "{e}");
+}

@@ -31,6 +31,7 @@ use kube::{Api, Client, Config};
 pub mod access;
 pub mod api;
 pub mod bootstrap;
+pub mod chart;
 pub mod clusters;
 pub mod process;
 pub mod syncer_setup;

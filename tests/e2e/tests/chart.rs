@@ -2,68 +2,24 @@
 //! each controller: the controllers run against the real hub with the chart's own
 //! ServiceAccount tokens.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, ensure};
-use flotilla_api::{Cluster, names};
+use anyhow::{Result, ensure};
+use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
-use flotilla_e2e::api::{self, ClusterScopedObjects};
+use flotilla_e2e::api;
+use flotilla_e2e::chart::{self, chart, helm_run, render};
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
-use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, repo_root, wait_for};
+use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, wait_for};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const CONTROLLERS: [&str; 4] = ["registration", "syncer", "splitter", "negotiator"];
-
-fn helm() -> PathBuf {
-    std::env::var_os("FLOTILLA_TOOLS_BIN")
-        .map(|d| PathBuf::from(d).join("helm"))
-        .unwrap_or_else(|| "helm".into())
-}
-
-fn chart() -> PathBuf {
-    repo_root().join("charts/flotilla")
-}
-
-async fn helm_run(args: &[&str]) -> Result<String> {
-    let out = tokio::process::Command::new(helm())
-        .args(args)
-        .output()
-        .await
-        .with_context(|| format!("running {} (set FLOTILLA_TOOLS_BIN)", helm().display()))?;
-    ensure!(
-        out.status.success(),
-        "helm {} failed:\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// `helm template` of the chart as a release `release` in `namespace`, as JSON documents.
-async fn render(release: &str, namespace: &str, extra: &[&str]) -> Result<Vec<Value>> {
-    let chart = chart().to_string_lossy().into_owned();
-    let mut args = vec![
-        "template",
-        release,
-        chart.as_str(),
-        "--namespace",
-        namespace,
-    ];
-    args.extend_from_slice(extra);
-    let yaml = helm_run(&args).await?;
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&yaml).context("parsing helm template output")?;
-    Ok(docs.into_iter().filter(|d| d.is_object()).collect())
-}
 
 #[tokio::test]
 async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
@@ -114,36 +70,6 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     Ok(())
 }
 
-/// A kubeconfig for the hub that authenticates with `token`.
-fn kubeconfig_with_token(env: &Environment, token: &str) -> Result<PathBuf> {
-    let admin = std::fs::read_to_string(&env.hub.kubeconfig)?;
-    let admin_token = admin
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .ok_or_else(|| anyhow!("no token in the hub kubeconfig"))?;
-    let path =
-        flotilla_e2e::scratch_dir().join(format!("flotilla-e2e-sa-{}.kubeconfig", random_suffix()));
-    std::fs::write(&path, admin.replace(admin_token, token))?;
-    Ok(path)
-}
-
-async fn token_for(hub: &Client, namespace: &str, service_account: &str) -> Result<String> {
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    let response = Api::<ServiceAccount>::namespaced(hub.clone(), namespace)
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await?;
-    response
-        .status
-        .and_then(|s| s.token)
-        .ok_or_else(|| anyhow!("no token for {namespace}/{service_account}"))
-}
-
 /// Asks the hub whether `user` may `verb` `resource` in `namespace`.
 async fn allowed(
     hub: &Client,
@@ -170,35 +96,18 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     api::install_crds(&hub).await?;
     let ns = TestNamespace::create("chart", &[&env.hub]).await?;
     let release = format!("e2e-{}", random_suffix());
-    let mut cleanup = ClusterScopedObjects::new(&env.hub);
 
     // Install the chart's ServiceAccounts and RBAC (there are no container images here, so the
-    // Deployments are left out and the binaries run as local processes with the same identity).
-    for doc in render(&release, ns.name(), &[]).await? {
-        if doc["kind"] == "Deployment" {
-            continue;
-        }
-        let (resource, scope) = api::resource_of(&hub, &doc).await?;
-        let name = doc["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        api::apply(&hub, &doc, false)
-            .await?
-            .with_context(|| format!("applying {} {name}", resource.kind))?;
-        if scope == kube::discovery::Scope::Cluster {
-            cleanup.add(resource, name);
-        }
-    }
+    // binaries run as local processes with the same identity).
+    let _rbac = chart::install_identities(&hub, &release, ns.name()).await?;
 
     let selector = format!("e2e.flotilla.dev/chart={release}");
     // Declared before the processes, so dropped after them.
     let _cleanup = ClusterCleanup::new(&env.hub, selector.clone());
     let mut processes = Vec::new();
     for controller in CONTROLLERS {
-        let sa = format!("{release}-{controller}");
-        let token = token_for(&hub, ns.name(), &sa).await?;
-        let kubeconfig = kubeconfig_with_token(&env, &token)?;
+        let kubeconfig =
+            chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, controller).await?;
         let kubeconfig = kubeconfig.to_string_lossy().into_owned();
         let mut args = vec![
             "--kubeconfig",
@@ -211,6 +120,14 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
                 "--cluster-selector",
                 selector.as_str(),
                 "--namespace",
+                ns.name(),
+            ]);
+        }
+        if controller == "negotiator" {
+            args.extend([
+                "--cluster-selector",
+                selector.as_str(),
+                "--kubeconfig-secret-namespace",
                 ns.name(),
             ]);
         }
@@ -306,6 +223,27 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         },
     )
     .await?;
+    // The negotiator with its own identity: imports the push member's Deployment schema
+    // (reading the kubeconfig Secret and the member) and negotiates it.
+    let negotiator = &processes[3].1;
+    let imports: Api<ApiResourceImport> =
+        Api::namespaced(hub.clone(), &names::cluster_namespace(&push));
+    wait_for(
+        &format!("the negotiator ServiceAccount to import {push}'s Deployment schema"),
+        Duration::from_secs(60),
+        || async {
+            let import = imports.get_opt("deployments.v1.apps").await?;
+            let compatible = import.as_ref().and_then(|i| {
+                let conditions = &i.status.as_ref()?.conditions;
+                conditions.iter().find(|c| c.type_ == "Compatible").cloned()
+            });
+            Ok(match compatible {
+                Some(c) if c.status == "True" => Seen::Done(()),
+                other => Seen::not_yet(format!("{other:?}; log:\n{}", negotiator.log())),
+            })
+        },
+    )
+    .await?;
     let bindings: Api<ClusterRoleBinding> = Api::all(hub.clone());
     wait_for(
         &format!("the agent RBAC of {pull}"),
@@ -366,7 +304,14 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         ("syncer", "list", "", "secrets", Some("kube-system")),
         ("syncer", "delete", "flotilla.dev", "clusters", None),
         ("splitter", "create", "flotilla.dev", "clusters", None),
-        ("negotiator", "get", "", "secrets", Some(ns.name())),
+        ("negotiator", "get", "", "secrets", Some("kube-system")),
+        (
+            "negotiator",
+            "delete",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            None,
+        ),
     ];
     for (controller, verb, group, resource, namespace) in denied {
         ensure!(

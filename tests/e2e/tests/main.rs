@@ -5,6 +5,7 @@
 mod api;
 mod chart;
 mod environment;
+mod negotiator;
 mod registration;
 mod registration_pull;
 mod runtime;

@@ -1,0 +1,228 @@
+//! The importer on the hub, for push-mode members: a controller of Clusters. For every Joined
+//! push-mode Cluster (of `--cluster-selector`) it keeps a client and a watch of the member's CRDs,
+//! and imports every wanted type (see [`crate::types`]) into `flotilla-cluster-<name>`. It runs
+//! again when the Cluster changes (a new `kubernetesVersion` re-reads built-in types), when a
+//! member CRD changes, when a Placement changes (the wanted types may change), and every
+//! `--import-interval`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla_api::condition::is_condition_true;
+use flotilla_api::{Cluster, SyncMode, conditions, names};
+use flotilla_runtime::member_client::read_secret;
+use flotilla_runtime::{Context, ErrorCategory, MemberClients};
+use futures::StreamExt;
+use futures::channel::mpsc;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use crate::NegotiatorArgs;
+use crate::importer::{ImportError, ImportWriter, MemberReader};
+use crate::metrics::NegotiatorMetrics;
+use crate::negotiation::Shared;
+use crate::types;
+
+/// A member's reader, and the credential it was built with.
+struct Member {
+    key: String,
+    reader: Arc<MemberReader>,
+}
+
+struct HubImporter {
+    ctx: Context,
+    args: NegotiatorArgs,
+    shared: Shared,
+    metrics: NegotiatorMetrics,
+    clusters: Store<Cluster>,
+    clients: MemberClients,
+    members: Mutex<HashMap<String, Member>>,
+    /// Ticks when a member's CRDs change: every Cluster is imported again (reading CRDs from
+    /// the watched caches and built-in types from the last read costs no API call, and only
+    /// changed imports are written).
+    trigger: mpsc::UnboundedSender<()>,
+}
+
+/// Runs the importer of push-mode members until `ctx.shutdown`.
+pub async fn run(
+    ctx: Context,
+    args: NegotiatorArgs,
+    shared: Shared,
+    metrics: NegotiatorMetrics,
+) -> anyhow::Result<()> {
+    let mut config = watcher::Config::default();
+    if !args.cluster_selector.is_empty() {
+        config = config.labels(&args.cluster_selector);
+    }
+    let controller = Controller::new(Api::<Cluster>::all(ctx.client.clone()), config).with_config(
+        controller::Config::default()
+            .concurrency(args.concurrency)
+            .debounce(Duration::from_millis(500)),
+    );
+    let (trigger, member_changes) = mpsc::unbounded();
+    let state = Arc::new(HubImporter {
+        ctx: ctx.clone(),
+        clusters: controller.store(),
+        args,
+        shared: shared.clone(),
+        metrics,
+        clients: MemberClients::new(),
+        members: Mutex::default(),
+        trigger,
+    });
+    let placements_changed = shared.take_placement_changes();
+    controller
+        .reconcile_all_on(member_changes)
+        .reconcile_all_on(placements_changed)
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+impl HubImporter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Member>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops watching members whose Cluster went away (or is no longer selected).
+    fn forget_gone(&self) {
+        let gone: Vec<String> = self
+            .lock()
+            .keys()
+            .filter(|name| self.clusters.get(&ObjectRef::new(name)).is_none())
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name);
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if self.lock().remove(name).is_some() {
+            tracing::info!(cluster = name, "stopped importing from the member");
+        }
+        self.clients.forget(name);
+    }
+
+    /// The reader of a push-mode member, built from its kubeconfig Secret; rebuilt when the
+    /// Secret changes.
+    async fn reader(&self, cluster: &Cluster) -> Result<Arc<MemberReader>, ImportError> {
+        let name = cluster.name_any();
+        let reference = cluster.spec.kubeconfig_secret_ref.as_ref().ok_or_else(|| {
+            ImportError::NoClient("the Cluster has no kubeconfigSecretRef".into())
+        })?;
+        let namespace = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.args.kubeconfig_secret_namespace.clone());
+        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &namespace);
+        let secret = read_secret(&secrets, &namespace, &reference.name)
+            .await
+            .map_err(|e| ImportError::NoClient(e.to_string()))?;
+        let key = format!(
+            "{namespace}/{}/{}@{}",
+            reference.name,
+            reference.key,
+            secret
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or_default()
+        );
+        if let Some(m) = self.lock().get(&name).filter(|m| m.key == key) {
+            return Ok(m.reader.clone());
+        }
+        let client = self
+            .clients
+            .client_for(&name, &secret, &reference.key)
+            .await
+            .map_err(|e| ImportError::NoClient(e.to_string()))?;
+        let trigger = self.trigger.clone();
+        let reader = Arc::new(MemberReader::start(&name, client, move || {
+            let _ = trigger.unbounded_send(());
+        }));
+        tracing::info!(
+            cluster = name,
+            "importing from the member (watching its CRDs)"
+        );
+        self.lock().insert(
+            name,
+            Member {
+                key,
+                reader: reader.clone(),
+            },
+        );
+        Ok(reader)
+    }
+}
+
+/// Whether the importer reads this Cluster from the hub: push mode, Joined, not being deleted.
+fn imports_from_hub(cluster: &Cluster) -> bool {
+    cluster.metadata.deletion_timestamp.is_none()
+        && cluster.spec.sync_mode == SyncMode::Push
+        && is_condition_true(cluster.conditions(), conditions::JOINED)
+}
+
+async fn reconcile(cluster: Arc<Cluster>, state: Arc<HubImporter>) -> Result<Action, ImportError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&cluster, &state).await;
+    state.ctx.metrics.observe_reconcile(
+        "import",
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| e.category()),
+    );
+    result
+}
+
+async fn reconcile_inner(cluster: &Cluster, state: &HubImporter) -> Result<Action, ImportError> {
+    state.forget_gone();
+    let name = cluster.name_any();
+    let interval = state.args.import.import_interval;
+    if !imports_from_hub(cluster) {
+        state.forget(&name);
+        return Ok(Action::requeue(interval));
+    }
+    let writer = ImportWriter {
+        cluster: &name,
+        api: Api::namespaced(state.ctx.client.clone(), &names::cluster_namespace(&name)),
+        imports: &state.shared.imports,
+        metrics: &state.metrics,
+        status_forbidden: Default::default(),
+    };
+    let reader = match state.reader(cluster).await {
+        Ok(r) => r,
+        Err(e) => {
+            writer.fail_all(&e).await;
+            return Err(e);
+        }
+    };
+    let placements = state.shared.placements.state();
+    let wanted = types::wanted(
+        placements.iter().map(|p| &**p),
+        &state.args.import.extra_types,
+    );
+    let version = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.kubernetes_version.as_deref());
+    let results = reader
+        .read(&wanted, version, interval, &state.args.import.limits())
+        .await;
+    writer.sync(results).await?;
+    Ok(Action::requeue(interval))
+}
+
+fn error_policy(cluster: Arc<Cluster>, error: &ImportError, state: Arc<HubImporter>) -> Action {
+    tracing::warn!(cluster = %cluster.name_any(), error = %error, "import failed");
+    Action::requeue(if error.is_transient() {
+        Duration::from_secs(10)
+    } else {
+        state.args.import.import_interval
+    })
+}

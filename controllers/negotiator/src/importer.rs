@@ -1,0 +1,532 @@
+//! The importer's core, shared by the hub (push-mode members) and `flotilla-negotiator importer`
+//! (inside a pull-mode member): read a member's schemas ([`MemberReader`]) and write them as
+//! APIResourceImports in the member's hub namespace ([`ImportWriter`]).
+//!
+//! Custom types are read from the member's CRDs, which are watched (one watch per member, so a
+//! changed CRD is imported at once); built-in types from the member's discovery and OpenAPI v3,
+//! read again when the member's Kubernetes version changes and every import interval. An import
+//! is written only when its content changed. When the member cannot be read, the last import is
+//! kept (never deleted because of an error) and its `Imported` condition says why; an import is
+//! deleted only when the member answers that it does not serve the type (any more).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla_api::condition::{Verdict, set_condition};
+use flotilla_api::{
+    ApiResourceImport, ApiResourceSpec, conditions, field_managers, labels, names, reasons,
+};
+use flotilla_runtime::ErrorCategory;
+use flotilla_schema::Limits;
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::metrics::NegotiatorMetrics;
+use crate::schemas::{self, SchemaReadError};
+use crate::types::ResourceType;
+
+/// How long a read waits for the member's CRD watch to list everything before giving up.
+const CRD_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a member's schema of a type could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("reading the member: {0}")]
+    Member(#[source] Arc<kube::Error>),
+    #[error(transparent)]
+    Schema(Arc<SchemaReadError>),
+    #[error("the member's CRDs are not listed yet (is the member reachable?)")]
+    CrdsNotSynced,
+    #[error("no client for the member: {0}")]
+    NoClient(String),
+    #[error("writing to the hub: {0}")]
+    Hub(#[source] kube::Error),
+}
+
+impl Clone for ImportError {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Member(e) => Self::Member(e.clone()),
+            Self::Schema(e) => Self::Schema(e.clone()),
+            Self::CrdsNotSynced => Self::CrdsNotSynced,
+            Self::NoClient(m) => Self::NoClient(m.clone()),
+            // Hub errors are never kept in a cache; their message is enough.
+            Self::Hub(e) => Self::NoClient(format!("writing to the hub: {e}")),
+        }
+    }
+}
+
+impl From<kube::Error> for ImportError {
+    fn from(e: kube::Error) -> Self {
+        Self::Member(Arc::new(e))
+    }
+}
+
+impl ErrorCategory for ImportError {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Member(e) => e.category(),
+            Self::Schema(_) => "InvalidSchema",
+            Self::CrdsNotSynced => "Unreachable",
+            Self::NoClient(_) => "NoClient",
+            Self::Hub(e) => e.category(),
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        !matches!(self, Self::Schema(_))
+    }
+}
+
+/// What the member says about one type.
+pub type ReadResult = Result<Option<ApiResourceSpec>, ImportError>;
+
+/// GETs an OpenAPI v3 document; `None` when the server has none at `path` (404).
+pub async fn fetch_openapi(client: &Client, path: &str) -> Result<Option<Value>, kube::Error> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    match client.request::<Value>(request).await {
+        Ok(doc) => Ok(Some(doc)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The built-in types of one member as last read, with when and at which version.
+#[derive(Default)]
+struct BuiltinCache {
+    version: Option<String>,
+    read_at: Option<Instant>,
+    by_type: BTreeMap<ResourceType, Option<ApiResourceSpec>>,
+}
+
+/// Reads one member's schemas: a watched cache of its CRDs, and its built-in types.
+pub struct MemberReader {
+    client: Client,
+    crds: Store<CustomResourceDefinition>,
+    builtins: Mutex<BuiltinCache>,
+    watch: JoinHandle<()>,
+}
+
+impl Drop for MemberReader {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+impl MemberReader {
+    /// Starts watching the member's CRDs; `on_change` is called for every CRD added, changed or
+    /// deleted (the initial list included). The watch stops when the reader is dropped.
+    pub fn start(cluster: &str, client: Client, on_change: impl Fn() + Send + 'static) -> Self {
+        let (crds, writer) = reflector::store();
+        let stream = reflector::reflector(
+            writer,
+            watcher(
+                Api::<CustomResourceDefinition>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .touched_objects();
+        let cluster = cluster.to_string();
+        let watch = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut failing = false;
+            while let Some(next) = stream.next().await {
+                match next {
+                    Ok(_) => {
+                        failing = false;
+                        on_change();
+                    }
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(cluster, error = %e, "watching the member's CRDs failed; retrying with backoff");
+                    }
+                    Err(e) => {
+                        tracing::debug!(cluster, error = %e, "watching the member's CRDs failed")
+                    }
+                }
+            }
+        });
+        Self {
+            client,
+            crds,
+            builtins: Mutex::default(),
+            watch,
+        }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, BuiltinCache> {
+        self.builtins.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads every type of `types`: custom types from the CRD cache, built-in types from the
+    /// cache of the last read unless the member's `version` changed, `interval` passed or a type
+    /// is new.
+    pub async fn read(
+        &self,
+        types: &BTreeSet<ResourceType>,
+        version: Option<&str>,
+        interval: Duration,
+        limits: &Limits,
+    ) -> Vec<(ResourceType, ReadResult)> {
+        let synced = tokio::time::timeout(
+            CRD_SYNC_TIMEOUT,
+            flotilla_runtime::cache::wait_until_synced(&self.crds),
+        )
+        .await
+        .unwrap_or(false);
+        if !synced {
+            return types
+                .iter()
+                .map(|t| (t.clone(), Err(ImportError::CrdsNotSynced)))
+                .collect();
+        }
+        let crds = self.crds.state();
+        let mut out = Vec::new();
+        let mut builtin = Vec::new();
+        for t in types {
+            match schemas::find_crd(crds.iter().map(|c| &**c), t) {
+                Some(crd) => out.push((
+                    t.clone(),
+                    schemas::crd_spec(crd, &t.version)
+                        .map_err(|e| ImportError::Schema(Arc::new(e))),
+                )),
+                None => builtin.push(t.clone()),
+            }
+        }
+        let stale = {
+            let cache = self.cache();
+            cache.version.as_deref() != version
+                || cache.read_at.is_none_or(|at| at.elapsed() >= interval)
+                || builtin.iter().any(|t| !cache.by_type.contains_key(t))
+        };
+        if stale {
+            let read = self.read_builtins(&builtin, limits).await;
+            let mut cache = self.cache();
+            let complete = read.iter().all(|(_, r)| r.is_ok());
+            if complete {
+                cache.version = version.map(str::to_string);
+                cache.read_at = Some(Instant::now());
+            }
+            for (t, r) in read {
+                match r {
+                    Ok(spec) => {
+                        cache.by_type.insert(t.clone(), spec.clone());
+                        out.push((t, Ok(spec)));
+                    }
+                    Err(e) => out.push((t, Err(e))),
+                }
+            }
+        } else {
+            let cache = self.cache();
+            out.extend(
+                builtin
+                    .into_iter()
+                    .map(|t| (t.clone(), Ok(cache.by_type.get(&t).cloned().flatten()))),
+            );
+        }
+        out
+    }
+
+    /// Reads built-in types from discovery and OpenAPI v3, one group/version at a time.
+    async fn read_builtins(
+        &self,
+        types: &[ResourceType],
+        limits: &Limits,
+    ) -> Vec<(ResourceType, ReadResult)> {
+        let mut by_gv: BTreeMap<(String, String), Vec<&ResourceType>> = BTreeMap::new();
+        for t in types {
+            by_gv
+                .entry((t.group.clone(), t.version.clone()))
+                .or_default()
+                .push(t);
+        }
+        let mut out = Vec::new();
+        for ((group, version), types) in by_gv {
+            match self.read_group(&group, &version, &types, limits).await {
+                Ok(read) => out.extend(read),
+                Err(e) => out.extend(types.into_iter().map(|t| (t.clone(), Err(e.clone())))),
+            }
+        }
+        out
+    }
+
+    async fn read_group(
+        &self,
+        group: &str,
+        version: &str,
+        types: &[&ResourceType],
+        limits: &Limits,
+    ) -> Result<Vec<(ResourceType, ReadResult)>, ImportError> {
+        let gv = kube::core::GroupVersion::gv(group, version);
+        let api_group = match kube::discovery::pinned_group(&self.client, &gv).await {
+            Ok(g) => g,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Ok(types.iter().map(|t| ((*t).clone(), Ok(None))).collect());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let resources = api_group.versioned_resources(version);
+        let served: Vec<_> = types
+            .iter()
+            .map(|t| {
+                let found = resources
+                    .iter()
+                    .find(|(r, _)| r.kind == t.kind && !r.plural.contains('/'));
+                (*t, found)
+            })
+            .collect();
+        if served.iter().all(|(_, f)| f.is_none()) {
+            return Ok(types.iter().map(|t| ((*t).clone(), Ok(None))).collect());
+        }
+        let path = schemas::openapi_path(group, version);
+        let Some(document) = fetch_openapi(&self.client, &path).await? else {
+            return Err(ImportError::Schema(Arc::new(
+                SchemaReadError::NotInDocument {
+                    path: format!("{path} (the member serves no OpenAPI v3 there)"),
+                    type_: format!("{group}/{version}"),
+                },
+            )));
+        };
+        Ok(served
+            .into_iter()
+            .map(|(t, found)| {
+                let result = match found {
+                    None => Ok(None),
+                    Some((resource, caps)) => schemas::builtin_schema(&document, &path, t, limits)
+                        .map(|schema| Some(schemas::builtin_spec(t, resource, caps, schema)))
+                        .map_err(|e| ImportError::Schema(Arc::new(e))),
+                };
+                (t.clone(), result)
+            })
+            .collect())
+    }
+}
+
+/// Writes one member's APIResourceImports into `flotilla-cluster-<name>` on the hub.
+pub struct ImportWriter<'a> {
+    pub cluster: &'a str,
+    /// APIResourceImports of the member's namespace on the hub.
+    pub api: Api<ApiResourceImport>,
+    /// A cache of (at least) the member's imports.
+    pub imports: &'a Store<ApiResourceImport>,
+    pub metrics: &'a NegotiatorMetrics,
+    /// Set when the hub refused a status write (a pull-mode agent's credential may lack
+    /// `apiresourceimports/status`): the `Imported` condition is then not reported.
+    pub status_forbidden: std::sync::atomic::AtomicBool,
+}
+
+/// The import of `spec` for `cluster`, for server-side apply.
+pub fn import_object(cluster: &str, spec: &ApiResourceSpec) -> Value {
+    json!({
+        "apiVersion": ApiResourceImport::api_version(&()),
+        "kind": ApiResourceImport::kind(&()),
+        "metadata": {
+            "name": spec.object_name(),
+            "namespace": names::cluster_namespace(cluster),
+            "labels": {labels::CLUSTER: cluster},
+        },
+        "spec": spec,
+    })
+}
+
+impl ImportWriter<'_> {
+    fn namespace(&self) -> String {
+        names::cluster_namespace(self.cluster)
+    }
+
+    /// The member's imports of `type_`, whatever their plural.
+    fn imports_of(&self, type_: &ResourceType) -> Vec<Arc<ApiResourceImport>> {
+        let ns = self.namespace();
+        self.imports
+            .state()
+            .into_iter()
+            .filter(|i| i.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|i| {
+                let r = &i.spec.resource;
+                type_.is(
+                    &r.group_version.group,
+                    &r.group_version.version,
+                    &r.names.kind,
+                )
+            })
+            .collect()
+    }
+
+    /// Writes what was read: changed imports are applied, imports of types the member does not
+    /// serve are deleted, and failures are reported on the imports they keep. Returns the first
+    /// failure, so the caller retries with backoff.
+    pub async fn sync(&self, results: Vec<(ResourceType, ReadResult)>) -> Result<(), ImportError> {
+        let mut first_error = None;
+        for (type_, result) in results {
+            let outcome = match result {
+                Ok(Some(spec)) => self.write(&spec).await,
+                Ok(None) => self.remove(&type_).await,
+                Err(e) => {
+                    tracing::warn!(cluster = self.cluster, type_ = %type_, error = %e, "cannot read the member's schema; keeping the last import");
+                    self.metrics
+                        .import_errors
+                        .with_label_values(&[self.cluster, e.category()])
+                        .inc();
+                    let failed = Verdict::new(
+                        conditions::IMPORTED,
+                        "False",
+                        reasons::IMPORT_FAILED,
+                        format!("{e}; the last import is kept"),
+                    );
+                    let mut outcome = Err(e);
+                    for import in self.imports_of(&type_) {
+                        if let Err(e) = self.set_imported(&import, &failed).await {
+                            outcome = Err(e);
+                        }
+                    }
+                    outcome
+                }
+            };
+            if let Err(e) = outcome {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Marks every import of the member as not refreshed because of `error` (the member could
+    /// not be reached at all).
+    pub async fn fail_all(&self, error: &ImportError) {
+        let ns = self.namespace();
+        let failed = Verdict::new(
+            conditions::IMPORTED,
+            "False",
+            reasons::IMPORT_FAILED,
+            format!("{error}; the last import is kept"),
+        );
+        for import in self.imports.state() {
+            if import.namespace().as_deref() == Some(ns.as_str()) {
+                let _ = self.set_imported(&import, &failed).await;
+            }
+        }
+    }
+
+    async fn write(&self, spec: &ApiResourceSpec) -> Result<(), ImportError> {
+        let name = spec.object_name();
+        let existing = self
+            .imports
+            .get(&ObjectRef::new(&name).within(&self.namespace()));
+        let import = match existing {
+            Some(i)
+                if schemas::same_spec(&i.spec.resource, spec)
+                    && i.labels().get(labels::CLUSTER).map(String::as_str)
+                        == Some(self.cluster) =>
+            {
+                i
+            }
+            _ => {
+                let applied = self
+                    .api
+                    .patch(
+                        &name,
+                        &PatchParams::apply(field_managers::IMPORTER).force(),
+                        &Patch::Apply(import_object(self.cluster, spec)),
+                    )
+                    .await
+                    .map_err(ImportError::Hub)?;
+                self.metrics
+                    .imports_written
+                    .with_label_values(&[self.cluster])
+                    .inc();
+                tracing::info!(
+                    cluster = self.cluster,
+                    import = name,
+                    "imported the member's schema"
+                );
+                Arc::new(applied)
+            }
+        };
+        let imported = Verdict::new(
+            conditions::IMPORTED,
+            "True",
+            reasons::IMPORTED,
+            "the member's schema was read",
+        );
+        self.set_imported(&import, &imported).await
+    }
+
+    async fn remove(&self, type_: &ResourceType) -> Result<(), ImportError> {
+        for import in self.imports_of(type_) {
+            let name = import.name_any();
+            match self.api.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {
+                    tracing::info!(
+                        cluster = self.cluster,
+                        import = name,
+                        "the member no longer serves the type: removed its import"
+                    )
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(ImportError::Hub(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the `Imported` condition of `import` when it changes.
+    async fn set_imported(
+        &self,
+        import: &ApiResourceImport,
+        verdict: &Verdict,
+    ) -> Result<(), ImportError> {
+        let mut conditions = import
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        if !set_condition(
+            &mut conditions,
+            verdict.into_condition(Timestamp::now(), import.metadata.generation),
+        ) {
+            return Ok(());
+        }
+        if self
+            .status_forbidden
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(());
+        }
+        let condition = conditions.iter().find(|c| c.type_ == verdict.type_);
+        let written = self
+            .api
+            .patch_status(
+                &import.name_any(),
+                &PatchParams::apply(field_managers::IMPORTER).force(),
+                &Patch::Apply(json!({
+                    "apiVersion": ApiResourceImport::api_version(&()),
+                    "kind": ApiResourceImport::kind(&()),
+                    "status": {"conditions": [condition]},
+                })),
+            )
+            .await;
+        match written {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                self.status_forbidden
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    cluster = self.cluster,
+                    "the hub credential may not write APIResourceImport status: the Imported condition is not reported"
+                );
+                Ok(())
+            }
+            Err(e) => Err(ImportError::Hub(e)),
+        }
+    }
+}

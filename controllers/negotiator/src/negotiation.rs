@@ -1,0 +1,807 @@
+//! The negotiation controller: one NegotiatedAPIResource per group/version/resource that some
+//! selected member imported.
+//!
+//! A NegotiatedAPIResource is created (server-side apply, field manager `flotilla/negotiator`,
+//! never touching the user's `spec.publish`) when the first import of its type appears. Each
+//! reconciliation reads the hub's own schema of the type — a hub CRD (enforced when Flotilla did
+//! not create it, labelled [`labels::PUBLISHED`] when it did) or the hub's OpenAPI v3 for
+//! built-in types — negotiates ([`crate::verdict`]), publishes the hub CRD when asked, and writes
+//! the negotiated schema into the spec, the `Submitted`/`Published`/`Enforced` conditions and the
+//! per-import summary into the status, and each import's `Compatible` condition and differences.
+//! Every write is skipped when it would change nothing; a changed verdict is an Event.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla_api::condition::{Verdict, find_condition, set_condition};
+use flotilla_api::{
+    ApiResourceImport, ApiResourceSpec, Cluster, NegotiatedApiResource, Placement, conditions,
+    field_managers, labels, names, reasons,
+};
+use flotilla_runtime::{Context, ErrorCategory};
+use flotilla_schema::Limits;
+use futures::StreamExt;
+use futures::channel::mpsc;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::NegotiatorArgs;
+use crate::importer::fetch_openapi;
+use crate::metrics::NegotiatorMetrics;
+use crate::schemas::{self, SchemaReadError};
+use crate::types::ResourceType;
+use crate::verdict::{self, ImportInput, ImportVerdict, Reference};
+
+/// How long the hub's OpenAPI v3 document of a group/version is reused.
+const HUB_OPENAPI_TTL: Duration = Duration::from_secs(60);
+
+type Taken<T> = Arc<Mutex<Option<T>>>;
+
+fn take<T>(slot: &Taken<T>) -> Option<T> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// The hub caches the negotiator's controllers share, and the changes that trigger them.
+#[derive(Clone)]
+pub struct Shared {
+    /// The selected Clusters (`--cluster-selector`).
+    pub clusters: Store<Cluster>,
+    /// Every APIResourceImport on the hub.
+    pub imports: Store<ApiResourceImport>,
+    /// Every Placement on the hub (for the types to import).
+    pub placements: Store<Placement>,
+    import_changes: Taken<mpsc::UnboundedReceiver<Arc<ApiResourceImport>>>,
+    placement_changes: Taken<mpsc::UnboundedReceiver<()>>,
+}
+
+impl Shared {
+    /// Starts the watches.
+    pub fn start(ctx: &Context, args: &NegotiatorArgs) -> Self {
+        let client = ctx.client.clone();
+        let mut cluster_watch = watcher::Config::default();
+        if !args.cluster_selector.is_empty() {
+            cluster_watch = cluster_watch.labels(&args.cluster_selector);
+        }
+        let clusters =
+            flotilla_runtime::cache::spawn_store(ctx, Api::all(client.clone()), cluster_watch);
+        let (to_negotiation, negotiation_rx) = mpsc::unbounded();
+        let imports = flotilla_runtime::cache::spawn_store_with(
+            ctx,
+            Api::<ApiResourceImport>::all(client.clone()),
+            watcher::Config::default(),
+            move |import: &ApiResourceImport| {
+                let _ = to_negotiation.unbounded_send(Arc::new(import.clone()));
+            },
+        );
+        let (to_importer, placements_rx) = mpsc::unbounded();
+        let placements = flotilla_runtime::cache::spawn_store_with(
+            ctx,
+            Api::<Placement>::all(client),
+            watcher::Config::default(),
+            move |_: &Placement| {
+                let _ = to_importer.unbounded_send(());
+            },
+        );
+        Self {
+            clusters,
+            imports,
+            placements,
+            import_changes: Arc::new(Mutex::new(Some(negotiation_rx))),
+            placement_changes: Arc::new(Mutex::new(Some(placements_rx))),
+        }
+    }
+
+    /// Reports readiness once every shared cache has listed everything.
+    pub async fn mark_ready_when_synced(&self, ctx: &Context) {
+        use flotilla_runtime::cache::wait_until_synced;
+        tokio::select! {
+            _ = ctx.shutdown.cancelled() => {}
+            _ = async {
+                wait_until_synced(&self.clusters).await;
+                wait_until_synced(&self.imports).await;
+                wait_until_synced(&self.placements).await;
+            } => {
+                tracing::info!("caches synced");
+                ctx.health.set_caches_synced(true);
+            }
+        }
+    }
+
+    /// Whether Cluster `name` is one of the selected ones.
+    pub fn is_selected(&self, name: &str) -> bool {
+        self.clusters.get(&ObjectRef::new(name)).is_some()
+    }
+
+    /// The imports of the selected Clusters, optionally only those named `name`, by cluster.
+    pub fn selected_imports(&self, name: Option<&str>) -> Vec<Arc<ApiResourceImport>> {
+        let mut imports: Vec<_> = self
+            .imports
+            .state()
+            .into_iter()
+            .filter(|i| i.metadata.deletion_timestamp.is_none())
+            .filter(|i| name.is_none_or(|n| i.name_any() == n))
+            .filter(|i| i.cluster_name().is_some_and(|c| self.is_selected(c)))
+            .collect();
+        imports.sort_by(|a, b| a.cluster_name().cmp(&b.cluster_name()));
+        imports
+    }
+
+    /// Changes of imports, for creating NegotiatedAPIResources (taken once).
+    pub fn take_import_changes(&self) -> mpsc::UnboundedReceiver<Arc<ApiResourceImport>> {
+        take(&self.import_changes).unwrap_or_else(|| mpsc::unbounded().1)
+    }
+
+    /// A tick for every Placement change, for the importer (taken once).
+    pub fn take_placement_changes(&self) -> mpsc::UnboundedReceiver<()> {
+        take(&self.placement_changes).unwrap_or_else(|| mpsc::unbounded().1)
+    }
+}
+
+/// Why a negotiation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("the hub's schema of the type cannot be read: {0}")]
+    HubSchema(#[from] SchemaReadError),
+}
+
+impl ErrorCategory for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Kube(e) => e.category(),
+            Self::HubSchema(_) => "InvalidSchema",
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::Kube(e) => e.is_transient(),
+            Self::HubSchema(_) => false,
+        }
+    }
+}
+
+/// An OpenAPI v3 document as read at a time (`None`: the hub serves none at that path).
+type ReadDocument = (Instant, Option<Arc<Value>>);
+
+/// The hub's OpenAPI v3 documents, reused for [`HUB_OPENAPI_TTL`].
+#[derive(Default)]
+struct HubOpenApi {
+    cache: Mutex<HashMap<String, ReadDocument>>,
+}
+
+impl HubOpenApi {
+    async fn document(
+        &self,
+        client: &Client,
+        path: &str,
+    ) -> Result<Option<Arc<Value>>, kube::Error> {
+        if let Some((at, doc)) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(path)
+            && at.elapsed() < HUB_OPENAPI_TTL
+        {
+            return Ok(doc.clone());
+        }
+        let doc = fetch_openapi(client, path).await?.map(Arc::new);
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_string(), (Instant::now(), doc.clone()));
+        Ok(doc)
+    }
+}
+
+struct Negotiator {
+    ctx: Context,
+    args: NegotiatorArgs,
+    shared: Shared,
+    metrics: NegotiatorMetrics,
+    limits: Limits,
+    hub_openapi: HubOpenApi,
+}
+
+/// The NegotiatedAPIResources hub CRD `crd` concerns: one per version.
+fn negotiations_of_crd(crd: CustomResourceDefinition) -> Vec<ObjectRef<NegotiatedApiResource>> {
+    crd.spec
+        .versions
+        .iter()
+        .map(|v| {
+            ObjectRef::new(&names::api_resource_name(
+                &crd.spec.group,
+                &v.name,
+                &crd.spec.names.plural,
+            ))
+        })
+        .collect()
+}
+
+/// Runs the negotiation controller until `ctx.shutdown`.
+pub async fn run(
+    ctx: Context,
+    args: NegotiatorArgs,
+    shared: Shared,
+    metrics: NegotiatorMetrics,
+) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<NegotiatedApiResource>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(
+        controller::Config::default()
+            .concurrency(args.concurrency)
+            .debounce(Duration::from_millis(500)),
+    );
+    tokio::spawn(ensure_negotiations(
+        ctx.clone(),
+        shared.clone(),
+        controller.store(),
+    ));
+    let state = Arc::new(Negotiator {
+        limits: args.import.limits(),
+        ctx: ctx.clone(),
+        args,
+        shared,
+        metrics,
+        hub_openapi: HubOpenApi::default(),
+    });
+    controller
+        // An import changes: the negotiation of its type.
+        .watches(
+            Api::<ApiResourceImport>::all(client.clone()),
+            watcher::Config::default(),
+            |import| Some(ObjectRef::new(&import.name_any())),
+        )
+        // A hub CRD changes: it may enforce, or publish, a type.
+        .watches(
+            Api::<CustomResourceDefinition>::all(client),
+            watcher::Config::default(),
+            negotiations_of_crd,
+        )
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+/// The NegotiatedAPIResource of a type, as the negotiator first writes it.
+fn negotiation_object(name: &str, resource: &ApiResourceSpec) -> Value {
+    json!({
+        "apiVersion": NegotiatedApiResource::api_version(&()),
+        "kind": NegotiatedApiResource::kind(&()),
+        "metadata": {"name": name},
+        "spec": resource,
+    })
+}
+
+/// Creates the NegotiatedAPIResource of every imported type of a selected Cluster that has none
+/// (its creation then triggers its negotiation).
+async fn ensure_negotiations(
+    ctx: Context,
+    shared: Shared,
+    negotiations: Store<NegotiatedApiResource>,
+) {
+    let mut changes = shared.take_import_changes();
+    tokio::select! {
+        _ = ctx.shutdown.cancelled() => return,
+        _ = flotilla_runtime::cache::wait_until_synced(&negotiations) => {}
+    }
+    let api: Api<NegotiatedApiResource> = Api::all(ctx.client.clone());
+    loop {
+        let import = tokio::select! {
+            _ = ctx.shutdown.cancelled() => return,
+            next = changes.next() => match next {
+                Some(i) => i,
+                None => return,
+            },
+        };
+        let name = import.name_any();
+        let wanted = import.cluster_name().is_some_and(|c| shared.is_selected(c))
+            && import.metadata.deletion_timestamp.is_none()
+            && shared.imports.get(&ObjectRef::from_obj(&*import)).is_some();
+        if wanted && negotiations.get(&ObjectRef::new(&name)).is_none() {
+            match api
+                .patch(
+                    &name,
+                    &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+                    &Patch::Apply(negotiation_object(&name, &import.spec.resource)),
+                )
+                .await
+            {
+                Ok(_) => tracing::info!(negotiation = name, "created the NegotiatedAPIResource"),
+                Err(e) => {
+                    tracing::warn!(negotiation = name, error = %e, "cannot create the NegotiatedAPIResource")
+                }
+            }
+        }
+    }
+}
+
+/// A CRD's schema of `version`, if it serves it.
+fn crd_version_schema(crd: &CustomResourceDefinition, version: &str) -> Option<Value> {
+    crd.spec
+        .versions
+        .iter()
+        .find(|v| v.name == version && v.served)
+        .and_then(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok())
+}
+
+/// Whether Flotilla published this hub CRD.
+fn is_published_by_flotilla(crd: &CustomResourceDefinition) -> bool {
+    crd.labels().get(labels::PUBLISHED).map(String::as_str) == Some(labels::PUBLISHED_VALUE)
+}
+
+/// The hub CRD that publishes `resource` with `schema`, keeping the other versions of an
+/// `existing` published CRD (the first published version stays the storage version).
+pub fn published_crd(
+    resource: &ApiResourceSpec,
+    schema: &Value,
+    existing: Option<&CustomResourceDefinition>,
+) -> Value {
+    let gv = &resource.group_version;
+    let mut schema = schema.clone();
+    // A CRD's schema may only say that metadata is an object.
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut)
+        && props.contains_key("metadata")
+    {
+        props.insert("metadata".into(), json!({"type": "object"}));
+    }
+    let others: Vec<Value> = existing
+        .map(|c| {
+            c.spec
+                .versions
+                .iter()
+                .filter(|v| v.name != gv.version)
+                .filter_map(|v| serde_json::to_value(v).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let storage = !others.iter().any(|v| v["storage"] == json!(true));
+    let mut version = json!({
+        "name": gv.version,
+        "served": true,
+        "storage": storage,
+        "schema": {"openAPIV3Schema": schema},
+    });
+    if let Some(sub) = &resource.subresources {
+        version["subresources"] = json!(sub);
+    }
+    if !resource.column_definitions.is_empty() {
+        version["additionalPrinterColumns"] = json!(resource.column_definitions);
+    }
+    let mut versions = others;
+    versions.push(version);
+    versions.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let names: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionNames =
+        resource.names.clone().into();
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{}.{}", resource.names.plural, gv.group),
+            "labels": {labels::PUBLISHED: labels::PUBLISHED_VALUE},
+        },
+        "spec": {
+            "group": gv.group,
+            "names": names,
+            "scope": resource.scope.as_str(),
+            "versions": versions,
+        },
+    })
+}
+
+impl Negotiator {
+    /// What the hub says about the type, and its CRD if it has one.
+    async fn reference(
+        &self,
+        resource: &ApiResourceSpec,
+    ) -> Result<(Reference, Option<CustomResourceDefinition>), Error> {
+        let gv = &resource.group_version;
+        if !gv.group.is_empty() {
+            let crds: Api<CustomResourceDefinition> = Api::all(self.ctx.client.clone());
+            let crd_name = format!("{}.{}", resource.names.plural, gv.group);
+            if let Some(crd) = crds.get_opt(&crd_name).await? {
+                let reference = match (
+                    crd_version_schema(&crd, &gv.version),
+                    is_published_by_flotilla(&crd),
+                ) {
+                    (Some(schema), true) => Reference::Published(schema),
+                    (Some(schema), false) => Reference::Enforced {
+                        reason: reasons::HUB_CRD,
+                        schema,
+                    },
+                    (None, _) => Reference::None,
+                };
+                return Ok((reference, Some(crd)));
+            }
+        }
+        let path = schemas::openapi_path(&gv.group, &gv.version);
+        let type_ = ResourceType::new(&gv.group, &gv.version, &resource.names.kind);
+        if let Some(doc) = self.hub_openapi.document(&self.ctx.client, &path).await?
+            && schemas::component_name(&doc, &type_).is_some()
+        {
+            let schema = schemas::builtin_schema(&doc, &path, &type_, &self.limits)?;
+            return Ok((
+                Reference::Enforced {
+                    reason: reasons::BUILT_IN,
+                    schema,
+                },
+                None,
+            ));
+        }
+        Ok((Reference::None, None))
+    }
+
+    /// Creates or updates the published hub CRD when asked; the `Published` condition.
+    async fn publish(
+        &self,
+        negotiation: &NegotiatedApiResource,
+        reference: &Reference,
+        hub_crd: Option<&CustomResourceDefinition>,
+        resource: &ApiResourceSpec,
+        schema: Option<&Value>,
+    ) -> Verdict {
+        let crd_name = format!("{}.{}", resource.names.plural, resource.group_version.group);
+        let published =
+            |reason, message: String| Verdict::new(conditions::PUBLISHED, "True", reason, message);
+        let not_published =
+            |reason, message: String| Verdict::new(conditions::PUBLISHED, "False", reason, message);
+        if let Reference::Enforced { reason, .. } = reference {
+            return not_published(
+                reasons::NOT_PUBLISHED,
+                format!("the hub serves the type itself ({reason}): nothing to publish"),
+            );
+        }
+        let ours = hub_crd.filter(|c| is_published_by_flotilla(c));
+        if !negotiation.spec.publish {
+            return match ours {
+                Some(_) => published(
+                    reasons::PUBLISHED,
+                    format!(
+                        "CRD {crd_name} was published earlier and stays although spec.publish is \
+                         false: deleting a CRD deletes its objects, so delete it by hand if that \
+                         is what you want"
+                    ),
+                ),
+                None => not_published(reasons::NOT_PUBLISHED, "spec.publish is false".into()),
+            };
+        }
+        if resource.group_version.group.is_empty() {
+            return not_published(
+                reasons::PUBLISH_FAILED,
+                "a type of the core group cannot be published as a CRD".into(),
+            );
+        }
+        if hub_crd.is_some() && ours.is_none() {
+            return not_published(
+                reasons::PUBLISH_FAILED,
+                format!(
+                    "CRD {crd_name} exists on the hub, was not created by Flotilla and does not \
+                     serve version {}: it is left alone",
+                    resource.group_version.version
+                ),
+            );
+        }
+        let Some(schema) = schema else {
+            return not_published(
+                reasons::PUBLISH_FAILED,
+                "there is no negotiated schema to publish".into(),
+            );
+        };
+        let desired = published_crd(resource, schema, ours);
+        let current = ours.and_then(|c| serde_json::to_value(&c.spec).ok());
+        let done = format!("the hub serves CRD {crd_name} made from the negotiated schema");
+        if current.is_some_and(|c| {
+            schemas::normalized(&c["versions"]) == schemas::normalized(&desired["spec"]["versions"])
+        }) {
+            return published(reasons::PUBLISHED, done);
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.ctx.client.clone());
+        match crds
+            .patch(
+                &crd_name,
+                &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+                &Patch::Apply(desired),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(crd = crd_name, "published the negotiated schema on the hub");
+                published(reasons::PUBLISHED, done)
+            }
+            Err(e) => not_published(
+                reasons::PUBLISH_FAILED,
+                format!("applying CRD {crd_name}: {e}"),
+            ),
+        }
+    }
+
+    /// Writes an import's `Compatible` condition and differences when they change; an Event
+    /// when its status or reason changes. Returns the import's conditions as written.
+    async fn judge_import(
+        &self,
+        import: &ApiResourceImport,
+        verdict: &ImportVerdict,
+    ) -> Result<Vec<Condition>, Error> {
+        let status = import.status.clone().unwrap_or_default();
+        let mut conditions = status.conditions.clone();
+        let before = find_condition(&conditions, conditions::COMPATIBLE).cloned();
+        let changed = set_condition(
+            &mut conditions,
+            verdict
+                .condition
+                .into_condition(Timestamp::now(), import.metadata.generation),
+        );
+        if !changed && status.differences == verdict.differences {
+            return Ok(conditions);
+        }
+        let namespace = import.namespace().unwrap_or_default();
+        let api: Api<ApiResourceImport> = Api::namespaced(self.ctx.client.clone(), &namespace);
+        let condition = find_condition(&conditions, conditions::COMPATIBLE);
+        api.patch_status(
+            &import.name_any(),
+            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+            &Patch::Apply(json!({
+                "apiVersion": ApiResourceImport::api_version(&()),
+                "kind": ApiResourceImport::kind(&()),
+                "status": {"conditions": [condition], "differences": verdict.differences},
+            })),
+        )
+        .await?;
+        let v = &verdict.condition;
+        if before
+            .as_ref()
+            .is_none_or(|b| b.status != v.status || b.reason != v.reason)
+        {
+            let note = format!("Compatible={} ({}): {}", v.status, v.reason, v.message);
+            if v.status == "False" {
+                self.ctx
+                    .events
+                    .warning(import, v.reason, "Negotiate", note)
+                    .await;
+            } else {
+                self.ctx
+                    .events
+                    .normal(import, v.reason, "Negotiate", note)
+                    .await;
+            }
+        }
+        Ok(conditions)
+    }
+}
+
+async fn reconcile(
+    negotiation: Arc<NegotiatedApiResource>,
+    state: Arc<Negotiator>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&negotiation, &state).await;
+    state.ctx.metrics.observe_reconcile(
+        "negotiatedapiresource",
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| e.category()),
+    );
+    result
+}
+
+async fn reconcile_inner(
+    negotiation: &NegotiatedApiResource,
+    state: &Negotiator,
+) -> Result<Action, Error> {
+    let name = negotiation.name_any();
+    let imports = state.shared.selected_imports(Some(&name));
+    let (reference, hub_crd) = state.reference(&negotiation.spec.resource).await?;
+    let inputs: Vec<ImportInput<'_>> = imports
+        .iter()
+        .map(|i| ImportInput {
+            cluster: i.cluster_name().unwrap_or_default(),
+            schema: &i.spec.resource.open_api_v3_schema,
+            strategy: i.spec.schema_update_strategy,
+        })
+        .collect();
+    let timer = Instant::now();
+    let outcome = verdict::negotiate(&reference, &inputs, &state.limits);
+    state
+        .metrics
+        .negotiation_duration
+        .observe(timer.elapsed().as_secs_f64());
+
+    // The type as the hub (for a hand-made CRD) or the first member describes it.
+    let mut resource = match (&reference, &hub_crd) {
+        (Reference::Enforced { .. }, Some(crd)) => {
+            schemas::crd_spec(crd, &negotiation.spec.resource.group_version.version)
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    }
+    .or_else(|| imports.first().map(|i| i.spec.resource.clone()))
+    .unwrap_or_else(|| negotiation.spec.resource.clone());
+    if let Some(schema) = &outcome.schema {
+        resource.open_api_v3_schema = schema.clone();
+    } else {
+        resource.open_api_v3_schema = negotiation.spec.resource.open_api_v3_schema.clone();
+    }
+    let published = state
+        .publish(
+            negotiation,
+            &reference,
+            hub_crd.as_ref(),
+            &resource,
+            outcome.schema.as_ref(),
+        )
+        .await;
+
+    let api: Api<NegotiatedApiResource> = Api::all(state.ctx.client.clone());
+    if !schemas::same_spec(&negotiation.spec.resource, &resource) {
+        api.patch(
+            &name,
+            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+            &Patch::Apply(negotiation_object(&name, &resource)),
+        )
+        .await?;
+    }
+
+    let mut summaries = Vec::new();
+    for (import, verdict) in imports.iter().zip(&outcome.verdicts) {
+        let conditions = state.judge_import(import, verdict).await?;
+        summaries.push(verdict::summary(
+            import.cluster_name().unwrap_or_default(),
+            &conditions,
+        ));
+    }
+
+    let status = negotiation.status.clone().unwrap_or_default();
+    // With --cluster-selector, other negotiators may serve other Clusters of the same hub: their
+    // summaries stay while their imports exist, so that no two negotiators undo each other.
+    if !state.args.cluster_selector.is_empty() {
+        summaries.extend(
+            status
+                .imports
+                .iter()
+                .filter(|s| !state.shared.is_selected(&s.cluster))
+                .filter(|s| {
+                    let import =
+                        ObjectRef::new(&name).within(&names::cluster_namespace(&s.cluster));
+                    state.shared.imports.get(&import).is_some()
+                })
+                .cloned(),
+        );
+        summaries.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    }
+    let mut conditions = status.conditions.clone();
+    let now = Timestamp::now();
+    let mut transitions = Vec::new();
+    for v in [&outcome.submitted, &published, &outcome.enforced] {
+        let before =
+            find_condition(&conditions, v.type_).map(|c| (c.status.clone(), c.reason.clone()));
+        set_condition(
+            &mut conditions,
+            v.into_condition(now, negotiation.metadata.generation),
+        );
+        if before.is_none_or(|(s, r)| s != v.status || r != v.reason) {
+            transitions.push(v);
+        }
+    }
+    if conditions != status.conditions || summaries != status.imports {
+        let owned: Vec<&Condition> = conditions
+            .iter()
+            .filter(|c| {
+                [
+                    conditions::SUBMITTED,
+                    conditions::PUBLISHED,
+                    conditions::ENFORCED,
+                ]
+                .contains(&c.type_.as_str())
+            })
+            .collect();
+        api.patch_status(
+            &name,
+            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+            &Patch::Apply(json!({
+                "apiVersion": NegotiatedApiResource::api_version(&()),
+                "kind": NegotiatedApiResource::kind(&()),
+                "status": {"conditions": owned, "imports": summaries},
+            })),
+        )
+        .await?;
+    }
+    for v in transitions {
+        let note = format!("{}={} ({}): {}", v.type_, v.status, v.reason, v.message);
+        if v.status == "False"
+            && v.reason != reasons::NOT_PUBLISHED
+            && v.reason != reasons::NOT_ENFORCED
+        {
+            state
+                .ctx
+                .events
+                .warning(negotiation, v.reason, "Negotiate", note)
+                .await;
+        } else {
+            state
+                .ctx
+                .events
+                .normal(negotiation, v.reason, "Negotiate", note)
+                .await;
+        }
+    }
+    Ok(Action::requeue(state.args.import.import_interval))
+}
+
+fn error_policy(
+    negotiation: Arc<NegotiatedApiResource>,
+    error: &Error,
+    _: Arc<Negotiator>,
+) -> Action {
+    tracing::warn!(negotiation = %negotiation.name_any(), error = %error, "negotiation failed");
+    Action::requeue(if error.is_transient() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(60)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::{ApiResourceNames, GroupVersion, ResourceScope};
+
+    fn widgets(version: &str) -> ApiResourceSpec {
+        ApiResourceSpec {
+            group_version: GroupVersion {
+                group: "example.com".into(),
+                version: version.into(),
+            },
+            names: ApiResourceNames {
+                plural: "widgets".into(),
+                kind: "Widget".into(),
+                ..Default::default()
+            },
+            scope: ResourceScope::Namespaced,
+            subresources: None,
+            column_definitions: vec![],
+            open_api_v3_schema: json!({"type": "object"}),
+        }
+    }
+
+    #[test]
+    fn a_published_crd_is_labelled_and_keeps_other_versions() {
+        let schema = json!({"type": "object", "properties": {
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "spec": {"type": "object"}}});
+        let first = published_crd(&widgets("v1"), &schema, None);
+        assert_eq!(first["metadata"]["name"], "widgets.example.com");
+        assert_eq!(first["metadata"]["labels"][labels::PUBLISHED], "true");
+        assert_eq!(first["spec"]["versions"][0]["storage"], true);
+        assert_eq!(
+            first["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"],
+            json!({"type": "object"})
+        );
+        let existing: CustomResourceDefinition = serde_json::from_value(first).expect("a CRD");
+        assert!(is_published_by_flotilla(&existing));
+        let second = published_crd(&widgets("v2"), &schema, Some(&existing));
+        let versions = second["spec"]["versions"].as_array().expect("versions");
+        assert_eq!(versions.len(), 2);
+        assert_eq!(versions[0]["name"], "v1");
+        assert_eq!(versions[0]["storage"], true);
+        assert_eq!(versions[1]["storage"], false);
+        assert_eq!(
+            negotiations_of_crd(existing),
+            vec![ObjectRef::new("widgets.v1.example.com")]
+        );
+    }
+}

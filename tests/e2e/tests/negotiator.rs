@@ -1,0 +1,576 @@
+//! The negotiator end to end, with real members: the same CRD in three shapes gives the right
+//! imports, least common denominator, conditions and per-object verdicts; `publish: true` creates
+//! the hub CRD, which a member's later incompatible change does not narrow (the member's import
+//! flips instead, within an import interval); a hand-made hub CRD is enforced; built-in
+//! Deployments are enforced against the hub's schema.
+//!
+//! The negotiator runs with the chart's ServiceAccount for it. The test's Clusters carry a label
+//! only its own registration controller and negotiator select, and its CRDs a test-unique group,
+//! since NegotiatedAPIResources are cluster-scoped on the shared hub.
+
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, ensure};
+use flotilla_api::{
+    ApiResourceImport, Cluster, Compatibility, NegotiatedApiResource, conditions, labels, names,
+    reasons,
+};
+use flotilla_e2e::api::ClusterScopedObjects;
+use flotilla_e2e::chart;
+use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::process::ControllerProcess;
+use flotilla_e2e::{ClusterInfo, Environment, Seen, TestNamespace, api, random_suffix, wait_for};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const SELECTOR_LABEL: &str = "e2e.flotilla.dev/negotiator";
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A CRD of `kind` in `group` whose `spec` has `properties`.
+fn crd(group: &str, kind: &str, properties: Value) -> Value {
+    let plural = format!("{}s", kind.to_lowercase());
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                      "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": properties}}}}}]},
+    })
+}
+
+fn crd_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    )
+}
+
+fn nar_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("flotilla.dev", "v1alpha1", "NegotiatedAPIResource"),
+        "negotiatedapiresources",
+    )
+}
+
+/// Applies a CRD and waits until it is established.
+async fn install_crd(client: &Client, crd: &Value) -> Result<()> {
+    api::apply(client, crd, false).await??;
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(
+        &format!("CRD {name} to be established"),
+        Duration::from_secs(30),
+        || async {
+            let c = crds.get(&name).await?;
+            let established = c
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(if established {
+                Seen::Done(())
+            } else {
+                Seen::not_yet("not established")
+            })
+        },
+    )
+    .await
+}
+
+/// The spec properties of a schema, by name.
+fn spec_properties(schema: &Value) -> Vec<String> {
+    let mut names: Vec<String> = schema["properties"]["spec"]["properties"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn condition<'a>(
+    conditions: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// One member of the test: its environment info and its Cluster name on the hub.
+struct Member {
+    info: ClusterInfo,
+    client: Client,
+    cluster: String,
+}
+
+impl Member {
+    fn imports(&self, hub: &Client) -> Api<ApiResourceImport> {
+        Api::namespaced(hub.clone(), &names::cluster_namespace(&self.cluster))
+    }
+}
+
+/// Waits until import `name` of every member in `expected` has `Compatible` with the given
+/// status and reason; returns the imports.
+async fn wait_compatible(
+    hub: &Client,
+    name: &str,
+    expected: &[(&Member, &str, &str)],
+    log: &ControllerProcess,
+) -> Result<Vec<ApiResourceImport>> {
+    wait_for(
+        &format!(
+            "the imports {name} to be Compatible as {:?}",
+            expected
+                .iter()
+                .map(|(m, s, r)| format!("{}={s}/{r}", m.info.name))
+                .collect::<Vec<_>>()
+        ),
+        TIMEOUT,
+        || async {
+            let mut found = Vec::new();
+            let mut seen = Vec::new();
+            for (member, status, reason) in expected {
+                let import = member.imports(hub).get_opt(name).await?;
+                let c = import.as_ref().and_then(|i| {
+                    condition(&i.status.as_ref()?.conditions, conditions::COMPATIBLE).cloned()
+                });
+                match (&import, &c) {
+                    (Some(i), Some(c)) if c.status == *status && c.reason == *reason => {
+                        found.push(i.clone())
+                    }
+                    _ => seen.push(format!(
+                        "{}: {:?}",
+                        member.info.name,
+                        c.map(|c| (c.status, c.reason, c.message))
+                    )),
+                }
+            }
+            Ok(if seen.is_empty() {
+                Seen::Done(found)
+            } else {
+                Seen::not_yet(format!(
+                    "{seen:?}; negotiator log tail:\n{}",
+                    tail(&log.log())
+                ))
+            })
+        },
+    )
+    .await
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(10)..]
+        .iter()
+        .map(|l| l.chars().take(400).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits until NegotiatedAPIResource `name` satisfies `check` (which says what it saw).
+async fn wait_negotiation<F>(
+    hub: &Client,
+    name: &str,
+    what: &str,
+    check: F,
+) -> Result<NegotiatedApiResource>
+where
+    F: Fn(&NegotiatedApiResource) -> std::result::Result<(), String>,
+{
+    let api: Api<NegotiatedApiResource> = Api::all(hub.clone());
+    wait_for(
+        &format!("NegotiatedAPIResource {name}: {what}"),
+        TIMEOUT,
+        || async {
+            Ok(match api.get_opt(name).await? {
+                None => Seen::not_yet("not created"),
+                Some(n) => match check(&n) {
+                    Ok(()) => Seen::Done(n),
+                    Err(seen) => Seen::not_yet(seen),
+                },
+            })
+        },
+    )
+    .await
+}
+
+fn has_condition(
+    n: &NegotiatedApiResource,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> std::result::Result<(), String> {
+    let conditions = n
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    match condition(conditions, type_) {
+        Some(c) if c.status == status && c.reason == reason => Ok(()),
+        other => Err(format!("{type_}: {other:?}")),
+    }
+}
+
+/// Waits until Cluster `cluster`'s `status.resources` says `expected` for the test's widgets.
+async fn wait_summary(
+    clusters: &Api<Cluster>,
+    cluster: &str,
+    group: &str,
+    expected: Compatibility,
+) -> Result<()> {
+    wait_for(
+        &format!("Cluster {cluster} to summarise widgets as {expected:?}"),
+        TIMEOUT,
+        || async {
+            let c = clusters.get(cluster).await?;
+            let entry = c
+                .status
+                .iter()
+                .flat_map(|s| s.resources.iter())
+                .find(|r| r.group == group && r.resource == "widgets")
+                .cloned();
+            Ok(match entry {
+                Some(e) if e.compatibility == expected => Seen::Done(()),
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
+    let env = Environment::get();
+    let hub = env.hub.client().await?;
+    api::install_crds(&hub).await?;
+    let infos = env.require_members(3)?.to_vec();
+    let ns = TestNamespace::create("negotiator", &[&env.hub]).await?;
+    let id = random_suffix();
+    let group = format!("neg-{id}.e2e.flotilla.dev");
+    let selector = format!("{SELECTOR_LABEL}={id}");
+
+    // Clean-up, dropped after the processes: the CRDs in the members and on the hub, and the
+    // test's NegotiatedAPIResources (cluster-scoped).
+    let mut member_crds: Vec<ClusterScopedObjects> =
+        infos.iter().map(ClusterScopedObjects::new).collect();
+    let mut hub_objects = ClusterScopedObjects::new(&env.hub);
+    for kind in ["widgets", "gadgets"] {
+        for objects in &mut member_crds {
+            objects.add(crd_resource(), format!("{kind}.{group}"));
+        }
+        hub_objects.add(crd_resource(), format!("{kind}.{group}"));
+        hub_objects.add(nar_resource(), format!("{kind}.v1.{group}"));
+    }
+    let _cleanup = ClusterCleanup::new(&env.hub, selector.clone());
+
+    // The same Widget in three shapes: member 0 adds a field, member 1 lacks one, member 2
+    // changes one's type.
+    let base = json!({"name": {"type": "string"}, "size": {"type": "integer"}, "color": {"type": "string"}});
+    let mut adds = base.clone();
+    adds["shape"] = json!({"type": "string"});
+    let mut lacks = base.clone();
+    lacks.as_object_mut().map(|m| m.remove("color"));
+    let mut retypes = base.clone();
+    retypes["size"] = json!({"type": "string"});
+    let mut members = Vec::new();
+    for (info, shape) in infos.iter().zip([&adds, &lacks, &retypes]) {
+        let client = info.client().await?;
+        install_crd(&client, &crd(&group, "Widget", shape.clone())).await?;
+        members.push(Member {
+            info: info.clone(),
+            client,
+            cluster: format!("e2e-{}", random_suffix()),
+        });
+    }
+    // Gadgets: the hub has a hand-made CRD; member 0 lacks a field of it, member 1 has more.
+    let gadget = json!({"a": {"type": "string"}, "b": {"type": "integer"}});
+    install_crd(&hub, &crd(&group, "Gadget", gadget)).await?;
+    install_crd(
+        &members[0].client,
+        &crd(&group, "Gadget", json!({"a": {"type": "string"}})),
+    )
+    .await?;
+    install_crd(
+        &members[1].client,
+        &crd(
+            &group,
+            "Gadget",
+            json!({"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "string"}}),
+        ),
+    )
+    .await?;
+
+    // The negotiator runs with the chart's identity for it, so that a missing right shows up.
+    let release = format!("e2e-{id}");
+    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
+    let negotiator_kubeconfig =
+        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator").await?;
+    let negotiator_kubeconfig = negotiator_kubeconfig.to_string_lossy().into_owned();
+    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+    let widget_type = format!("{group}/v1/Widget");
+    let gadget_type = format!("{group}/v1/Gadget");
+    let common = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--lease-namespace",
+        ns.name(),
+        "--cluster-selector",
+        selector.as_str(),
+        "--kubeconfig-secret-namespace",
+        ns.name(),
+    ];
+    let mut reg = common.to_vec();
+    reg.extend(["--probe-interval", "2s"]);
+    let mut neg = common.to_vec();
+    neg[1] = negotiator_kubeconfig.as_str();
+    neg.extend([
+        "--import-interval",
+        "5s",
+        "--extra-type",
+        widget_type.as_str(),
+        "--extra-type",
+        gadget_type.as_str(),
+    ]);
+    let _registration = ControllerProcess::start("flotilla-registration", &reg)?;
+    let negotiator = ControllerProcess::start("flotilla-negotiator", &neg)?;
+
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    for m in &members {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(m.cluster.clone()),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                [(
+                    "kubeconfig".to_string(),
+                    ByteString(std::fs::read(&m.info.kubeconfig)?),
+                )]
+                .into(),
+            ),
+            ..Secret::default()
+        };
+        secrets.create(&PostParams::default(), &secret).await?;
+        let c: Cluster = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": m.cluster, "labels": {SELECTOR_LABEL: id}},
+            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": m.cluster}},
+        }))?;
+        clusters.create(&PostParams::default(), &c).await?;
+    }
+
+    // Three imports, one negotiated schema: only what all accept (name), the conflict on size
+    // named; every member accepts the negotiated schema and more.
+    let widgets = format!("widgets.v1.{group}");
+    let imports = wait_compatible(
+        &hub,
+        &widgets,
+        &[
+            (&members[0], "True", reasons::SUPERSET),
+            (&members[1], "True", reasons::SUPERSET),
+            (&members[2], "True", reasons::SUPERSET),
+        ],
+        &negotiator,
+    )
+    .await?;
+    ensure!(
+        spec_properties(&imports[0].spec.resource.open_api_v3_schema)
+            == ["color", "name", "shape", "size"],
+        "member 0's import is its CRD: {:?}",
+        spec_properties(&imports[0].spec.resource.open_api_v3_schema)
+    );
+    ensure!(
+        imports[0]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::CLUSTER))
+            == Some(&members[0].cluster),
+        "imports carry their cluster label"
+    );
+    let nar = wait_negotiation(&hub, &widgets, "negotiated over the three imports", |n| {
+        has_condition(n, conditions::SUBMITTED, "True", reasons::NEGOTIATED)?;
+        has_condition(n, conditions::ENFORCED, "False", reasons::NOT_ENFORCED)?;
+        has_condition(n, conditions::PUBLISHED, "False", reasons::NOT_PUBLISHED)?;
+        let summaries = n
+            .status
+            .as_ref()
+            .map(|s| s.imports.len())
+            .unwrap_or_default();
+        if summaries != 3 {
+            return Err(format!("{summaries} import summaries"));
+        }
+        Ok(())
+    })
+    .await?;
+    ensure!(
+        spec_properties(&nar.spec.resource.open_api_v3_schema) == ["name"],
+        "the LCD keeps only what all accept: {}",
+        nar.spec.resource.open_api_v3_schema
+    );
+    // Per object: a Widget setting color cannot go to member 1, one setting size (an integer)
+    // not to member 2; one that sets only name fits everywhere.
+    let object = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {"name": "w", "size": 3, "color": "red"}});
+    let plain = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {"name": "w"}});
+    let mut problems = Vec::new();
+    for import in &imports {
+        let schema = &import.spec.resource.open_api_v3_schema;
+        ensure!(flotilla_schema::check_object(&plain, schema)?.is_empty());
+        problems.push(
+            flotilla_schema::check_object(&object, schema)?
+                .into_iter()
+                .map(|p| p.path)
+                .collect::<Vec<_>>(),
+        );
+    }
+    ensure!(
+        problems
+            == [
+                vec![],
+                vec![".spec.color".to_string()],
+                vec![".spec.size".to_string()]
+            ],
+        "per-object verdicts: {problems:?}"
+    );
+    // Each Cluster's summary says Compatible for widgets.
+    for m in &members {
+        wait_summary(&clusters, &m.cluster, &group, Compatibility::Compatible).await?;
+    }
+
+    // publish: true creates the hub CRD from the negotiated schema; the user's field survives.
+    let nars: Api<NegotiatedApiResource> = Api::all(hub.clone());
+    nars.patch(
+        &widgets,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"publish": true}})),
+    )
+    .await?;
+    wait_negotiation(&hub, &widgets, "published", |n| {
+        has_condition(n, conditions::PUBLISHED, "True", reasons::PUBLISHED)
+    })
+    .await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    let published = crds.get(&format!("widgets.{group}")).await?;
+    ensure!(
+        published
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::PUBLISHED))
+            .map(String::as_str)
+            == Some(labels::PUBLISHED_VALUE),
+        "the published CRD is marked as Flotilla's"
+    );
+    let published_schema = |c: &CustomResourceDefinition| -> Result<Value> {
+        let v = c
+            .spec
+            .versions
+            .first()
+            .ok_or_else(|| anyhow!("no version"))?;
+        Ok(serde_json::to_value(
+            v.schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref()),
+        )?)
+    };
+    ensure!(spec_properties(&published_schema(&published)?) == ["name"]);
+    ensure!(
+        nars.get(&widgets).await?.spec.publish,
+        "spec.publish survives the negotiator"
+    );
+
+    // Member 2 changes name's type: its import flips within an import interval, and the
+    // published schema is not narrowed.
+    let mut incompatible = retypes.clone();
+    incompatible["name"] = json!({"type": "integer"});
+    install_crd(&members[2].client, &crd(&group, "Widget", incompatible)).await?;
+    let flipped = wait_compatible(
+        &hub,
+        &widgets,
+        &[(&members[2], "False", reasons::INCOMPATIBLE)],
+        &negotiator,
+    )
+    .await?;
+    let message = flipped[0]
+        .status
+        .as_ref()
+        .and_then(|s| condition(&s.conditions, conditions::COMPATIBLE))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    ensure!(
+        message.contains(".spec.name"),
+        "the message names the path: {message}"
+    );
+    ensure!(
+        flipped[0]
+            .status
+            .as_ref()
+            .is_some_and(|s| s.differences.iter().any(|d| d.path == ".spec.name")),
+        "the differences name the path"
+    );
+    ensure!(
+        spec_properties(&published_schema(
+            &crds.get(&format!("widgets.{group}")).await?
+        )?) == ["name"]
+    );
+    wait_summary(
+        &clusters,
+        &members[2].cluster,
+        &group,
+        Compatibility::Incompatible,
+    )
+    .await?;
+
+    // A hand-made hub CRD is enforced: member 0 lacks a field of it, member 1 has more.
+    let gadgets = format!("gadgets.v1.{group}");
+    wait_compatible(
+        &hub,
+        &gadgets,
+        &[
+            (&members[0], "False", reasons::MISSING_FIELDS),
+            (&members[1], "True", reasons::SUPERSET),
+        ],
+        &negotiator,
+    )
+    .await?;
+    wait_negotiation(&hub, &gadgets, "enforced by the hub CRD", |n| {
+        has_condition(n, conditions::ENFORCED, "True", reasons::HUB_CRD)
+    })
+    .await?;
+
+    // Built-in Deployments from every member are enforced against the hub's schema.
+    wait_compatible(
+        &hub,
+        "deployments.v1.apps",
+        &[
+            (&members[0], "True", reasons::IDENTICAL),
+            (&members[1], "True", reasons::IDENTICAL),
+            (&members[2], "True", reasons::IDENTICAL),
+        ],
+        &negotiator,
+    )
+    .await?;
+    wait_negotiation(&hub, "deployments.v1.apps", "enforced as built in", |n| {
+        has_condition(n, conditions::ENFORCED, "True", reasons::BUILT_IN)
+    })
+    .await?;
+    let (code, metrics) = negotiator.get("/metrics").await?;
+    ensure!(
+        code == 200 && metrics.contains("flotilla_negotiator_imports{"),
+        "metrics: {metrics}"
+    );
+    ensure!(metrics.contains("flotilla_negotiator_negotiation_duration_seconds"));
+    Ok(())
+}
