@@ -8,21 +8,34 @@
 #            the syncer's RSS at idle and with the objects managed. A last row writes the same
 #            Works into namespaces of no member: what the Work envelopes alone cost the hub.
 #
+#   splitter A D-replica Deployment (default 30) applied to the hub and divided over the M
+#            members, until the hub says Available with every replica available, against the
+#            same Deployment applied straight into one member, alternating, R runs (default 5);
+#            then failover with the default settings (probe every 10 s, 40 s grace, 30 s
+#            toleration): from stopping a member until its Cluster is not Ready (detection) and
+#            until the hub Deployment is Available again without it (movement).
+#
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
+#        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
 WHAT="${1:-}"; shift || true
-[[ "${WHAT}" == syncer ]] || die "usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]"
+[[ "${WHAT}" == syncer || "${WHAT}" == splitter ]] \
+  || die "usage: hack/bench.sh syncer|splitter [options] (see --help)"
 MEMBERS=3
 COUNT=1000
 CONCURRENCY=32
+REPLICAS=30
+RUNS=5
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --members) MEMBERS="$2"; shift 2 ;;
     --count) COUNT="$2"; shift 2 ;;
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
+    --replicas) REPLICAS="$2"; shift 2 ;;
+    --runs) RUNS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1'" ;;
   esac
@@ -40,7 +53,8 @@ cleanup() {
 
 log "== building (release)"
 "${HACK_DIR}/build-tools.sh" >/dev/null
-cargo build --release --quiet -p flotilla-syncer -p flotilla-registration --bins --example bench_load
+cargo build --release --quiet -p flotilla-syncer -p flotilla-registration -p flotilla-splitter \
+  --bins --example bench_load --example bench_place
 "${CL[@]}" down >/dev/null 2>&1 || true
 trap cleanup EXIT
 log "== starting hub + ${MEMBERS} members"
@@ -81,6 +95,12 @@ k wait --for condition=Ready cluster --all --timeout 120s >/dev/null || {
   die "the members did not become Ready"
 }
 sleep 5
+
+if [[ "${WHAT}" == splitter ]]; then
+  source "${HACK_DIR}/bench-splitter.sh"
+  exit 0
+fi
+
 rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 RSS_IDLE="$(rss "${SYNCER_PID}")"
 

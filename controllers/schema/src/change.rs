@@ -183,6 +183,9 @@ pub enum ChangeKind {
     SubresourceRemoved,
     SubresourceChanged,
     ConversionChanged,
+    /// A version served in the new CRD that the old one did not serve does not accept
+    /// everything a version served in both accepts (the path names the pair, `[v1->v2]`).
+    ServedVersionNarrower,
 }
 
 impl fmt::Display for ChangeKind {

@@ -13,6 +13,19 @@
 //! - Subresources: `status` added or removed is breaking (who may write `.status` changes);
 //!   `scale` removed or its paths changed is breaking, added is safe.
 //! - `spec.conversion` changed: unknown (a webhook's behaviour cannot be read from the CRD).
+//! - A version served in the new CRD that the old one did not serve (added, or newly served) is
+//!   compared with every version served in both, by [`compare`](crate::compare) of their
+//!   schemas in the new CRD: does the new version accept everything the existing one accepts?
+//!   Without a conversion webhook (strategy `None` or no `spec.conversion`) the API server
+//!   converts between versions by rewriting `apiVersion` only, so both are views of the same
+//!   stored objects: a field the new version lacks is pruned by a write through it and lost to
+//!   the existing version's clients (crdify's served-version validation). Every difference that
+//!   is not safe is a `ServedVersionNarrower` change, breaking (unknown where the schema
+//!   comparison itself cannot decide), in the new version, at `.spec.versions[v1->v2]` followed
+//!   by the field's path (`v1` the existing version, `v2` the new one). With a conversion
+//!   webhook the webhook may map the field elsewhere: unknown. Versions served in both are not
+//!   compared with each other again. Each newly served version is compared with at most
+//!   [`Limits::max_nodes`] schema nodes of existing versions; pairs beyond that are unknown.
 //! - `spec.preserveUnknownFields` true→false narrows (unknown fields start being pruned).
 //!
 //! Printer columns, short names, categories, selectable fields and deprecation flags do not
@@ -21,14 +34,14 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, CustomResourceDefinitionVersion,
+    CustomResourceDefinition, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
 };
 use serde_json::Value;
 
 use crate::change::{Change, ChangeKind, Comparison, Verdict};
 use crate::compare::Comparer;
 use crate::path::Path;
-use crate::schema::Schema;
+use crate::schema::{AdditionalProperties, Schema};
 use crate::{Limits, SchemaError};
 
 /// Compares two CRDs (see the module docs), with the default [`Limits`].
@@ -205,6 +218,7 @@ pub fn compare_crds_with(
             );
         }
     }
+    newly_served(o, n, limits, &mut changes_sink(&mut push))?;
     Ok(Comparison { changes })
 }
 
@@ -318,6 +332,149 @@ fn schemas(
             message: "schema removed: any object is accepted".into(),
         }),
         (None, None) => {}
+    }
+    Ok(())
+}
+
+/// A parsed version schema and its number of nodes.
+type Parsed = Option<(Schema, usize)>;
+
+/// The schema of a version, parsed within `limits`, with its size; `None` when it has none.
+fn parse_version(
+    v: &CustomResourceDefinitionVersion,
+    limits: &Limits,
+) -> Result<Parsed, SchemaError> {
+    let Some(value) = schema_value(v) else {
+        return Ok(None);
+    };
+    let schema = Schema::from_value_with(&value, limits).map_err(|e| SchemaError::InVersion {
+        version: v.name.clone(),
+        source: Box::new(e),
+    })?;
+    let size = nodes(&schema);
+    Ok(Some((schema, size)))
+}
+
+/// How many nodes a parsed schema has (the parser bounded its depth and size).
+fn nodes(s: &Schema) -> usize {
+    let mut n = 1;
+    n += s.properties.values().map(nodes).sum::<usize>();
+    if let AdditionalProperties::Schema(v) = &s.additional_properties {
+        n += nodes(v);
+    }
+    n += s.items.as_deref().map_or(0, nodes);
+    n += s.not.as_deref().map_or(0, nodes);
+    n += s
+        .all_of
+        .iter()
+        .chain(&s.any_of)
+        .chain(&s.one_of)
+        .map(nodes)
+        .sum::<usize>();
+    n
+}
+
+/// Compares every version served in `n` but not in `o` with every version served in both (see
+/// the module docs). Only differences that are not safe are reported.
+fn newly_served(
+    o: &CustomResourceDefinitionSpec,
+    n: &CustomResourceDefinitionSpec,
+    limits: &Limits,
+    sink: &mut impl FnMut(Change),
+) -> Result<(), SchemaError> {
+    let served_before = |name: &str| o.versions.iter().any(|v| v.name == name && v.served);
+    let (added, existing): (Vec<_>, Vec<_>) = n
+        .versions
+        .iter()
+        .filter(|v| v.served)
+        .partition(|v| !served_before(&v.name));
+    if added.is_empty() || existing.is_empty() {
+        return Ok(());
+    }
+    // The strategy that converts between the versions once the new CRD is applied.
+    let strategy = n
+        .conversion
+        .as_ref()
+        .map(|c| c.strategy.as_str())
+        .filter(|s| *s != "None");
+    let existing = existing
+        .into_iter()
+        .map(|v| parse_version(v, limits).map(|s| (v, s)))
+        .collect::<Result<Vec<_>, _>>()?;
+    for nv in added {
+        let added_schema = parse_version(nv, limits)?;
+        let mut budget = limits.max_nodes;
+        for (ev, existing_schema) in &existing {
+            let base = format!(".spec.versions[{}->{}]", ev.name, nv.name);
+            let (e, a) = (&ev.name, &nv.name);
+            let differences = match (existing_schema, &added_schema) {
+                (Some((old, size)), Some((new, _))) => {
+                    if *size > budget {
+                        sink(Change {
+                            version: Some(nv.name.clone()),
+                            path: base,
+                            kind: ChangeKind::ServedVersionNarrower,
+                            verdict: Verdict::Unknown,
+                            message: format!(
+                                "served version {a} not compared with served version {e}: together with the versions compared before, more than {} schema nodes",
+                                limits.max_nodes
+                            ),
+                        });
+                        continue;
+                    }
+                    budget -= size;
+                    let mut c = Comparer::default();
+                    c.node(&Path::root(), old, new);
+                    c.changes
+                }
+                (None, Some(_)) => vec![Change {
+                    version: None,
+                    path: ".".into(),
+                    kind: ChangeKind::SchemaAdded,
+                    verdict: Verdict::Narrowing,
+                    message: format!("{a} has a schema, {e} accepts any object"),
+                }],
+                (_, None) => Vec::new(),
+            };
+            for d in differences
+                .into_iter()
+                .filter(|d| d.verdict != Verdict::Safe)
+            {
+                let what = format!("{}: {}", d.kind, d.message);
+                let (verdict, message) = match (strategy, d.verdict) {
+                    (Some(strategy), _) => (
+                        Verdict::Unknown,
+                        format!(
+                            "served version {a} does not accept everything served version {e} accepts ({what}); with conversion strategy {strategy} the conversion webhook decides whether data is lost (it may map the field elsewhere)"
+                        ),
+                    ),
+                    (None, Verdict::Unknown) => (
+                        Verdict::Unknown,
+                        format!(
+                            "cannot tell whether served version {a} accepts everything served version {e} accepts ({what}); without a conversion webhook both are views of the same stored objects"
+                        ),
+                    ),
+                    (None, _) => (
+                        Verdict::Breaking,
+                        format!(
+                            "served version {a} does not accept everything served version {e} accepts ({what}); without a conversion webhook both are views of the same stored objects (only apiVersion is rewritten): a write through {a} drops or rejects what {e} clients stored"
+                        ),
+                    ),
+                };
+                let path = if d.path == "." {
+                    base.clone()
+                } else {
+                    format!("{base}{}", d.path)
+                };
+                sink(Change {
+                    version: Some(nv.name.clone()),
+                    path,
+                    kind: ChangeKind::ServedVersionNarrower,
+                    verdict,
+                    message,
+                });
+            }
+        }
     }
     Ok(())
 }

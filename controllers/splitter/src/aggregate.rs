@@ -3,7 +3,7 @@
 use flotilla_api::{Work, annotations, conditions};
 use serde_json::{Value, json};
 
-use crate::division::{Division, describe};
+use crate::division::{Division, describe, unplaced};
 
 /// What one member copy reports, read from its Work.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -14,6 +14,9 @@ pub struct Copy {
     /// The member's Deployment observed its current spec.
     pub observed: bool,
     pub available: bool,
+    /// The member is unreachable (`Applied=Unknown` on the Work): the counters are its last
+    /// report, not its state, so its replicas count as unavailable.
+    pub stale: bool,
     pub replicas: i64,
     pub updated: i64,
     pub ready: i64,
@@ -45,8 +48,14 @@ pub fn copy_of(work: &Work, cluster: &str, hub_generation: Option<i64>) -> Copy 
         (Some(g), Some(o)) => o >= g,
         _ => false,
     });
+    let stale = work
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED))
+        .is_some_and(|c| c.status == "Unknown");
     Copy {
         cluster: cluster.to_string(),
+        stale,
         current: rendered.is_some()
             && rendered == hub_generation
             && condition_true(work, conditions::APPLIED),
@@ -60,21 +69,96 @@ pub fn copy_of(work: &Work, cluster: &str, hub_generation: Option<i64>) -> Copy 
     }
 }
 
-/// The hub Deployment's status from its copies: counters summed; `observedGeneration` only once
-/// every copy applied and observed the current generation; `Available` computed from the copies;
-/// `Placed` giving the distribution.
+/// The distribution, and the replicas no member could take (only held members were left).
+fn placed_message(desired: u32, division: &Division) -> String {
+    if division.is_empty() {
+        return "no member is eligible".to_string();
+    }
+    match unplaced(desired, division) {
+        0 => describe(division),
+        n => format!(
+            "{}; {n} replica(s) not placed: no member takes new work",
+            describe(division)
+        ),
+    }
+}
+
+/// How many of `replicas` may be unavailable under the hub Deployment's `spec.strategy`, as the
+/// Deployment controller counts it: `rollingUpdate.maxUnavailable` (default 25%, rounded down;
+/// 1 when it and `maxSurge` are both 0), at most `replicas`; 0 for `Recreate` or 0 replicas.
+pub fn max_unavailable(spec: &Value, replicas: u32) -> u32 {
+    let strategy = &spec["strategy"];
+    if replicas == 0
+        || strategy["type"]
+            .as_str()
+            .is_some_and(|t| t != "RollingUpdate")
+    {
+        return 0;
+    }
+    let resolve = |v: &Value, default_percent: u64, round_up: bool| -> u64 {
+        let total = u64::from(replicas);
+        let percent = |p: u64| {
+            let scaled = total * p;
+            if round_up {
+                scaled.div_ceil(100)
+            } else {
+                scaled / 100
+            }
+        };
+        match v {
+            Value::Number(n) => n.as_u64().unwrap_or(0),
+            Value::String(s) => s
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<u64>().ok())
+                .map_or(percent(default_percent), percent),
+            _ => percent(default_percent),
+        }
+    };
+    let rolling = &strategy["rollingUpdate"];
+    let unavailable = resolve(&rolling["maxUnavailable"], 25, false);
+    let surge = resolve(&rolling["maxSurge"], 25, true);
+    let unavailable = if unavailable == 0 && surge == 0 {
+        1
+    } else {
+        unavailable
+    };
+    u32::try_from(unavailable.min(u64::from(replicas))).unwrap_or(replicas)
+}
+
+/// The hub Deployment's status from its copies: counters summed (an unreachable member's
+/// replicas count as unavailable); `observedGeneration` only once every copy applied and
+/// observed the current generation; `Available` as the Deployment controller computes it (at
+/// least `desired - max_unavailable` replicas available); `Placed` giving the distribution.
 pub fn deployment_status(
     generation: Option<i64>,
     desired: u32,
+    max_unavailable: u32,
     copies: &[Copy],
     division: &Division,
     now: &str,
 ) -> Value {
     let sum = |f: fn(&Copy) -> i64| copies.iter().map(f).sum::<i64>();
     let all_current = !copies.is_empty() && copies.iter().all(|c| c.current && c.observed);
-    let available = sum(|c| c.available_replicas);
-    let available_ok =
-        all_current && copies.iter().all(|c| c.available) && available >= i64::from(desired);
+    let fresh = |f: fn(&Copy) -> i64| copies.iter().filter(|c| !c.stale).map(f).sum::<i64>();
+    let available = fresh(|c| c.available_replicas);
+    let minimum = i64::from(desired) - i64::from(max_unavailable);
+    let available_ok = !copies.is_empty() && available >= minimum;
+    let unreachable: Vec<&str> = copies
+        .iter()
+        .filter(|c| c.stale)
+        .map(|c| c.cluster.as_str())
+        .collect();
+    let mut available_message = format!(
+        "{available} of {desired} replicas available across {} member(s) (at least {} required)",
+        copies.len(),
+        minimum.max(0)
+    );
+    if !unreachable.is_empty() {
+        available_message.push_str(&format!(
+            "; unreachable, counted as unavailable: {}",
+            unreachable.join(", ")
+        ));
+    }
     let condition = |type_: &str, ok: bool, reason: &str, message: String| {
         json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
                "message": message, "lastUpdateTime": now, "lastTransitionTime": now})
@@ -83,15 +167,15 @@ pub fn deployment_status(
     let mut status = json!({
         "replicas": sum(|c| c.replicas),
         "updatedReplicas": sum(|c| c.updated),
-        "readyReplicas": sum(|c| c.ready),
+        "readyReplicas": fresh(|c| c.ready),
         "availableReplicas": available,
-        "unavailableReplicas": sum(|c| c.unavailable),
+        "unavailableReplicas": fresh(|c| c.unavailable) + copies.iter().filter(|c| c.stale).map(|c| c.replicas).sum::<i64>(),
         "conditions": [
             condition(
                 "Available",
                 available_ok,
                 if available_ok { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
-                format!("{available} of {desired} replicas available across {} member(s)", copies.len()),
+                available_message,
             ),
             condition(
                 "Progressing",
@@ -103,7 +187,7 @@ pub fn deployment_status(
                 "Placed",
                 placed,
                 if placed { "Placed" } else { "NoEligibleCluster" },
-                if placed { describe(division) } else { "no member is eligible".to_string() },
+                placed_message(desired, division),
             ),
         ],
     });
@@ -116,6 +200,7 @@ pub fn deployment_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn copy(cluster: &str, replicas: i64, available: bool) -> Copy {
         Copy {
@@ -123,6 +208,7 @@ mod tests {
             current: true,
             observed: true,
             available,
+            stale: false,
             replicas,
             updated: replicas,
             ready: replicas,
@@ -141,6 +227,7 @@ mod tests {
         let s = deployment_status(
             Some(2),
             10,
+            0,
             &[
                 copy("m1", 4, true),
                 copy("m2", 3, true),
@@ -153,21 +240,97 @@ mod tests {
         assert_eq!(s["observedGeneration"], 2);
         assert_eq!(s["conditions"][0]["status"], "True");
         assert_eq!(s["conditions"][2]["message"], "m1=4 m2=3 m3=3");
-
-        let s = deployment_status(
+        let short = deployment_status(
             Some(2),
-            10,
-            &[
-                copy("m1", 4, true),
-                copy("m2", 3, false),
-                copy("m3", 3, true),
-            ],
-            &d,
+            12,
+            0,
+            &[copy("m1", 4, true)],
+            &division(&[("m1", 4)]),
             "t",
         );
+        assert_eq!(
+            short["conditions"][2]["message"],
+            "m1=4; 8 replica(s) not placed: no member takes new work"
+        );
+
+        let degraded = [
+            copy("m1", 4, true),
+            copy("m2", 3, false),
+            copy("m3", 3, true),
+        ];
+        let s = deployment_status(Some(2), 10, 2, &degraded, &d, "t");
         assert_eq!(s["availableReplicas"], 7);
         assert_eq!(s["unavailableReplicas"], 3);
         assert_eq!(s["conditions"][0]["status"], "False");
+        // With maxUnavailable 3, 7 of 10 is enough, as for a Deployment in one cluster.
+        let s = deployment_status(Some(2), 10, 3, &degraded, &d, "t");
+        assert_eq!(s["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn an_unreachable_members_replicas_count_as_unavailable() {
+        let d = division(&[("m1", 4), ("m2", 3), ("m3", 3)]);
+        let mut gone = copy("m1", 4, true);
+        gone.stale = true;
+        let s = deployment_status(
+            Some(2),
+            10,
+            2,
+            &[gone, copy("m2", 3, true), copy("m3", 3, true)],
+            &d,
+            "t",
+        );
+        assert_eq!(s["availableReplicas"], 6);
+        assert_eq!(s["unavailableReplicas"], 4);
+        assert_eq!(s["conditions"][0]["status"], "False");
+        let message = s["conditions"][0]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("unreachable, counted as unavailable: m1"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn max_unavailable_follows_the_deployment_strategy() {
+        let spec = |v: Value| v;
+        assert_eq!(
+            max_unavailable(&spec(json!({})), 10),
+            2,
+            "25% of 10, rounded down"
+        );
+        assert_eq!(
+            max_unavailable(
+                &spec(json!({"strategy": {"rollingUpdate": {"maxUnavailable": 3}}})),
+                10
+            ),
+            3
+        );
+        assert_eq!(
+            max_unavailable(
+                &spec(json!({"strategy": {"rollingUpdate": {"maxUnavailable": "50%"}}})),
+                5
+            ),
+            2
+        );
+        assert_eq!(
+            max_unavailable(
+                &spec(json!({"strategy": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}}})),
+                5
+            ),
+            1
+        );
+        assert_eq!(
+            max_unavailable(&spec(json!({"strategy": {"type": "Recreate"}})), 10),
+            0
+        );
+        assert_eq!(max_unavailable(&spec(json!({})), 0), 0);
+        assert_eq!(
+            max_unavailable(
+                &spec(json!({"strategy": {"rollingUpdate": {"maxUnavailable": 99}}})),
+                4
+            ),
+            4
+        );
     }
 
     #[test]
@@ -177,6 +340,7 @@ mod tests {
         let s = deployment_status(
             Some(3),
             7,
+            0,
             &[copy("m1", 4, true), behind],
             &division(&[("m1", 4), ("m2", 3)]),
             "t",

@@ -2,7 +2,7 @@
 //! Deployment replicas, keeps a failed member's copy until its replacement is available, and
 //! writes the aggregated status onto the hub Deployment.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,8 @@ use flotilla_api::placement::{
     ClusterDecision, ClusterExclusion, ObjectDecision, ReplicaSchedulingType, ResourceSelector,
 };
 use flotilla_api::{
-    Cluster, Placement, Work, annotations, conditions, field_managers, labels, names, reasons,
+    ApiResourceImport, Cluster, Placement, Work, annotations, conditions, field_managers, labels,
+    names, reasons,
 };
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
@@ -26,10 +27,14 @@ use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::aggregate::{copy_of, deployment_status};
+use crate::aggregate::{copy_of, deployment_status, max_unavailable};
+use crate::compatibility;
+use crate::division::Candidate;
 use crate::division::{Division, DivisionError, divide};
-use crate::eligibility::{Selection, select, selector_matches};
-use crate::render::render;
+use crate::eligibility::{Selection, select};
+use crate::references::{Reference, references};
+use crate::render::{member_manifest, render};
+use crate::specificity::{Selectable, specificity, winner};
 
 /// The types placed when a Placement selects none explicitly.
 const DEFAULT_TYPES: [(&str, &str, &str, &str); 5] = [
@@ -68,36 +73,89 @@ impl ErrorCategory for Error {
 struct Splitter {
     ctx: Context,
     clusters: Store<Cluster>,
+    /// Every Placement in scope, to settle which one places an object.
+    placements: Store<Placement>,
+    /// The negotiator's imports of the members' schemas, for the per-object check.
+    imports: Store<ApiResourceImport>,
+    /// Custom types found in the hub's discovery, by apiVersion and kind.
+    types: std::sync::Mutex<HashMap<(String, String), ApiResource>>,
 }
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-/// The types a Placement selects, as API resources.
-fn selected_types(
-    selectors: &[ResourceSelector],
-) -> Result<Vec<(ApiResource, Option<&ResourceSelector>)>, Error> {
-    if selectors.is_empty() {
-        return Ok(DEFAULT_TYPES
-            .iter()
-            .map(|(g, v, k, p)| (resource(g, v, k, p), None))
-            .collect());
-    }
-    selectors
-        .iter()
-        .map(|s| {
-            let (group, version) = s
-                .api_version
-                .split_once('/')
-                .unwrap_or(("", s.api_version.as_str()));
-            DEFAULT_TYPES
+/// The object with its type set (lists of dynamic objects leave it out).
+fn typed(mut object: DynamicObject, ar: &ApiResource) -> DynamicObject {
+    object.types = Some(kube::api::TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    object
+}
+
+/// The name of the APIResourceImport (and NegotiatedAPIResource) of a type.
+fn import_name(ar: &ApiResource) -> String {
+    names::api_resource_name(&ar.group, &ar.version, &ar.plural)
+}
+
+impl Splitter {
+    /// The types a Placement selects, as API resources, each once, and the selectors naming a
+    /// type the hub does not serve in namespaces (with why). The default types are known; others
+    /// (custom resources) are looked up in the hub's discovery once and remembered.
+    async fn selected_types(
+        &self,
+        selectors: &[ResourceSelector],
+    ) -> (Vec<ApiResource>, Vec<String>) {
+        if selectors.is_empty() {
+            let defaults = DEFAULT_TYPES
                 .iter()
-                .find(|(g, v, k, _)| *g == group && *v == version && *k == s.kind)
-                .map(|(g, v, k, p)| (resource(g, v, k, p), Some(s)))
-                .ok_or_else(|| Error::UnsupportedType(format!("{} {}", s.api_version, s.kind)))
-        })
-        .collect()
+                .map(|(g, v, k, p)| resource(g, v, k, p))
+                .collect();
+            return (defaults, Vec::new());
+        }
+        let mut types: Vec<ApiResource> = Vec::new();
+        let mut unsupported = Vec::new();
+        for s in selectors {
+            match self.resolve(&s.api_version, &s.kind).await {
+                Ok(ar) if !types.contains(&ar) => types.push(ar),
+                Ok(_) => {}
+                Err(why) => unsupported.push(format!("{} {}: {why}", s.api_version, s.kind)),
+            }
+        }
+        (types, unsupported)
+    }
+
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource, String> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        if let Some((g, v, k, p)) = DEFAULT_TYPES
+            .iter()
+            .find(|(g, v, k, _)| *g == group && *v == version && *k == kind)
+        {
+            return Ok(resource(g, v, k, p));
+        }
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(ar) = self
+            .types
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(ar.clone());
+        }
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
+            Ok((ar, caps)) if caps.scope == kube::discovery::Scope::Namespaced => {
+                self.types
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, ar.clone());
+                Ok(ar)
+            }
+            Ok(_) => Err("cluster-scoped: a Placement places objects of its namespace".into()),
+            Err(_) => Err("the hub does not serve it".into()),
+        }
+    }
 }
 
 /// Runs the Placement controller until `ctx.shutdown`.
@@ -125,6 +183,11 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
     // Placements, cached; only spec changes (and deletion) trigger: the splitter's own status
     // writes do not.
     let (placements, writer) = reflector::store::<Placement>();
+    // Another Placement of the namespace appears, changes or goes: which one places an object
+    // may change.
+    let neighbour_events = spec_changes_and_deletions(
+        watcher(placements_api.clone(), watcher::Config::default()).default_backoff(),
+    );
     let placement_events = watcher(placements_api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -140,9 +203,39 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
         watcher(deployments_api, watcher::Config::default()).default_backoff(),
     );
     let all = placements.clone();
+    let neighbours = placements.clone();
     let same_namespace = placements.clone();
     let by_label = placements.clone();
+    // The negotiator's verdicts on the members' APIs: cached for the per-object check, and a
+    // changed verdict looks at every Placement again.
+    let (imports, import_writer) = reflector::store::<ApiResourceImport>();
+    let import_events = watcher(
+        Api::<ApiResourceImport>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(import_writer)
+    .applied_objects()
+    .predicate_filter(import_inputs, Default::default());
+    let every = placements.clone();
+    let others = placements.clone();
     let controller = Controller::for_stream(placement_events, placements)
+        .watches_stream(import_events, move |_: ApiResourceImport| {
+            every
+                .state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(neighbour_events, move |changed: Placement| {
+            let ns = changed.namespace();
+            others
+                .state()
+                .iter()
+                .filter(|p| p.namespace() == ns && p.name_any() != changed.name_any())
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
         // A Cluster change may change the eligibility of members for every Placement.
         .watches_stream(cluster_events, move |_: Cluster| {
             all.state()
@@ -184,6 +277,9 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
     let state = Arc::new(Splitter {
         ctx: ctx.clone(),
         clusters,
+        placements: neighbours,
+        imports,
+        types: Default::default(),
     });
     controller
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
@@ -222,6 +318,21 @@ where
         };
         std::future::ready(changed)
     })
+}
+
+/// What of an import the per-object check reads: its schema and its `Compatible` verdict.
+fn import_inputs(import: &ApiResourceImport) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    import.metadata.generation.hash(&mut h);
+    if let Some(c) = import.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == conditions::COMPATIBLE)
+    }) {
+        (&c.status, &c.reason).hash(&mut h);
+    }
+    Some(h.finish())
 }
 
 /// What of a Cluster selection reads: labels, spec, conditions (not their heartbeat times) and
@@ -321,23 +432,89 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     let mut desired: BTreeMap<(String, String), Work> = BTreeMap::new();
     let mut divisions: Vec<(DynamicObject, Division, u32)> = Vec::new();
     let mut decisions: Vec<ObjectDecision> = Vec::new();
-    for (ar, selector) in selected_types(&spec.resource_selectors)? {
+    let mut followed: BTreeMap<Reference, BTreeSet<String>> = BTreeMap::new();
+    let mut object_excluded: BTreeSet<(String, String)> = BTreeSet::new();
+    // The objects another Placement places (more specific, or as specific and older): their
+    // Works are that Placement's now, never deleted from here.
+    let mut handed_over: BTreeSet<String> = BTreeSet::new();
+    let mut conflicts: Vec<String> = Vec::new();
+    let neighbours: Vec<Arc<Placement>> = state
+        .placements
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
+    let neighbours: Vec<&Placement> = neighbours.iter().map(|p| &**p).collect();
+    let (types, unsupported) = state.selected_types(&spec.resource_selectors).await;
+    for ar in types {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
         for object in api.list(&ListParams::default()).await?.items {
-            if let Some(s) = selector {
-                if s.name.as_ref().is_some_and(|n| *n != object.name_any()) {
-                    continue;
-                }
-                if let Some(sel) = &s.label_selector
-                    && !selector_matches(sel, &object.labels().clone())
-                {
-                    continue;
-                }
-            }
-            if object.metadata.deletion_timestamp.is_some() {
+            let object_name = object.name_any();
+            let selectable = Selectable {
+                api_version: &ar.api_version,
+                kind: &ar.kind,
+                name: &object_name,
+                labels: object.labels(),
+            };
+            if specificity(&spec.resource_selectors, &selectable).is_none()
+                || object.metadata.deletion_timestamp.is_some()
+            {
                 continue;
             }
             let uid = object.metadata.uid.clone().unwrap_or_default();
+            if let Some(verdict) = winner(&neighbours, &selectable)
+                && (verdict.winner != name || !verdict.tied.is_empty())
+            {
+                let tie = verdict.tied.contains(&name) || verdict.winner == name;
+                if tie {
+                    let mut all = verdict.tied.clone();
+                    all.push(verdict.winner.clone());
+                    all.sort();
+                    conflicts.push(format!(
+                        "{} {object_name} is selected as specifically by Placements {}; {} (the oldest) places it",
+                        ar.kind,
+                        all.join(", "),
+                        verdict.winner
+                    ));
+                }
+                if verdict.winner != name {
+                    handed_over.insert(uid);
+                    decisions.push(ObjectDecision {
+                        api_version: ar.api_version.clone(),
+                        kind: ar.kind.clone(),
+                        name: object_name,
+                        overridden_by: Some(verdict.winner),
+                        ..Default::default()
+                    });
+                    continue;
+                }
+            }
+            // Members whose API cannot take this object (Rule 5: checked per object).
+            let manifest = member_manifest(&typed(object.clone(), &ar), None);
+            let mut incompatible: Vec<ClusterExclusion> = Vec::new();
+            let candidates: Vec<Candidate> = selection
+                .candidates
+                .iter()
+                .filter(|c| {
+                    let import = state.imports.get(
+                        &ObjectRef::new(&import_name(&ar))
+                            .within(&names::cluster_namespace(&c.cluster)),
+                    );
+                    match compatibility::check(import.as_deref(), &manifest) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            object_excluded.insert((uid.clone(), c.cluster.clone()));
+                            incompatible.push(ClusterExclusion {
+                                cluster: c.cluster.clone(),
+                                reason: why.reason,
+                                message: Some(why.message),
+                            });
+                            false
+                        }
+                    }
+                })
+                .cloned()
+                .collect();
             let divisible = ar.kind == "Deployment"
                 && spec.replica_scheduling.type_ == ReplicaSchedulingType::Divided;
             let division: Division = if divisible {
@@ -353,12 +530,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                     .filter(|w| w.metadata.deletion_timestamp.is_none())
                     .filter_map(|w| Some((cluster_of(w)?, work_replicas(w)?)))
                     .collect();
-                match divide(
-                    total,
-                    &selection.candidates,
-                    &previous,
-                    spec.rebalance_on_join,
-                ) {
+                match divide(total, &candidates, &previous, spec.rebalance_on_join) {
                     Ok(d) => {
                         divisions.push((object.clone(), d.clone(), total));
                         d
@@ -367,23 +539,20 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 }
             } else {
                 // A copy everywhere, except that a held member keeps only the copy it has.
-                selection
-                    .candidates
+                candidates
                     .iter()
                     .filter(|c| !c.held || has_copy(&uid, &c.cluster))
                     .map(|c| (c.cluster.clone(), 0))
                     .collect()
             };
-            let mut object = object;
-            object.types = Some(kube::api::TypeMeta {
-                api_version: ar.api_version.clone(),
-                kind: ar.kind.clone(),
-            });
+            let object = typed(object, &ar);
+            let mut excluded = exclusions(&selection, &held, &division);
+            excluded.extend(incompatible);
             let mut decision = ObjectDecision {
                 api_version: ar.api_version.clone(),
                 kind: ar.kind.clone(),
                 name: object.name_any(),
-                excluded: exclusions(&selection, &held, &division),
+                excluded,
                 ..Default::default()
             };
             for (cluster, n) in &division {
@@ -398,8 +567,60 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                     ..Default::default()
                 });
             }
+            if spec.follow_references {
+                let runs_on = decision.clusters.iter().map(|c| c.cluster.clone());
+                for reference in references(&object.data) {
+                    followed
+                        .entry(reference)
+                        .or_default()
+                        .extend(runs_on.clone());
+                }
+            }
             decisions.push(decision);
         }
+    }
+
+    // What the placed workloads refer to follows them to their members, unless a Placement
+    // selects it (then that Placement places it).
+    let mut missing: Vec<String> = Vec::new();
+    for (reference, clusters) in followed {
+        let (g, v, k, p) = reference.kind.resource();
+        let ar = resource(g, v, k, p);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        let Some(object) = api.get_opt(&reference.name).await? else {
+            missing.push(format!("{k} {}", reference.name));
+            continue;
+        };
+        let selectable = Selectable {
+            api_version: &ar.api_version,
+            kind: &ar.kind,
+            name: &reference.name,
+            labels: object.labels(),
+        };
+        if object.metadata.deletion_timestamp.is_some()
+            || winner(&neighbours, &selectable).is_some()
+        {
+            continue;
+        }
+        let object = typed(object, &ar);
+        let uid = object.metadata.uid.clone().unwrap_or_default();
+        let mut decision = ObjectDecision {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+            name: reference.name.clone(),
+            ..Default::default()
+        };
+        for cluster in clusters {
+            desired.insert(
+                (uid.clone(), cluster.clone()),
+                render(&object, &cluster, None, &name, spec)?,
+            );
+            decision.clusters.push(ClusterDecision {
+                cluster,
+                ..Default::default()
+            });
+        }
+        decisions.push(decision);
     }
 
     let params = PatchParams::apply(field_managers::SPLITTER).force();
@@ -440,12 +661,15 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         let Some(cluster) = cluster_of(work) else {
             continue;
         };
-        if desired.contains_key(&(uid.clone(), cluster.clone())) {
+        if desired.contains_key(&(uid.clone(), cluster.clone())) || handed_over.contains(&uid) {
             continue;
         }
         let object_wanted = desired.keys().any(|(u, _)| *u == uid);
-        let member_failed =
-            !eligible.contains(&cluster) && state.clusters.get(&ObjectRef::new(&cluster)).is_some();
+        // A member that failed, or whose API can no longer take the object, keeps its copy
+        // until the replacements are available.
+        let member_failed = (!eligible.contains(&cluster)
+            && state.clusters.get(&ObjectRef::new(&cluster)).is_some())
+            || object_excluded.contains(&(uid.clone(), cluster.clone()));
         if object_wanted && member_failed {
             let replacements_ready = current
                 .iter()
@@ -496,8 +720,14 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             })
             .collect();
         let old = object.data.get("status");
-        let mut status =
-            deployment_status(object.metadata.generation, *total, &copies, division, &now);
+        let mut status = deployment_status(
+            object.metadata.generation,
+            *total,
+            max_unavailable(&object.data["spec"], *total),
+            &copies,
+            division,
+            &now,
+        );
         keep_condition_times(&mut status, old);
         if old.is_some_and(|o| same_ignoring_times(o, &status)) {
             continue;
@@ -528,16 +758,57 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         }
     }
 
-    let status = placement_status(placement, &selection, decisions, &now);
-    if placement
+    let status = placement_status(
+        placement,
+        &selection,
+        decisions,
+        &Findings {
+            conflicts: &conflicts,
+            missing: &missing,
+            unsupported: &unsupported,
+        },
+        &now,
+    );
+    let old = placement
         .status
         .as_ref()
-        .and_then(|s| serde_json::to_value(s).ok())
-        .is_none_or(|old| !same_ignoring_times(&old, &status["status"]))
+        .and_then(|s| serde_json::to_value(s).ok());
+    if old
+        .as_ref()
+        .is_none_or(|old| !same_ignoring_times(old, &status["status"]))
     {
         Api::<Placement>::namespaced(client, &ns)
             .patch_status(&name, &params, &Patch::Apply(&status))
             .await?;
+        let message = |s: Option<&serde_json::Value>| {
+            s.and_then(|s| condition_message(s, conditions::SCHEDULED))
+        };
+        let (before, after) = (message(old.as_ref()), message(Some(&status["status"])));
+        if old.is_some() && before != after {
+            // Which members take, keep or lose work changed: say so where users look.
+            state
+                .ctx
+                .events
+                .normal(
+                    placement,
+                    "Rescheduled",
+                    "Place",
+                    after.clone().unwrap_or_default(),
+                )
+                .await;
+        }
+        if !conflicts.is_empty() && before != after {
+            state
+                .ctx
+                .events
+                .warning(
+                    placement,
+                    reasons::PLACEMENT_CONFLICT,
+                    "Place",
+                    conflicts.join("; "),
+                )
+                .await;
+        }
     }
     Ok(Action::requeue(
         selection
@@ -590,28 +861,78 @@ fn exclusions(
         .collect()
 }
 
+/// What a reconciliation found that the Placement's status reports.
+struct Findings<'a> {
+    /// Objects selected by equally specific Placements.
+    conflicts: &'a [String],
+    /// Objects placed workloads refer to that do not exist on the hub.
+    missing: &'a [String],
+    /// Resource selectors naming types the hub does not serve in namespaces.
+    unsupported: &'a [String],
+}
+
 /// The Placement's status: `Scheduled`, how many objects it selects and the decision for each.
 fn placement_status(
     placement: &Placement,
     selection: &Selection,
     decisions: Vec<ObjectDecision>,
+    findings: &Findings<'_>,
     now: &str,
 ) -> serde_json::Value {
+    let &Findings {
+        conflicts,
+        missing,
+        unsupported,
+    } = findings;
     let scheduled = !selection.candidates.is_empty();
     let works: usize = decisions.iter().map(|d| d.clusters.len()).sum();
+    let overridden = decisions
+        .iter()
+        .filter(|d| d.overridden_by.is_some())
+        .count();
     let mut message = format!(
         "{works} Work(s) for {} object(s) on {} member(s)",
-        decisions.len(),
+        decisions.len() - overridden,
         selection.candidates.len()
     );
+    if overridden > 0 {
+        message.push_str(&format!(
+            "; {overridden} selected object(s) placed by a more specific or older Placement"
+        ));
+    }
     for e in selection.held.iter().chain(&selection.excluded) {
         message.push_str(&format!("; {}: {}", e.cluster, e.message));
     }
+    for c in conflicts {
+        message.push_str(&format!("; {c}"));
+    }
+    if !missing.is_empty() {
+        message.push_str(&format!(
+            "; referred to by placed workloads but missing on the hub: {}",
+            missing.join(", ")
+        ));
+    }
+    if !unsupported.is_empty() {
+        message = format!(
+            "resource selectors name types the hub does not place: {}; {message}",
+            unsupported.join(", ")
+        );
+    }
+    let reason = if !unsupported.is_empty() {
+        reasons::UNSUPPORTED_TYPE
+    } else if !scheduled {
+        reasons::NO_ELIGIBLE_CLUSTER
+    } else if !conflicts.is_empty() {
+        reasons::PLACEMENT_CONFLICT
+    } else {
+        conditions::SCHEDULED
+    };
+    let ok = scheduled && unsupported.is_empty();
     let mut status = json!({
         "conditions": [{
             "type": conditions::SCHEDULED,
-            "status": if scheduled { "True" } else { "False" },
-            "reason": if scheduled { conditions::SCHEDULED } else { reasons::NO_ELIGIBLE_CLUSTER },
+            "status": if ok { "True" } else { "False" },
+            "reason": reason,
             "message": message,
             "lastTransitionTime": now,
             "observedGeneration": placement.metadata.generation,

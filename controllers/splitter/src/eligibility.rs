@@ -218,7 +218,7 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster], now: Timestamp) -> Se
                     if since >= toleration {
                         selection.excluded.push(exclude(
                             reasons::FAILED_OVER,
-                            format!("{state} for {since}s, longer than the failover toleration of {toleration}s: its work moves"),
+                            format!("{state} since {}, longer than the failover toleration of {toleration}s: its work moves", c.last_transition_time.0),
                         ));
                         continue;
                     }
@@ -227,7 +227,10 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster], now: Timestamp) -> Se
                     ));
                     held = Some((
                         reasons::NOT_READY,
-                        format!("{state} for {since}s; its work moves after {toleration}s"),
+                        format!(
+                            "{state} since {}; its work moves once that lasts {toleration}s",
+                            c.last_transition_time.0
+                        ),
                     ));
                 }
             }
@@ -390,7 +393,7 @@ mod tests {
         let s = select(&short, &[&b], now());
         assert_eq!(classes(&s).2, vec![("member2", reasons::FAILED_OVER)]);
         assert!(
-            s.excluded[0].message.contains("for 10s"),
+            s.excluded[0].message.contains("since 2026-01-01T00:00:00Z"),
             "{}",
             s.excluded[0].message
         );

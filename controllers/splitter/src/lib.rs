@@ -4,15 +4,21 @@
 //! |---|---|
 //! | [`controller`] | the Placement controller: Works per object and member, failover, hub status |
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
+//! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
+//! | [`specificity`] | pure: which of several Placements places an object |
+//! | [`references`] | pure: what a workload's pod template refers to (follows it) |
 //! | [`render`] | pure: the Work of one object on one member |
 //! | [`aggregate`] | pure: the hub Deployment's status from its copies |
 
 pub mod aggregate;
+pub mod compatibility;
 pub mod controller;
 pub mod division;
 pub mod eligibility;
+pub mod references;
 pub mod render;
+pub mod specificity;
 
 use clap::Args;
 use flotilla_runtime::Context;

@@ -10,6 +10,7 @@ mod registration;
 mod registration_pull;
 mod runtime;
 mod splitter;
+mod splitter_api;
 mod syncer;
 mod syncer_faults;
 mod syncer_pull;

@@ -32,7 +32,7 @@ const SELECTOR_LABEL: &str = "e2e.flotilla.dev/negotiator";
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A CRD of `kind` in `group` whose `spec` has `properties`.
-fn crd(group: &str, kind: &str, properties: Value) -> Value {
+pub(crate) fn crd(group: &str, kind: &str, properties: Value) -> Value {
     let plural = format!("{}s", kind.to_lowercase());
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -61,7 +61,7 @@ fn nar_resource() -> ApiResource {
 }
 
 /// Applies a CRD and waits until it is established.
-async fn install_crd(client: &Client, crd: &Value) -> Result<()> {
+pub(crate) async fn install_crd(client: &Client, crd: &Value) -> Result<()> {
     api::apply(client, crd, false).await??;
     let name = crd["metadata"]["name"]
         .as_str()

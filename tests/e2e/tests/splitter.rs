@@ -1,21 +1,22 @@
 //! The splitter end to end: a Deployment applied to the hub runs spread over real members, the
 //! hub status is the truth of all copies, scaling divides only the change, a cordoned member takes
-//! no new replicas, a drained one gives its replicas away, and deleting the hub
+//! no new replicas, a drained one gives its replicas away, referenced ConfigMaps follow their
+//! Deployment, the most specific Placement places an object (ties reported), and deleting the hub
 //! Deployment removes the copies.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use flotilla_api::{Cluster, Placement};
+use flotilla_api::{Cluster, Placement, Work, labels, names, reasons};
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 const SELECTOR_LABEL: &str = "e2e.flotilla.dev/splitter";
@@ -25,7 +26,8 @@ fn deployment(replicas: i32) -> Result<Deployment> {
         "metadata": {"name": "web"},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}
+                              "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                                       "envFrom": [{"configMapRef": {"name": "web-settings", "optional": true}}]}]}}}
     }))?)
 }
 
@@ -65,103 +67,144 @@ async fn hub_available(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
     .await
 }
 
+/// Three push-mode members registered for one test (Clusters with the test's own label), the
+/// registration controller, the syncer and the splitter scoped to them and to the test's
+/// namespace.
+pub(crate) struct Fleet {
+    pub(crate) hub: Client,
+    pub(crate) ns: TestNamespace,
+    pub(crate) clusters: Api<Cluster>,
+    /// Cluster name and member client, in the order of the environment's members.
+    pub(crate) members: Vec<(String, Client)>,
+    pub(crate) splitter: ControllerProcess,
+    /// The label selector of the test's Clusters.
+    pub(crate) selector: String,
+    _registration: ControllerProcess,
+    _syncer: ControllerProcess,
+    _cleanup: ClusterCleanup,
+}
+
+impl Fleet {
+    pub(crate) async fn start(prefix: &str) -> Result<Self> {
+        let env = Environment::get();
+        let hub = env.hub.client().await?;
+        api::install_crds(&hub).await?;
+        let members_info = env.require_members(3)?.to_vec();
+        let mut all = vec![&env.hub];
+        all.extend(members_info.iter());
+        let ns = TestNamespace::create(prefix, &all).await?;
+        let id = random_suffix();
+        let selector = format!("{SELECTOR_LABEL}={id}");
+        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        let common = [
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--lease-namespace",
+            ns.name(),
+            "--cluster-selector",
+            selector.as_str(),
+        ];
+        let mut reg = common.to_vec();
+        reg.extend([
+            "--probe-interval",
+            "2s",
+            "--kubeconfig-secret-namespace",
+            ns.name(),
+        ]);
+        let mut sync = common.to_vec();
+        sync.extend([
+            "--resync-interval",
+            "5s",
+            "--kubeconfig-secret-namespace",
+            ns.name(),
+        ]);
+        let mut split = common.to_vec();
+        split.extend(["--namespace", ns.name()]);
+        let registration = ControllerProcess::start("flotilla-registration", &reg)?;
+        let syncer = ControllerProcess::start("flotilla-syncer", &sync)?;
+        let splitter = ControllerProcess::start("flotilla-splitter", &split)?;
+        let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
+
+        // Three push-mode members.
+        let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
+        let clusters: Api<Cluster> = Api::all(hub.clone());
+        let mut members = Vec::new();
+        for info in &members_info {
+            let name = format!("e2e-{}", random_suffix());
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(
+                    [(
+                        "kubeconfig".to_string(),
+                        ByteString(std::fs::read(&info.kubeconfig)?),
+                    )]
+                    .into(),
+                ),
+                ..Secret::default()
+            };
+            secrets.create(&PostParams::default(), &secret).await?;
+            let c: Cluster = serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": name, "labels": {SELECTOR_LABEL: id}},
+                "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": name}},
+            }))?;
+            clusters.create(&PostParams::default(), &c).await?;
+            members.push((name, info.client().await?));
+        }
+        // All three Ready before the Deployment appears: a member that joins later gets no replicas
+        // (no rebalanceOnJoin), which is not what this test is about.
+        wait_for(
+            "the three members to be Ready",
+            Duration::from_secs(60),
+            || async {
+                let mut not_ready = Vec::new();
+                for (name, _) in &members {
+                    let c = clusters.get(name).await?;
+                    let ready = c
+                        .status
+                        .iter()
+                        .flat_map(|s| s.conditions.iter())
+                        .any(|x| x.type_ == "Ready" && x.status == "True");
+                    if !ready {
+                        not_ready.push(name.clone());
+                    }
+                }
+                Ok(if not_ready.is_empty() {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("not Ready: {not_ready:?}"))
+                })
+            },
+        )
+        .await?;
+        Ok(Self {
+            hub,
+            ns,
+            clusters,
+            members,
+            splitter,
+            selector,
+            _registration: registration,
+            _syncer: syncer,
+            _cleanup: cleanup,
+        })
+    }
+}
+
 #[tokio::test]
 async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
-    let env = Environment::get();
-    let hub = env.hub.client().await?;
-    api::install_crds(&hub).await?;
-    let members_info = env.require_members(3)?.to_vec();
-    let mut all = vec![&env.hub];
-    all.extend(members_info.iter());
-    let ns = TestNamespace::create("split", &all).await?;
-    let id = random_suffix();
-    let selector = format!("{SELECTOR_LABEL}={id}");
-    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-    let common = [
-        "--kubeconfig",
-        kubeconfig.as_str(),
-        "--lease-namespace",
-        ns.name(),
-        "--cluster-selector",
-        selector.as_str(),
-    ];
-    let mut reg = common.to_vec();
-    reg.extend([
-        "--probe-interval",
-        "2s",
-        "--kubeconfig-secret-namespace",
-        ns.name(),
-    ]);
-    let mut sync = common.to_vec();
-    sync.extend([
-        "--resync-interval",
-        "5s",
-        "--kubeconfig-secret-namespace",
-        ns.name(),
-    ]);
-    let mut split = common.to_vec();
-    split.extend(["--namespace", ns.name()]);
-    let _registration = ControllerProcess::start("flotilla-registration", &reg)?;
-    let _syncer = ControllerProcess::start("flotilla-syncer", &sync)?;
-    let splitter = ControllerProcess::start("flotilla-splitter", &split)?;
-    let _cleanup = ClusterCleanup::new(&env.hub, selector.clone());
-
-    // Three push-mode members.
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
-    let clusters: Api<Cluster> = Api::all(hub.clone());
-    let mut members = Vec::new();
-    for info in &members_info {
-        let name = format!("e2e-{}", random_suffix());
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..ObjectMeta::default()
-            },
-            data: Some(
-                [(
-                    "kubeconfig".to_string(),
-                    ByteString(std::fs::read(&info.kubeconfig)?),
-                )]
-                .into(),
-            ),
-            ..Secret::default()
-        };
-        secrets.create(&PostParams::default(), &secret).await?;
-        let c: Cluster = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": name, "labels": {SELECTOR_LABEL: id}},
-            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": name}},
-        }))?;
-        clusters.create(&PostParams::default(), &c).await?;
-        members.push((name, info.client().await?));
-    }
-    // All three Ready before the Deployment appears: a member that joins later gets no replicas
-    // (no rebalanceOnJoin), which is not what this test is about.
-    wait_for(
-        "the three members to be Ready",
-        Duration::from_secs(60),
-        || async {
-            let mut not_ready = Vec::new();
-            for (name, _) in &members {
-                let c = clusters.get(name).await?;
-                let ready = c
-                    .status
-                    .iter()
-                    .flat_map(|s| s.conditions.iter())
-                    .any(|x| x.type_ == "Ready" && x.status == "True");
-                if !ready {
-                    not_ready.push(name.clone());
-                }
-            }
-            Ok(if not_ready.is_empty() {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("not Ready: {not_ready:?}"))
-            })
-        },
-    )
-    .await?;
-
+    let fleet = Fleet::start("split").await?;
+    let Fleet {
+        hub,
+        ns,
+        clusters,
+        members,
+        splitter,
+        ..
+    } = &fleet;
     let placement: Placement = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
         "metadata": {"name": "spread"},
@@ -170,6 +213,13 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
     }))?;
     Api::<Placement>::namespaced(hub.clone(), ns.name())
         .create(&PostParams::default(), &placement)
+        .await?;
+    // The Placement selects Deployments only; the ConfigMap the Deployment refers to follows it.
+    let settings: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "web-settings"}, "data": {"greeting": "hello"}
+    }))?;
+    Api::<ConfigMap>::namespaced(hub.clone(), ns.name())
+        .create(&PostParams::default(), &settings)
         .await?;
     let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns.name());
     deployments
@@ -180,13 +230,31 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
     let d = hub_available(&deployments, 10)
         .await
         .map_err(|e| e.context(splitter.log()))?;
-    let spread = member_replicas(&members, ns.name()).await?;
+    let spread = member_replicas(members, ns.name()).await?;
     let mut counts: Vec<i32> = spread.values().copied().collect();
     counts.sort_unstable();
     ensure!(
         counts == vec![3, 3, 4],
         "10 replicas spread 4+3+3 over the members, got {spread:?}"
     );
+    for (cluster, client) in members.iter() {
+        wait_for(
+            &format!("the referenced ConfigMap to follow the Deployment to {cluster}"),
+            Duration::from_secs(30),
+            || async {
+                let cm = Api::<ConfigMap>::namespaced(client.clone(), ns.name())
+                    .get_opt("web-settings")
+                    .await?;
+                Ok(match cm.and_then(|c| c.data) {
+                    Some(d) if d.get("greeting").map(String::as_str) == Some("hello") => {
+                        Seen::Done(())
+                    }
+                    other => Seen::not_yet(format!("{other:?}")),
+                })
+            },
+        )
+        .await?;
+    }
     let placed = d
         .status
         .and_then(|s| s.conditions)
@@ -209,7 +277,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         )
         .await?;
     hub_available(&deployments, 13).await?;
-    let scaled = member_replicas(&members, ns.name()).await?;
+    let scaled = member_replicas(members, ns.name()).await?;
     let moved: i32 = spread
         .iter()
         .map(|(c, n)| (scaled.get(c).copied().unwrap_or(0) - n).abs())
@@ -259,7 +327,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         )
         .await?;
     hub_available(&deployments, 16).await?;
-    let after_cordon = member_replicas(&members, ns.name()).await?;
+    let after_cordon = member_replicas(members, ns.name()).await?;
     ensure!(
         after_cordon.get(&cordoned) == scaled.get(&cordoned),
         "a cordoned member takes no new replicas: {scaled:?} -> {after_cordon:?}"
@@ -277,7 +345,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         "the drained member's replicas to move",
         Duration::from_secs(120),
         || async {
-            let now = member_replicas(&members, ns.name()).await?;
+            let now = member_replicas(members, ns.name()).await?;
             let total: i32 = now.values().sum();
             Ok(if !now.contains_key(&cordoned) && total == 16 {
                 Seen::Done(())
@@ -296,7 +364,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         "the member copies to be removed",
         Duration::from_secs(90),
         || async {
-            let left = member_replicas(&members, ns.name()).await?;
+            let left = member_replicas(members, ns.name()).await?;
             Ok(if left.is_empty() {
                 Seen::Done(())
             } else {
@@ -305,5 +373,170 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         },
     )
     .await?;
+    Ok(())
+}
+
+/// The Placement (and its Works) that places `kind`/`name` on the first member, with the member
+/// object's UID.
+async fn placed_by(fleet: &Fleet, work: &str) -> Result<Option<String>> {
+    let (cluster, _) = &fleet.members[0];
+    let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(cluster));
+    Ok(works
+        .get_opt(work)
+        .await?
+        .and_then(|w| w.labels().get(labels::PLACEMENT).cloned()))
+}
+
+async fn wait_placed_by(fleet: &Fleet, work: &str, placement: &str) -> Result<()> {
+    wait_for(
+        &format!("Work {work} to be placed by Placement {placement}"),
+        Duration::from_secs(60),
+        || async {
+            let by = placed_by(fleet, work).await?;
+            Ok(if by.as_deref() == Some(placement) {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("placed by {by:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))
+}
+
+/// UIDs of the member objects of `web` and `settings` on the first member: unchanged UIDs mean
+/// nothing was deleted and recreated while Placements handed objects over.
+async fn member_uids(fleet: &Fleet) -> Result<(Option<String>, Option<String>)> {
+    let client = fleet.members[0].1.clone();
+    let ns = fleet.ns.name();
+    Ok((
+        Api::<Deployment>::namespaced(client.clone(), ns)
+            .get_opt("web")
+            .await?
+            .and_then(|d| d.metadata.uid),
+        Api::<ConfigMap>::namespaced(client, ns)
+            .get_opt("settings")
+            .await?
+            .and_then(|c| c.metadata.uid),
+    ))
+}
+
+#[tokio::test]
+async fn the_most_specific_placement_places_an_object_and_ties_are_reported() -> Result<()> {
+    let fleet = Fleet::start("split-who").await?;
+    let ns = fleet.ns.name();
+    let placements: Api<Placement> = Api::namespaced(fleet.hub.clone(), ns);
+    let create = |name: &'static str, selectors: serde_json::Value| {
+        let placements = placements.clone();
+        async move {
+            let p: Placement = serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": name},
+                "spec": {"resourceSelectors": selectors},
+            }))?;
+            placements.create(&PostParams::default(), &p).await?;
+            anyhow::Ok(())
+        }
+    };
+    create("everything", json!([])).await?;
+    Api::<Deployment>::namespaced(fleet.hub.clone(), ns)
+        .create(&PostParams::default(), &deployment(3)?)
+        .await?;
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings"}, "data": {"color": "blue"}
+    }))?;
+    Api::<ConfigMap>::namespaced(fleet.hub.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    wait_placed_by(&fleet, "deployment-web", "everything").await?;
+    wait_placed_by(&fleet, "configmap-settings", "everything").await?;
+    let uids = wait_for(
+        "both objects in the first member",
+        Duration::from_secs(60),
+        || async {
+            let uids = member_uids(&fleet).await?;
+            Ok(match &uids {
+                (Some(_), Some(_)) => Seen::Done(uids),
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+
+    // A Placement naming the Deployment is more specific: it takes the Deployment over, and the
+    // older one reports that it no longer places it. Nothing is deleted on the way.
+    create(
+        "web-only",
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
+    )
+    .await?;
+    wait_placed_by(&fleet, "deployment-web", "web-only").await?;
+    wait_for(
+        "Placement everything to say web is placed by web-only",
+        Duration::from_secs(60),
+        || async {
+            let p = placements.get("everything").await?;
+            let overridden = p
+                .status
+                .iter()
+                .flat_map(|s| s.decisions.iter())
+                .find(|d| d.kind == "Deployment" && d.name == "web")
+                .and_then(|d| d.overridden_by.clone());
+            Ok(if overridden.as_deref() == Some("web-only") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("overriddenBy {overridden:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // An equally unspecific newer Placement ties with the first: the older one keeps placing
+    // the ConfigMap, and the tie is reported with reason PlacementConflict.
+    create("everything-too", json!([])).await?;
+    wait_for(
+        "the tie to be reported on Placement everything",
+        Duration::from_secs(60),
+        || async {
+            let scheduled = placements
+                .get("everything")
+                .await?
+                .status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"));
+            Ok(match scheduled {
+                Some(c)
+                    if c.reason == reasons::PLACEMENT_CONFLICT
+                        && c.message.contains("everything, everything-too") =>
+                {
+                    Seen::Done(())
+                }
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    flotilla_e2e::holds_for(
+        "the ConfigMap to stay with the older Placement",
+        Duration::from_secs(3),
+        || async {
+            let by = placed_by(&fleet, "configmap-settings").await?;
+            Ok(if by.as_deref() == Some("everything") {
+                Ok(())
+            } else {
+                Err(format!("placed by {by:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // The specific Placement goes: the Deployment returns to the oldest of the rest.
+    placements
+        .delete("web-only", &DeleteParams::default())
+        .await?;
+    wait_placed_by(&fleet, "deployment-web", "everything").await?;
+    ensure!(
+        member_uids(&fleet).await? == uids,
+        "handing objects between Placements must not recreate them in the member"
+    );
     Ok(())
 }

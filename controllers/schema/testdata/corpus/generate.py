@@ -170,8 +170,9 @@ simple("unserved-version-removed", "Safe", ".spec.versions[v2]", "VersionRemoved
        lambda c: c["spec"]["versions"].pop(), version="v2", old=lambda c: c["spec"]["versions"].append(v2(c, served=False)))
 simple("version-unserved", "Breaking", ".spec.versions[v2].served", "VersionUnserved",
        lambda c: c["spec"]["versions"][1].__setitem__("served", False), version="v2", old=lambda c: c["spec"]["versions"].append(v2(c)))
-# A new served version that lacks a field of an existing one (crdify's served-version validator).
-simple("served-version-added-narrower", "Safe", ".spec.versions[v2]", "VersionAdded",
+# A new served version that lacks a field of an existing one (crdify's served-version validator):
+# without a conversion webhook, a write through v2 drops .spec.ratio for v1 clients.
+simple("served-version-added-narrower", "Breaking", ".spec.versions[v1->v2].spec.ratio", "ServedVersionNarrower",
        lambda c: c["spec"]["versions"].append(v2(c)) or c["spec"]["versions"][1]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("ratio"),
        version="v2")
 simple("status-subresource-removed", "Breaking", ".spec.versions[v1].subresources.status", "SubresourceRemoved",

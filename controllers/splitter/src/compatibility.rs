@@ -1,0 +1,150 @@
+//! Pure: whether a member's API can take one object (Rule 5: an incompatible API is not an
+//! outage). The negotiator's `APIResourceImport` of the object's type in the member's namespace
+//! says whether the member accepts everything the hub accepts (`Compatible=True`). When it does
+//! not, the object itself is checked against the member's schema: an object that uses only
+//! fields the member has still goes there; one that sets a field the member lacks or cannot
+//! accept does not, and the reason names the paths.
+
+use flotilla_api::{ApiResourceImport, conditions, reasons};
+use flotilla_schema::{ProblemKind, check_object};
+use serde_json::Value;
+
+/// Why a member cannot take an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incompatible {
+    /// `Incompatible` or `MissingFields` (from the import's `Compatible` condition).
+    pub reason: String,
+    pub message: String,
+}
+
+/// At most this many paths in a message.
+const MAX_PATHS: usize = 5;
+
+/// Whether the member whose import of the object's type is `import` can take `manifest` (the
+/// object as it would be applied there). No import (the negotiator has not imported the type
+/// from that member) is no verdict: the syncer reports what the member says.
+pub fn check(import: Option<&ApiResourceImport>, manifest: &Value) -> Result<(), Incompatible> {
+    let Some(import) = import else {
+        return Ok(());
+    };
+    let compatible = import.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == conditions::COMPATIBLE)
+    });
+    if compatible.is_none_or(|c| c.status != "False") {
+        // Compared and fine, or not decided (Pending, Undecidable): nothing to hold against
+        // the member.
+        return Ok(());
+    }
+    let reason = compatible
+        .map(|c| c.reason.clone())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| reasons::INCOMPATIBLE.to_string());
+    // Object metadata is the API server's own, whatever a CRD's schema says of it.
+    let mut body = manifest.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.remove("metadata");
+    }
+    let problems = match check_object(&body, &import.spec.resource.open_api_v3_schema) {
+        Ok(problems) => problems,
+        // A schema the checker cannot read decides nothing; the import's condition says why.
+        Err(_) => return Ok(()),
+    };
+    let problems: Vec<_> = problems
+        .into_iter()
+        .filter(|p| p.kind != ProblemKind::Undecidable)
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let mut paths: Vec<String> = problems
+        .iter()
+        .take(MAX_PATHS)
+        .map(|p| format!("{} ({})", p.path, p.message))
+        .collect();
+    if problems.len() > MAX_PATHS {
+        paths.push(format!("and {} more", problems.len() - MAX_PATHS));
+    }
+    Err(Incompatible {
+        reason,
+        message: format!(
+            "the member's API for this type cannot take the object: {}",
+            paths.join("; ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn import(compatible: Option<(&str, &str)>) -> ApiResourceImport {
+        let conditions: Vec<Value> = compatible
+            .map(|(status, reason)| {
+                vec![
+                    json!({"type": "Compatible", "status": status, "reason": reason,
+                            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+                ]
+            })
+            .unwrap_or_default();
+        serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "APIResourceImport",
+            "metadata": {"name": "widgets.v1.example.com", "namespace": "flotilla-cluster-m3"},
+            "spec": {
+                "groupVersion": {"group": "example.com", "version": "v1"},
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "scope": "Namespaced",
+                "openAPIV3Schema": {"type": "object", "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}
+                }}
+            },
+            "status": {"conditions": conditions}
+        }))
+        .expect("import")
+    }
+
+    fn widget(spec: Value) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": "w", "namespace": "shop"}, "spec": spec})
+    }
+
+    #[test]
+    fn an_object_using_only_what_the_member_has_still_goes_there() {
+        let partial = import(Some(("False", "MissingFields")));
+        assert_eq!(check(Some(&partial), &widget(json!({"size": 3}))), Ok(()));
+        let refused = check(Some(&partial), &widget(json!({"size": 3, "color": "red"})))
+            .expect_err("color is missing in the member");
+        assert_eq!(refused.reason, "MissingFields");
+        assert!(
+            refused.message.contains(".spec.color"),
+            "{}",
+            refused.message
+        );
+        let retyped = check(Some(&partial), &widget(json!({"size": "big"})))
+            .expect_err("size is an integer in the member");
+        assert!(
+            retyped.message.contains(".spec.size"),
+            "{}",
+            retyped.message
+        );
+    }
+
+    #[test]
+    fn no_import_pending_or_compatible_decides_nothing() {
+        let object = widget(json!({"color": "red"}));
+        assert_eq!(check(None, &object), Ok(()));
+        assert_eq!(check(Some(&import(None)), &object), Ok(()));
+        assert_eq!(
+            check(Some(&import(Some(("Unknown", "Pending")))), &object),
+            Ok(())
+        );
+        assert_eq!(
+            check(Some(&import(Some(("True", "Superset")))), &object),
+            Ok(())
+        );
+    }
+}

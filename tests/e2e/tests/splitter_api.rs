@@ -1,0 +1,171 @@
+//! An incompatible API is not an outage (Rule 5), end to end: a custom workload type placed on
+//! three members; one member's CRD drifts (it drops a field). The negotiator's import of that
+//! member turns `Compatible=False`, and the splitter checks each object against the member's
+//! schema: an object that sets the dropped field leaves that member — its copy there goes once
+//! the others are available — while an object that does not use it stays on all three.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use flotilla_api::Placement;
+use flotilla_e2e::process::ControllerProcess;
+use flotilla_e2e::{Seen, random_suffix, wait_for};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::json;
+
+use crate::negotiator::{crd, install_crd};
+use crate::splitter::Fleet;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The members (by Cluster name) that hold Widget `name`.
+async fn holders(fleet: &Fleet, widgets: &ApiResource, name: &str) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for (cluster, client) in &fleet.members {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), fleet.ns.name(), widgets);
+        if api.get_opt(name).await?.is_some() {
+            out.insert(cluster.clone());
+        }
+    }
+    Ok(out)
+}
+
+async fn wait_holders(
+    fleet: &Fleet,
+    widgets: &ApiResource,
+    name: &str,
+    want: &BTreeSet<String>,
+    log: &ControllerProcess,
+) -> Result<()> {
+    wait_for(
+        &format!("Widget {name} on exactly {want:?}"),
+        TIMEOUT,
+        || async {
+            let got = holders(fleet, widgets, name).await?;
+            Ok(if &got == want {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{got:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| {
+        e.context(format!(
+            "splitter log:\n{}\nnegotiator log:\n{}",
+            fleet.splitter.log(),
+            log.log()
+        ))
+    })
+}
+
+#[tokio::test]
+async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Result<()> {
+    let fleet = Fleet::start("split-api").await?;
+    let group = format!("w{}.e2e.flotilla.dev", random_suffix());
+    let full = crd(
+        &group,
+        "Widget",
+        json!({"size": {"type": "integer"}, "color": {"type": "string"}}),
+    );
+    // The hub serves the type (its schema is enforced); so do the members, for now alike.
+    install_crd(&fleet.hub, &full).await?;
+    for (_, client) in &fleet.members {
+        install_crd(client, &full).await?;
+    }
+    let kubeconfig = flotilla_e2e::Environment::get()
+        .hub
+        .kubeconfig
+        .to_string_lossy()
+        .into_owned();
+    let negotiator = ControllerProcess::start(
+        "flotilla-negotiator",
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--lease-namespace",
+            fleet.ns.name(),
+            "--cluster-selector",
+            &fleet.selector,
+            "--kubeconfig-secret-namespace",
+            fleet.ns.name(),
+            "--import-interval",
+            "5s",
+        ],
+    )?;
+
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "widgets"},
+        "spec": {"resourceSelectors": [{"apiVersion": format!("{group}/v1"), "kind": "Widget"}]},
+    }))?;
+    Api::<Placement>::namespaced(fleet.hub.clone(), fleet.ns.name())
+        .create(&PostParams::default(), &placement)
+        .await?;
+    let widgets = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&group, "v1", "Widget"),
+        "widgets",
+    );
+    let hub_widgets: Api<DynamicObject> =
+        Api::namespaced_with(fleet.hub.clone(), fleet.ns.name(), &widgets);
+    for (name, spec) in [
+        ("colored", json!({"size": 3, "color": "red"})),
+        ("plain", json!({"size": 5})),
+    ] {
+        let w: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": {"name": name}, "spec": spec,
+        }))?;
+        hub_widgets.create(&PostParams::default(), &w).await?;
+    }
+    let everywhere: BTreeSet<String> = fleet.members.iter().map(|(c, _)| c.clone()).collect();
+    wait_holders(&fleet, &widgets, "colored", &everywhere, &negotiator).await?;
+    wait_holders(&fleet, &widgets, "plain", &everywhere, &negotiator).await?;
+
+    // The third member's CRD drops `color`.
+    let (drifted, drifted_client) = fleet.members[2].clone();
+    let narrower = crd(&group, "Widget", json!({"size": {"type": "integer"}}));
+    flotilla_e2e::api::apply(&drifted_client, &narrower, false).await??;
+    let mut rest = everywhere.clone();
+    rest.remove(&drifted);
+    wait_holders(&fleet, &widgets, "colored", &rest, &negotiator).await?;
+
+    // The object that does not use the field stays everywhere, and the Placement says why the
+    // other one left, naming the field.
+    ensure!(
+        holders(&fleet, &widgets, "plain").await? == everywhere,
+        "an object using only fields the drifted member has must stay there"
+    );
+    let placements: Api<Placement> = Api::namespaced(fleet.hub.clone(), fleet.ns.name());
+    let decision = placements
+        .get("widgets")
+        .await?
+        .status
+        .and_then(|s| s.decisions.into_iter().find(|d| d.name == "colored"));
+    let exclusion = decision
+        .iter()
+        .flat_map(|d| d.excluded.iter())
+        .find(|e| e.cluster == drifted)
+        .cloned();
+    ensure!(
+        exclusion.as_ref().is_some_and(|e| e
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(".spec.color")),
+        "the decision for the colored Widget names the field the member lacks: {exclusion:?}"
+    );
+
+    // Cleanup of what the shared environment keeps: the CRDs.
+    let crd_name = format!("widgets.{group}");
+    for client in std::iter::once(&fleet.hub).chain(fleet.members.iter().map(|(_, c)| c)) {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let _ = crds.delete(&crd_name, &Default::default()).await;
+    }
+    Ok(())
+}
