@@ -41,23 +41,28 @@ eval "$("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" up --members 3)"
 K=("${TOOLS_BIN}/kubectl" --kubeconfig "${FLOTILLA_HUB_KUBECONFIG}")
 member_kubeconfig() { tr ',' '\n' <<<"${FLOTILLA_MEMBER_KUBECONFIGS}" | sed -n "s/^$1=//p"; }
 apply() { "${K[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart "$@" >/dev/null; }
+# The objects of a YAML file but its Deployments (there are no container images here).
+without_deployments() {
+  python3 -c 'import sys; docs = open(sys.argv[1]).read().split("\n---"); print("\n---".join(d for d in docs if "\nkind: Deployment" not in d))' "$1"
+}
 
 log "== installing Flotilla on the hub: CRDs, the chart's ServiceAccounts and RBAC, bootstrap RBAC"
 apply -f crds/yaml/
 "${K[@]}" wait --for condition=Established -f crds/yaml/ >/dev/null
 "${K[@]}" create namespace "${NS}" --dry-run=client -o yaml | apply -f -
 "${TOOLS_BIN}/helm" template flotilla charts/flotilla --namespace "${NS}" 2>/dev/null \
-  | python3 -c 'import sys; docs = sys.stdin.read().split("\n---"); print("\n---".join(d for d in docs if "\nkind: Deployment" not in d))' \
-  | apply -f -
+  | without_deployments /dev/stdin | apply -f -
 apply -f deploy/bootstrap/
 
-# A kubeconfig for the hub that authenticates as a ServiceAccount of the hub.
-sa_kubeconfig() { # namespace name file
+# A kubeconfig for a cluster (given by an admin kubeconfig) that authenticates as one of its
+# ServiceAccounts; sa_kubeconfig: one of the hub.
+sa_kubeconfig_of() { # kubeconfig namespace name file
   local token
-  token="$("${K[@]}" -n "$1" create token "$2" --duration 24h)"
-  sed "s|^\(\s*token:\).*|\1 ${token}|" "${FLOTILLA_HUB_KUBECONFIG}" >"$3"
-  chmod 600 "$3"
+  token="$("${TOOLS_BIN}/kubectl" --kubeconfig "$1" -n "$2" create token "$3" --duration 24h)"
+  sed "s|^\(\s*token:\).*|\1 ${token}|" "$1" >"$4"
+  chmod 600 "$4"
 }
+sa_kubeconfig() { sa_kubeconfig_of "${FLOTILLA_HUB_KUBECONFIG}" "$@"; }
 
 wait_ready() { # name port
   local t0; t0="$(now)"
@@ -125,12 +130,19 @@ done
 log "member3's agent created its Cluster and asks to join; accepting it (hubAcceptsClient: true)"
 "${K[@]}" patch clusters.flotilla.dev member3 --type merge -p '{"spec":{"hubAcceptsClient":true}}' >/dev/null
 
-if "${BIN}/flotilla-syncer" --help 2>/dev/null | grep -q -- '--pull'; then
-  start_proc "member3.flotilla-syncer" "${BIN}/flotilla-syncer" --pull --cluster-name member3 \
-    --kubeconfig "$(member_kubeconfig member3)" --lease-namespace "${NS}" \
-    --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}"
-  port=$((port + 1))
-fi
+log "== starting member3's syncer (pull) as the ServiceAccount of deploy/agent/syncer.yaml"
+without_deployments deploy/agent/syncer.yaml \
+  | "${M3[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart -f - >/dev/null
+t0="$(now)"
+until [[ -n "$("${M3[@]}" get clusterrole flotilla:syncer -o jsonpath='{.rules[0].verbs}' 2>/dev/null)" ]]; do
+  (( $(now) - t0 < 60 )) || die "member3's controller-manager did not aggregate the ClusterRole flotilla:syncer"
+  sleep 1
+done
+sa_kubeconfig_of "$(member_kubeconfig member3)" "${NS}" flotilla-syncer "${RUN_DIR}/controllers/member3-syncer.kubeconfig"
+start_proc "member3.flotilla-syncer" "${BIN}/flotilla-syncer" --pull --cluster-name member3 \
+  --kubeconfig "${RUN_DIR}/controllers/member3-syncer.kubeconfig" --lease-namespace "${NS}" \
+  --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}"
+port=$((port + 1))
 
 log "== waiting for the members to be Ready"
 "${K[@]}" wait --for condition=Ready clusters.flotilla.dev --all --timeout 120s >/dev/null

@@ -20,3 +20,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "flotilla.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* "true" when .controller is the syncer and it shares the members by Lease (syncer.shardByCluster). */}}
+{{- define "flotilla.shardedSyncer" -}}
+{{- if and (eq .controller "syncer") .root.Values.syncer.shardByCluster -}}true{{- end -}}
+{{- end -}}

@@ -1,6 +1,7 @@
 //! `flotilla-syncer`: applies Work into member clusters and brings their status back.
 
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use flotilla_runtime::RuntimeArgs;
 use flotilla_syncer::SyncerArgs;
 
@@ -26,6 +27,15 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.syncer.shard_by_cluster && args.runtime.leader_elect {
+        // Only the leader would run, holding every shard: the replicas would not share anything.
+        Args::command()
+            .error(
+                ErrorKind::ArgumentConflict,
+                "--shard-by-cluster shares the members among all replicas: run it with --leader-elect=false",
+            )
+            .exit();
+    }
     let syncer = args.syncer;
     flotilla_runtime::run("syncer", args.runtime, move |ctx| {
         flotilla_syncer::run(ctx, syncer)

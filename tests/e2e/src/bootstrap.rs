@@ -10,7 +10,7 @@ use flotilla_api::cluster::Cluster;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
@@ -331,5 +331,105 @@ impl AgentProcess {
             .wait_exit(Duration::from_secs(10))
             .await
             .map(|_| ())
+    }
+}
+
+/// The pull-mode syncer's objects for a member: `deploy/agent/syncer.yaml`.
+pub fn member_syncer_manifests() -> PathBuf {
+    crate::repo_root().join("deploy/agent/syncer.yaml")
+}
+
+/// The ServiceAccount of `deploy/agent/syncer.yaml`.
+pub const MEMBER_SYNCER_ACCOUNT: &str = "flotilla-syncer";
+
+/// The aggregated ClusterRole of `deploy/agent/syncer.yaml`.
+pub const MEMBER_SYNCER_CLUSTER_ROLE: &str = "flotilla:syncer";
+
+/// The identity of a pull-mode syncer in a member, installed from `deploy/agent/syncer.yaml`.
+/// Its cluster-scoped objects are deleted when dropped.
+pub struct MemberSyncerIdentity {
+    /// A kubeconfig of the member with a token of the ServiceAccount.
+    pub kubeconfig: PathBuf,
+    _objects: api::ClusterScopedObjects,
+}
+
+impl MemberSyncerIdentity {
+    /// Installs the ServiceAccount and RBAC of `deploy/agent/syncer.yaml` (not its Deployment:
+    /// there are no container images here, the syncer runs as a local process with the same
+    /// identity) in `member`, as a user would, except that `namespace` stands for
+    /// `flotilla-system` and `credential_secret` for the agent's credential Secret. Waits until
+    /// the member's controller-manager has aggregated `flotilla:syncer`, then mints a token.
+    pub async fn install(
+        member: &ClusterInfo,
+        namespace: &str,
+        credential_secret: &str,
+    ) -> Result<Self> {
+        let client = member.client().await?;
+        let path = member_syncer_manifests();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        let mut objects = api::ClusterScopedObjects::new(member);
+        for mut doc in docs.into_iter().filter(|d| d.is_object()) {
+            if doc["kind"] == "Deployment" || doc["kind"] == "Namespace" {
+                continue;
+            }
+            let (resource, scope) = api::resource_of(&client, &doc).await?;
+            if scope == kube::discovery::Scope::Namespaced {
+                doc["metadata"]["namespace"] = json!(namespace);
+            }
+            // (get_mut: indexing a mutable Value would add the missing key.)
+            let subjects = doc.get_mut("subjects").and_then(|s| s.as_array_mut());
+            for subject in subjects.into_iter().flatten() {
+                if subject["kind"] == "ServiceAccount" {
+                    subject["namespace"] = json!(namespace);
+                }
+            }
+            if doc["kind"] == "Role" {
+                let rules = doc.get_mut("rules").and_then(|r| r.as_array_mut());
+                for rule in rules.into_iter().flatten() {
+                    if rule["resources"] == json!(["secrets"]) {
+                        rule["resourceNames"] = json!([credential_secret]);
+                    }
+                }
+            }
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            api::apply(&client, &doc, false)
+                .await?
+                .with_context(|| format!("applying {} {name} to {}", resource.kind, member.name))?;
+            if scope == kube::discovery::Scope::Cluster {
+                objects.add(resource, name);
+            }
+        }
+        let roles: Api<ClusterRole> = Api::all(client.clone());
+        crate::wait_for(
+            &format!(
+                "{MEMBER_SYNCER_CLUSTER_ROLE} to aggregate its rules in {}",
+                member.name
+            ),
+            Duration::from_secs(30),
+            || async {
+                let rules = roles
+                    .get(MEMBER_SYNCER_CLUSTER_ROLE)
+                    .await?
+                    .rules
+                    .unwrap_or_default();
+                Ok(if rules.is_empty() {
+                    crate::Seen::not_yet("no rules yet")
+                } else {
+                    crate::Seen::Done(())
+                })
+            },
+        )
+        .await?;
+        let token = crate::chart::token_for(&client, namespace, MEMBER_SYNCER_ACCOUNT).await?;
+        Ok(Self {
+            kubeconfig: crate::chart::cluster_kubeconfig_with_token(member, &token)?,
+            _objects: objects,
+        })
     }
 }

@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::api::{self, ClusterScopedObjects};
-use crate::{Environment, random_suffix, repo_root};
+use crate::{ClusterInfo, Environment, random_suffix, repo_root};
 
 /// The helm binary the environment's tools include (`FLOTILLA_TOOLS_BIN`), else `helm`.
 pub fn helm() -> PathBuf {
@@ -67,9 +67,20 @@ pub async fn install_identities(
     release: &str,
     namespace: &str,
 ) -> Result<ClusterScopedObjects> {
+    install_identities_with(hub, release, namespace, &[]).await
+}
+
+/// [`install_identities`] with chart values: `values` are more `helm template` arguments, e.g.
+/// `["--set", "syncer.shardByCluster=true"]`.
+pub async fn install_identities_with(
+    hub: &Client,
+    release: &str,
+    namespace: &str,
+    values: &[&str],
+) -> Result<ClusterScopedObjects> {
     let env = Environment::get();
     let mut cleanup = ClusterScopedObjects::new(&env.hub);
-    for doc in render(release, namespace, &[]).await? {
+    for doc in render(release, namespace, values).await? {
         if doc["kind"] == "Deployment" {
             continue;
         }
@@ -90,11 +101,16 @@ pub async fn install_identities(
 
 /// A kubeconfig for the hub that authenticates with `token`.
 pub fn kubeconfig_with_token(env: &Environment, token: &str) -> Result<PathBuf> {
-    let admin = std::fs::read_to_string(&env.hub.kubeconfig)?;
+    cluster_kubeconfig_with_token(&env.hub, token)
+}
+
+/// A kubeconfig for `cluster` (the hub or a member) that authenticates with `token`.
+pub fn cluster_kubeconfig_with_token(cluster: &ClusterInfo, token: &str) -> Result<PathBuf> {
+    let admin = std::fs::read_to_string(&cluster.kubeconfig)?;
     let admin_token = admin
         .lines()
         .find_map(|l| l.trim().strip_prefix("token: "))
-        .ok_or_else(|| anyhow!("no token in the hub kubeconfig"))?;
+        .ok_or_else(|| anyhow!("no token in the kubeconfig of {}", cluster.name))?;
     let path = crate::scratch_dir().join(format!("flotilla-e2e-sa-{}.kubeconfig", random_suffix()));
     std::fs::write(&path, admin.replace(admin_token, token))?;
     Ok(path)

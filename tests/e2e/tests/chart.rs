@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Result, anyhow, ensure};
 use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api;
@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const CONTROLLERS: [&str; 4] = ["registration", "syncer", "splitter", "negotiator"];
 
@@ -331,5 +331,124 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         .await?
     );
     ensure!(!names::agent_user_name(&pull).is_empty());
+    Ok(())
+}
+
+/// The container args of `controller`'s Deployment in rendered `docs`.
+fn deployment_args(docs: &[Value], controller: &str) -> Result<Vec<String>> {
+    let deployment = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Deployment" && d["metadata"]["name"] == format!("flotilla-{controller}")
+        })
+        .ok_or_else(|| anyhow!("no Deployment flotilla-{controller}"))?;
+    Ok(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect(),
+    )
+}
+
+/// Whether the Role of `controller` grants listing every Lease of the release namespace.
+fn lists_leases(docs: &[Value], controller: &str) -> bool {
+    docs.iter()
+        .filter(|d| {
+            d["kind"] == "Role" && d["metadata"]["name"] == format!("flotilla-{controller}")
+        })
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+        .any(|r| {
+            r["resources"] == json!(["leases"])
+                && r["resourceNames"].is_null()
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.contains(&json!("list")))
+        })
+}
+
+#[tokio::test]
+async fn syncer_shard_by_cluster_renders_sharding_for_the_syncer_only() -> Result<()> {
+    const SHARD_FLAGS: [&str; 5] = [
+        "--leader-elect=false",
+        "--shard-by-cluster",
+        "--shard-lease-namespace=flotilla-system",
+        "--shard-lease-duration=15s",
+        "--shard-retry-period=2s",
+    ];
+    // Default: every controller, the syncer too, elects a leader; no Lease is listable.
+    let docs = render("flotilla", "flotilla-system", &[]).await?;
+    for controller in CONTROLLERS {
+        let args = deployment_args(&docs, controller)?;
+        ensure!(
+            args.iter().any(|a| a == "--leader-elect=true")
+                && !args.iter().any(|a| a.starts_with("--shard-")),
+            "{controller} without sharding: {args:?}"
+        );
+        ensure!(
+            !lists_leases(&docs, controller),
+            "{controller} lists Leases"
+        );
+    }
+
+    // syncer.shardByCluster=true: the syncer shares the members by Lease and needs no leader;
+    // extraArgs come last, for the controller they are given to only.
+    let docs = render(
+        "flotilla",
+        "flotilla-system",
+        &[
+            "--set",
+            "syncer.shardByCluster=true",
+            "--set",
+            "syncer.extraArgs={--resync-interval=1m}",
+            "--set",
+            "splitter.extraArgs={--namespace=apps}",
+        ],
+    )
+    .await?;
+    let syncer = deployment_args(&docs, "syncer")?;
+    for flag in SHARD_FLAGS {
+        ensure!(
+            syncer.iter().any(|a| a == flag),
+            "syncer has {flag}: {syncer:?}"
+        );
+    }
+    ensure!(
+        syncer
+            .iter()
+            .filter(|a| a.starts_with("--leader-elect"))
+            .count()
+            == 1
+            && !syncer.iter().any(|a| a.starts_with("--lease-")),
+        "a sharded syncer has no leader-election flags but --leader-elect=false: {syncer:?}"
+    );
+    ensure!(
+        syncer.last().map(String::as_str) == Some("--resync-interval=1m"),
+        "extraArgs come last: {syncer:?}"
+    );
+    ensure!(
+        lists_leases(&docs, "syncer"),
+        "the sharded syncer may list its Leases"
+    );
+    for controller in ["registration", "splitter", "negotiator"] {
+        let args = deployment_args(&docs, controller)?;
+        ensure!(
+            args.iter().any(|a| a == "--leader-elect=true")
+                && !args
+                    .iter()
+                    .any(|a| a.starts_with("--shard-") || a == "--resync-interval=1m"),
+            "{controller} keeps leader election: {args:?}"
+        );
+        ensure!(
+            !lists_leases(&docs, controller),
+            "{controller} lists Leases"
+        );
+    }
+    let splitter = deployment_args(&docs, "splitter")?;
+    ensure!(
+        splitter.last().map(String::as_str) == Some("--namespace=apps"),
+        "splitter.extraArgs: {splitter:?}"
+    );
     Ok(())
 }

@@ -1,20 +1,26 @@
-//! The syncer in pull mode: it runs against the member, reaches the hub only with the credential
-//! the registration agent obtained (least privilege: Works of its own namespace), applies the
-//! member's Works, brings their status up, reverts drift, holds each Work with its finalizer
-//! (the only change to a Work its credential may make) and deletes the member objects of a
-//! deleted Work — also one deleted while the syncer was not running.
+//! The syncer in pull mode: it runs against the member with the ServiceAccount and RBAC of
+//! `deploy/agent/syncer.yaml` only, reaches the hub only with the credential the registration
+//! agent obtained (least privilege: Works of its own namespace), applies the member's Works
+//! (creating their target namespaces), brings their status up, reverts drift, holds each Work
+//! with its finalizer (the only change to a Work its credential may make) and deletes the member
+//! objects of a deleted Work — also one deleted while the syncer was not running.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
 use flotilla_api::{Work, finalizers, labels, names};
-use flotilla_e2e::bootstrap::{AgentProcess, Registration};
+use flotilla_e2e::access::{self, Request};
+use flotilla_e2e::api::ClusterScopedObjects;
+use flotilla_e2e::bootstrap::{
+    AgentProcess, MEMBER_SYNCER_ACCOUNT, MemberSyncerIdentity, Registration,
+};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
 use flotilla_runtime::member_client::{client_from_kubeconfig, kubeconfig_from_secret};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{ApiResource, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -83,9 +89,45 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         )
     })?;
 
-    // The syncer runs "in the member": its own cluster is the member, the hub is reached with
-    // the agent's credential only.
-    let member_kubeconfig = member_info.kubeconfig.to_string_lossy().into_owned();
+    // The syncer runs "in the member": its own cluster is the member, where it has only the
+    // ServiceAccount and RBAC of deploy/agent/syncer.yaml (flotilla-system being the test's
+    // namespace); the hub is reached with the agent's credential only.
+    let identity =
+        MemberSyncerIdentity::install(&member_info, member_ns.name(), CREDENTIAL_SECRET).await?;
+    let account = format!(
+        "system:serviceaccount:{}:{MEMBER_SYNCER_ACCOUNT}",
+        member_ns.name()
+    );
+    // Least privilege: what a syncer may not do in the member.
+    for (verb, group, resource, name) in [
+        ("delete", "", "namespaces", None),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            None,
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            Some("flotilla-agent"),
+        ),
+        ("patch", "apps", "daemonsets", None),
+    ] {
+        let request = Request {
+            verb,
+            group,
+            resource,
+            namespace: Some(member_ns.name()),
+            name,
+        };
+        ensure!(
+            !access::allowed(&member, &account, &[], request).await?,
+            "the member syncer must not {verb} {resource}"
+        );
+    }
+    let member_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
     let start_syncer = || {
         ControllerProcess::start(
             "flotilla-syncer",
@@ -108,13 +150,25 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     };
     let syncer = start_syncer()?;
 
+    // A namespace the syncer creates: deleted at the end (the syncer never deletes one).
+    let apps_ns = format!("{}-apps", member_ns.name());
+    let mut created = ClusterScopedObjects::new(&member_info);
+    created.add(ApiResource::erase::<Namespace>(&()), apps_ns.clone());
     let works: Api<Work> = Api::namespaced(hub.clone(), &names::cluster_namespace(&cluster));
     let work: Work = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
         "metadata": {"name": "settings", "labels": {labels::CLUSTER: cluster}},
-        "spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
-                                "metadata": {"name": "settings", "namespace": member_ns.name()},
-                                "data": {"color": "blue"}}]},
+        "spec": {"manifests": [
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "settings", "namespace": member_ns.name()},
+             "data": {"color": "blue"}},
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": "web", "namespace": apps_ns},
+             "spec": {"replicas": 1,
+                      "selector": {"matchLabels": {"app": "web"}},
+                      "template": {"metadata": {"labels": {"app": "web"}},
+                                   "spec": {"containers": [{"name": "web", "image": "example.com/web:1"}]}}}},
+        ]},
     }))?;
     wait_for(
         "the Work to be created in the member's namespace",
@@ -148,6 +202,19 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     )
     .await
     .with_context(|| format!("syncer log:\n{}", syncer.log()))?;
+    let deployments: Api<Deployment> = Api::namespaced(member.clone(), &apps_ns);
+    ensure!(
+        deployments.get_opt("web").await?.is_some(),
+        "the Work's Deployment must be in the member"
+    );
+    let namespace = Api::<Namespace>::all(member.clone()).get(&apps_ns).await?;
+    ensure!(
+        namespace
+            .annotations()
+            .contains_key(flotilla_api::annotations::CREATED_NAMESPACE),
+        "the syncer creates the missing target namespace, marked: {:?}",
+        namespace.annotations()
+    );
 
     // Drift is reverted on the member's watch event.
     cms.patch(
@@ -285,6 +352,8 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     drop(syncer);
     drop(agent);
     drop(registration);
+    drop(identity);
+    drop(created);
     Ok(())
 }
 

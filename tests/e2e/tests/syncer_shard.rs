@@ -1,11 +1,14 @@
 //! Syncer replicas share the member clusters (`--shard-by-cluster`): a second replica takes half
-//! of them, and when a replica is killed the other takes its clusters over.
+//! of them, and when a replica is killed the other takes its clusters over. The replicas run with
+//! the ServiceAccount and RBAC the chart installs with `syncer.shardByCluster=true`, so the shard
+//! Leases are proven to be covered by it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
 use flotilla_api::{Cluster, Work, labels, names};
+use flotilla_e2e::chart;
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::syncer_setup::SELECTOR_LABEL;
@@ -19,8 +22,9 @@ use serde_json::json;
 
 const CLUSTERS: usize = 4;
 
-fn start_syncer(identity: &str, common: &[String]) -> Result<ControllerProcess> {
-    let mut args: Vec<&str> = common.iter().map(String::as_str).collect();
+fn start_syncer(identity: &str, kubeconfig: &str, common: &[String]) -> Result<ControllerProcess> {
+    let mut args: Vec<&str> = vec!["--kubeconfig", kubeconfig];
+    args.extend(common.iter().map(String::as_str));
     args.extend([
         "--identity",
         identity,
@@ -107,13 +111,21 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     let ns = TestNamespace::create("sync-shard", &member_refs).await?;
     let id = random_suffix();
     let selector = format!("{SELECTOR_LABEL}={id}");
-    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-    let common: Vec<String> = [
-        "--kubeconfig",
-        kubeconfig.as_str(),
-        "--lease-namespace",
+    // The syncers' identity: the chart's, installed as if into the test namespace.
+    let release = format!("e2e-{}", random_suffix());
+    let _rbac = chart::install_identities_with(
+        &hub,
+        &release,
         ns.name(),
-        "--shard-lease-namespace",
+        &["--set", "syncer.shardByCluster=true"],
+    )
+    .await?;
+    let syncer_kubeconfig =
+        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "syncer").await?;
+    let syncer_kubeconfig = syncer_kubeconfig.to_string_lossy().into_owned();
+    let admin_kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+    let common: Vec<String> = [
+        "--lease-namespace",
         ns.name(),
         "--kubeconfig-secret-namespace",
         ns.name(),
@@ -122,17 +134,15 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     ]
     .map(String::from)
     .to_vec();
-    // The registration controller takes every flag but the shard Lease namespace.
-    let mut reg_args: Vec<&str> = common
-        .iter()
-        .map(String::as_str)
-        .enumerate()
-        .filter(|(i, _)| !(4..6).contains(i))
-        .map(|(_, a)| a)
-        .collect();
+    let mut reg_args: Vec<&str> = vec!["--kubeconfig", admin_kubeconfig.as_str()];
+    reg_args.extend(common.iter().map(String::as_str));
     reg_args.extend(["--probe-interval", "2s"]);
     let _registration = ControllerProcess::start("flotilla-registration", &reg_args)?;
-    let mut syncer_a = start_syncer("syncer-a", &common)?;
+    let common: Vec<String> = common
+        .into_iter()
+        .chain(["--shard-lease-namespace".to_string(), ns.name().to_string()])
+        .collect();
+    let mut syncer_a = start_syncer("syncer-a", &syncer_kubeconfig, &common)?;
     let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
 
     // Four Clusters on three members (two Clusters may share a member: their objects differ).
@@ -178,7 +188,7 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     .await?;
 
     // A second replica takes half of them.
-    let _syncer_b = start_syncer("syncer-b", &common)?;
+    let _syncer_b = start_syncer("syncer-b", &syncer_kubeconfig, &common)?;
     let split = wait_holders(
         &leases,
         &clusters,
