@@ -11,7 +11,9 @@ use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, Placement, Work, labels, names, reasons};
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
-use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
+use flotilla_e2e::{
+    ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -86,10 +88,19 @@ pub(crate) struct Fleet {
 
 impl Fleet {
     pub(crate) async fn start(prefix: &str) -> Result<Self> {
+        let members = Environment::get().require_members(3)?.to_vec();
+        Self::start_with(prefix, members, &[]).await
+    }
+
+    /// With the given members and more flags for the registration controller.
+    pub(crate) async fn start_with(
+        prefix: &str,
+        members_info: Vec<ClusterInfo>,
+        registration_flags: &[&str],
+    ) -> Result<Self> {
         let env = Environment::get();
         let hub = env.hub.client().await?;
         api::install_crds(&hub).await?;
-        let members_info = env.require_members(3)?.to_vec();
         let mut all = vec![&env.hub];
         all.extend(members_info.iter());
         let ns = TestNamespace::create(prefix, &all).await?;
@@ -111,6 +122,7 @@ impl Fleet {
             "--kubeconfig-secret-namespace",
             ns.name(),
         ]);
+        reg.extend(registration_flags);
         let mut sync = common.to_vec();
         sync.extend([
             "--resync-interval",
@@ -125,7 +137,7 @@ impl Fleet {
         let splitter = ControllerProcess::start("flotilla-splitter", &split)?;
         let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
 
-        // Three push-mode members.
+        // Push-mode members.
         let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
         let clusters: Api<Cluster> = Api::all(hub.clone());
         let mut members = Vec::new();
@@ -358,6 +370,21 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
     .map_err(|e| e.context(splitter.log()))?;
     hub_available(&deployments, 16).await?;
 
+    // Scale down to 4: replicas go in proportion to where they run.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await?;
+    hub_available(&deployments, 4).await?;
+    let four = member_replicas(members, ns.name()).await?;
+    ensure!(
+        four.values().sum::<i32>() == 4,
+        "scaling to 4 leaves 4 replicas in the members: {four:?}"
+    );
+
     // Deleting the hub Deployment removes every copy.
     deployments.delete("web", &DeleteParams::default()).await?;
     wait_for(
@@ -538,5 +565,119 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
         member_uids(&fleet).await? == uids,
         "handing objects between Placements must not recreate them in the member"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_return()
+-> Result<()> {
+    let env = Environment::get();
+    // A member of its own to stop; dropped (removed) after the fleet.
+    let scratch = ScratchMember::add(&env, "split-fo").await?;
+    let mut infos = env.require_members(2)?[..2].to_vec();
+    infos.push(scratch.info.clone());
+    let fleet = Fleet::start_with("split-fo", infos, &["--grace-period", "6s"]).await?;
+    let ns = fleet.ns.name();
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "spread"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                 "replicaScheduling": {"type": "Divided", "division": "Even"},
+                 "failover": {"tolerationSeconds": 5}},
+    }))?;
+    Api::<Placement>::namespaced(fleet.hub.clone(), ns)
+        .create(&PostParams::default(), &placement)
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(fleet.hub.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deployment(9)?)
+        .await?;
+    hub_available(&deployments, 9)
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let before = member_replicas(&fleet.members, ns).await?;
+    let (stopped, stopped_client) = fleet.members[2].clone();
+    ensure!(
+        before.get(&stopped) == Some(&3),
+        "9 replicas spread 3+3+3: {before:?}"
+    );
+
+    // Stop it: after the grace period and the toleration its 3 replicas run on the others and
+    // the hub is Available again; its copy waits, Terminating, for the member to come back.
+    env.clusters_sh(&["stop-member", &scratch.info.name])
+        .await?;
+    let live = &fleet.members[..2];
+    wait_for(
+        "the stopped member's replicas to run on the others",
+        Duration::from_secs(120),
+        || async {
+            let now = member_replicas(live, ns).await?;
+            let d = deployments.get("web").await?;
+            let placed = d
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .find(|c| c.type_.as_deref() == Some("Placed"))
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default();
+            let available = d.status.and_then(|s| s.available_replicas);
+            Ok(
+                if now.values().sum::<i32>() == 9
+                    && !placed.contains(&format!("{stopped}="))
+                    && available == Some(9)
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!(
+                        "{now:?}, placed {placed:?}, available {available:?}"
+                    ))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    hub_available(&deployments, 9).await?;
+    let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(&stopped));
+    let stale = works.get_opt("deployment-web").await?;
+    ensure!(
+        stale
+            .as_ref()
+            .is_some_and(|w| w.metadata.deletion_timestamp.is_some()),
+        "the stopped member's Work waits for it, Terminating: {:?}",
+        stale.map(|w| w.metadata.deletion_timestamp)
+    );
+
+    // Back again: the stale copy is deleted there, and the Work goes.
+    env.clusters_sh(&["start-member", &scratch.info.name])
+        .await?;
+    wait_for(
+        "the stale copy to be cleaned from the returning member",
+        Duration::from_secs(90),
+        || async {
+            // Until the member answers again, its copy's fate is unknown.
+            let copy = match Api::<Deployment>::namespaced(stopped_client.clone(), ns)
+                .get_opt("web")
+                .await
+            {
+                Ok(copy) => copy,
+                Err(e) => return Ok(Seen::not_yet(format!("member not answering yet: {e}"))),
+            };
+            let work = works.get_opt("deployment-web").await?;
+            Ok(if copy.is_none() && work.is_none() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!(
+                    "copy present: {}, Work present: {}",
+                    copy.is_some(),
+                    work.is_some()
+                ))
+            })
+        },
+    )
+    .await?;
+    hub_available(&deployments, 9).await?;
+    drop(fleet);
+    drop(scratch);
     Ok(())
 }
