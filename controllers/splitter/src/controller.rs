@@ -434,6 +434,10 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     let mut decisions: Vec<ObjectDecision> = Vec::new();
     let mut followed: BTreeMap<Reference, BTreeSet<String>> = BTreeMap::new();
     let mut object_excluded: BTreeSet<(String, String)> = BTreeSet::new();
+    // Objects this Placement places (selected, not placed by another Placement), and those of
+    // them no member can take now.
+    let mut placing: BTreeSet<String> = BTreeSet::new();
+    let mut stranded: BTreeSet<String> = BTreeSet::new();
     // The objects another Placement places (more specific, or as specific and older): their
     // Works are that Placement's now, never deleted from here.
     let mut handed_over: BTreeSet<String> = BTreeSet::new();
@@ -489,6 +493,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                     continue;
                 }
             }
+            placing.insert(uid.clone());
             // Members whose API cannot take this object (Rule 5: checked per object).
             let manifest = member_manifest(&typed(object.clone(), &ar), None);
             let mut incompatible: Vec<ClusterExclusion> = Vec::new();
@@ -604,6 +609,8 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         }
         let object = typed(object, &ar);
         let uid = object.metadata.uid.clone().unwrap_or_default();
+        // It follows a workload this Placement places: its copies stay while the workload's do.
+        placing.insert(uid.clone());
         let mut decision = ObjectDecision {
             api_version: ar.api_version.clone(),
             kind: ar.kind.clone(),
@@ -665,6 +672,12 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             continue;
         }
         let object_wanted = desired.keys().any(|(u, _)| *u == uid);
+        if !object_wanted && placing.contains(&uid) {
+            // Still selected, but no member can take it now (none eligible, or none whose API
+            // can): what runs stays where it runs — never deleted for want of a better place.
+            stranded.insert(uid);
+            continue;
+        }
         // A member that failed, or whose API can no longer take the object, keeps its copy
         // until the replacements are available.
         let member_failed = (!eligible.contains(&cluster)
@@ -766,6 +779,8 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             conflicts: &conflicts,
             missing: &missing,
             unsupported: &unsupported,
+            removing: &removing(&current),
+            stranded: stranded.len(),
         },
         &now,
     );
@@ -869,6 +884,31 @@ struct Findings<'a> {
     missing: &'a [String],
     /// Resource selectors naming types the hub does not serve in namespaces.
     unsupported: &'a [String],
+    /// Copies being removed from their members (Works being deleted), as `kind/name on member`.
+    removing: &'a [String],
+    /// Selected objects no member can take now, left running where they run.
+    stranded: usize,
+}
+
+/// The copies whose Works are being deleted: the syncer is removing them from their members
+/// (or waiting for an unreachable member to answer).
+fn removing(works: &[Work]) -> Vec<String> {
+    works
+        .iter()
+        .filter(|w| w.metadata.deletion_timestamp.is_some())
+        .map(|w| {
+            format!(
+                "{}/{} on {}",
+                w.annotations()
+                    .get(annotations::SOURCE_KIND)
+                    .map_or("?", String::as_str),
+                w.annotations()
+                    .get(annotations::SOURCE_NAME)
+                    .map_or("?", String::as_str),
+                w.cluster_name().unwrap_or("?")
+            )
+        })
+        .collect()
 }
 
 /// The Placement's status: `Scheduled`, how many objects it selects and the decision for each.
@@ -883,6 +923,8 @@ fn placement_status(
         conflicts,
         missing,
         unsupported,
+        removing,
+        stranded,
     } = findings;
     let scheduled = !selection.candidates.is_empty();
     let works: usize = decisions.iter().map(|d| d.clusters.len()).sum();
@@ -905,6 +947,25 @@ fn placement_status(
     }
     for c in conflicts {
         message.push_str(&format!("; {c}"));
+    }
+    if stranded > 0 {
+        message.push_str(&format!(
+            "; {stranded} selected object(s) no member can take now are left running where they run"
+        ));
+    }
+    if !removing.is_empty() {
+        let shown: Vec<&str> = removing.iter().take(5).map(String::as_str).collect();
+        let more = removing.len().saturating_sub(shown.len());
+        message.push_str(&format!(
+            "; removing {} copy(ies) from members: {}{}",
+            removing.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
     }
     if !missing.is_empty() {
         message.push_str(&format!(

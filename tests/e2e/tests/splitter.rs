@@ -370,6 +370,56 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
     .map_err(|e| e.context(splitter.log()))?;
     hub_available(&deployments, 16).await?;
 
+    // A Placement that selects no member says so and deletes nothing: what runs stays.
+    let running = member_replicas(members, ns.name()).await?;
+    placements
+        .patch(
+            "spread",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"clusterAffinity": {"clusterNames": ["no-such-member"]}}}),
+            ),
+        )
+        .await?;
+    wait_for(
+        "the Placement to say no member is eligible",
+        Duration::from_secs(30),
+        || async {
+            let scheduled = placements
+                .get("spread")
+                .await?
+                .status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"));
+            Ok(match scheduled {
+                Some(c) if c.status == "False" && c.message.contains("left running") => {
+                    Seen::Done(())
+                }
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    flotilla_e2e::holds_for(
+        "the copies to stay while no member is eligible",
+        Duration::from_secs(3),
+        || async {
+            let now = member_replicas(members, ns.name()).await?;
+            Ok(if now == running {
+                Ok(())
+            } else {
+                Err(format!("{running:?} -> {now:?}"))
+            })
+        },
+    )
+    .await?;
+    placements
+        .patch(
+            "spread",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"clusterAffinity": null}})),
+        )
+        .await?;
+
     // Scale down to 4: replicas go in proportion to where they run.
     deployments
         .patch(
