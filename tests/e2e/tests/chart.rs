@@ -404,9 +404,28 @@ async fn syncer_shard_by_cluster_renders_sharding_for_the_syncer_only() -> Resul
             "syncer.extraArgs={--resync-interval=1m}",
             "--set",
             "splitter.extraArgs={--namespace=apps}",
+            "--set-json",
+            r#"splitter.extraRules=[{"apiGroups":["example.com"],"resources":["widgets"],"verbs":["get","list","watch"]}]"#,
         ],
     )
     .await?;
+    // extraRules reach the splitter's ClusterRole only.
+    let widget_readers: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .filter(|d| {
+            d["rules"].as_array().is_some_and(|rules| {
+                rules.iter().any(|r| {
+                    r["apiGroups"] == json!(["example.com"]) && r["resources"] == json!(["widgets"])
+                })
+            })
+        })
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    ensure!(
+        widget_readers == ["flotilla:flotilla:splitter"],
+        "splitter.extraRules must reach the splitter's ClusterRole only: {widget_readers:?}"
+    );
     let syncer = deployment_args(&docs, "syncer")?;
     for flag in SHARD_FLAGS {
         ensure!(
