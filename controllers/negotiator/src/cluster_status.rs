@@ -84,10 +84,7 @@ pub async fn run(
     shared: Shared,
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
-    let mut config = watcher::Config::default();
-    if !args.cluster_selector.is_empty() {
-        config = config.labels(&args.cluster_selector);
-    }
+    let config = flotilla_runtime::cache::selected(&args.cluster_selector);
     let state = Arc::new(State {
         ctx: ctx.clone(),
         args,

@@ -18,7 +18,6 @@ use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
 use crate::NegotiatorArgs;
@@ -54,10 +53,7 @@ pub async fn run(
     shared: Shared,
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
-    let mut config = watcher::Config::default();
-    if !args.cluster_selector.is_empty() {
-        config = config.labels(&args.cluster_selector);
-    }
+    let config = flotilla_runtime::cache::selected(&args.cluster_selector);
     let controller = Controller::new(Api::<Cluster>::all(ctx.client.clone()), config).with_config(
         controller::Config::default()
             .concurrency(args.concurrency)
@@ -125,15 +121,11 @@ impl HubImporter {
         let secret = read_secret(&secrets, &namespace, &reference.name)
             .await
             .map_err(|e| ImportError::NoClient(e.to_string()))?;
-        let key = format!(
-            "{namespace}/{}/{}@{}",
-            reference.name,
-            reference.key,
-            secret
-                .metadata
-                .resource_version
-                .as_deref()
-                .unwrap_or_default()
+        let key = flotilla_runtime::member_client::secret_version_key(
+            &namespace,
+            &reference.name,
+            &reference.key,
+            &secret,
         );
         if let Some(m) = self.lock().get(&name).filter(|m| m.key == key) {
             return Ok(m.reader.clone());

@@ -66,10 +66,7 @@ impl Shared {
     /// Starts the watches.
     pub fn start(ctx: &Context, args: &NegotiatorArgs) -> Self {
         let client = ctx.client.clone();
-        let mut cluster_watch = watcher::Config::default();
-        if !args.cluster_selector.is_empty() {
-            cluster_watch = cluster_watch.labels(&args.cluster_selector);
-        }
+        let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
         let clusters =
             flotilla_runtime::cache::spawn_store(ctx, Api::all(client.clone()), cluster_watch);
         let (to_negotiation, negotiation_rx) = mpsc::unbounded();

@@ -26,7 +26,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts};
 use serde_json::json;
@@ -118,10 +117,7 @@ impl Registration {
 pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
     let state = Arc::new(Registration::new(ctx.clone(), args.clone())?);
     let api = Api::<Cluster>::all(ctx.client.clone());
-    let mut watch = watcher::Config::default();
-    if !args.cluster_selector.is_empty() {
-        watch = watch.labels(&args.cluster_selector);
-    }
+    let watch = flotilla_runtime::cache::selected(&args.cluster_selector);
     let controller =
         Controller::new(api, watch).with_config(controller::Config::default().concurrency(16));
     let store = controller.store();

@@ -457,10 +457,7 @@ pub async fn run_scoped(
     let metrics = CsrMetrics::register(&ctx)?;
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
 
-    let mut cluster_watch = watcher::Config::default();
-    if !cluster_selector.is_empty() {
-        cluster_watch = cluster_watch.labels(cluster_selector);
-    }
+    let cluster_watch = flotilla_runtime::cache::selected(cluster_selector);
     let clusters: Api<DeserializeGuard<Cluster>> = Api::all(ctx.client.clone());
 
     let controller = Controller::new(api.clone(), watcher::Config::default())

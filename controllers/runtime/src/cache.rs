@@ -11,6 +11,17 @@ use serde::de::DeserializeOwned;
 
 use crate::Context;
 
+/// A watch of the objects whose labels match `selector` (a label selector as the controllers'
+/// `--cluster-selector` flags take it); empty: every object.
+pub fn selected(selector: &str) -> watcher::Config {
+    let config = watcher::Config::default();
+    if selector.is_empty() {
+        config
+    } else {
+        config.labels(selector)
+    }
+}
+
 /// Waits until `store` has completed its first list; `false` if its writer went away first.
 ///
 /// `Store::wait_until_ready` keeps only the most recent waiter's waker (kube-runtime 5), so when

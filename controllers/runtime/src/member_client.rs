@@ -123,6 +123,19 @@ fn secret_bytes<'a>(secret: &'a Secret, key: &str) -> Result<&'a [u8], MemberCli
         })
 }
 
+/// Identifies one version of a kubeconfig in a Secret (`namespace/name/key@resourceVersion`):
+/// a client built from it is reused until the Secret changes.
+pub fn secret_version_key(namespace: &str, name: &str, key: &str, secret: &Secret) -> String {
+    format!(
+        "{namespace}/{name}/{key}@{}",
+        secret
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+    )
+}
+
 /// Parses and checks the kubeconfig in `key` of `secret`.
 pub fn kubeconfig_from_secret(secret: &Secret, key: &str) -> Result<Kubeconfig, MemberClientError> {
     let invalid = |reason: String| MemberClientError::InvalidKubeconfig {

@@ -161,10 +161,7 @@ impl Splitter {
 /// Runs the Placement controller until `ctx.shutdown`.
 pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let mut cluster_watch = watcher::Config::default();
-    if !args.cluster_selector.is_empty() {
-        cluster_watch = cluster_watch.labels(&args.cluster_selector);
-    }
+    let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
     let (placements_api, deployments_api): (Api<Placement>, Api<Deployment>) =
         if args.namespace.is_empty() {
             (Api::all(client.clone()), Api::all(client.clone()))

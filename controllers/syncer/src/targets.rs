@@ -207,15 +207,11 @@ impl Targets {
             .map_err(|e| Unavailable::NoClient(name.into(), e.to_string()))?;
         let member = Member {
             client,
-            key: format!(
-                "{namespace}/{}/{}@{}",
-                reference.name,
-                reference.key,
-                secret
-                    .metadata
-                    .resource_version
-                    .as_deref()
-                    .unwrap_or_default()
+            key: flotilla_runtime::member_client::secret_version_key(
+                &namespace,
+                &reference.name,
+                &reference.key,
+                &secret,
             ),
         };
         self.recent

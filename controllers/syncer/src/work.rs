@@ -124,10 +124,7 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let metrics = SyncerMetrics::register(ctx.metrics.registry(), ctx.metrics.prefix())?;
     let tracking = Arc::new(Tracking::new(metrics));
-    let mut cluster_watch = watcher::Config::default();
-    if !args.cluster_selector.is_empty() {
-        cluster_watch = cluster_watch.labels(&args.cluster_selector);
-    }
+    let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
     // The Clusters this syncer serves, cached for look-ups.
     let clusters = flotilla_runtime::cache::spawn_store(
         &ctx,

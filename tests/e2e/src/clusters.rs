@@ -1,4 +1,4 @@
-//! Clean-up of the `Cluster` objects a test created on the shared hub.
+//! The `Cluster` objects of a test on the shared hub: registering push-mode members, and clean-up.
 
 use std::path::PathBuf;
 
@@ -66,4 +66,64 @@ impl Drop for ClusterCleanup {
             Err(_) => eprintln!("warning: Cluster clean-up panicked"),
         }
     }
+}
+
+/// Stores `member`'s admin kubeconfig in Secret `name` (key `kubeconfig`) of `namespace` on the
+/// hub, as a user registering a push-mode member does.
+pub async fn kubeconfig_secret(
+    hub: &kube::Client,
+    namespace: &str,
+    name: &str,
+    member: &crate::ClusterInfo,
+) -> anyhow::Result<()> {
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "kubeconfig".to_string(),
+                k8s_openapi::ByteString(std::fs::read(&member.kubeconfig)?),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hub.clone(), namespace)
+        .create(&kube::api::PostParams::default(), &secret)
+        .await?;
+    Ok(())
+}
+
+/// Creates push-mode Cluster `name` reaching its member through kubeconfig Secret `secret`,
+/// labelled `label` (`key`, `value`) so that only the test's own controllers select it.
+pub async fn push_cluster(
+    hub: &kube::Client,
+    name: &str,
+    secret: &str,
+    label: (&str, &str),
+) -> anyhow::Result<()> {
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": name, "labels": {label.0: label.1}},
+        "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": secret}},
+    }))?;
+    Api::<Cluster>::all(hub.clone())
+        .create(&kube::api::PostParams::default(), &cluster)
+        .await?;
+    Ok(())
+}
+
+/// Registers `member` as push-mode Cluster `name`: its kubeconfig in Secret `name` of
+/// `namespace`, the Cluster labelled `label`.
+pub async fn register_push(
+    hub: &kube::Client,
+    namespace: &str,
+    name: &str,
+    member: &crate::ClusterInfo,
+    label: (&str, &str),
+) -> anyhow::Result<()> {
+    kubeconfig_secret(hub, namespace, name, member).await?;
+    push_cluster(hub, name, name, label).await
 }

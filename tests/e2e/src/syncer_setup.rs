@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use flotilla_api::{Cluster, Work, labels, names};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -94,32 +93,9 @@ impl SyncerSetup {
         let syncer = ControllerProcess::start("flotilla-syncer", &as_strs(&syncer_args))?;
         let cleanup = ClusterCleanup::new(&env.hub, selector);
 
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some("member".into()),
-                ..ObjectMeta::default()
-            },
-            data: Some(
-                [(
-                    "kubeconfig".to_string(),
-                    ByteString(std::fs::read(&member_info.kubeconfig)?),
-                )]
-                .into(),
-            ),
-            ..Secret::default()
-        };
-        Api::<Secret>::namespaced(hub.clone(), ns.name())
-            .create(&PostParams::default(), &secret)
-            .await?;
+        crate::clusters::kubeconfig_secret(&hub, ns.name(), "member", &member_info).await?;
         let cluster = format!("e2e-{}", random_suffix());
-        let c: Cluster = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": cluster, "labels": {SELECTOR_LABEL: id}},
-            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": "member"}},
-        }))?;
-        Api::<Cluster>::all(hub.clone())
-            .create(&PostParams::default(), &c)
-            .await?;
+        crate::clusters::push_cluster(&hub, &cluster, "member", (SELECTOR_LABEL, &id)).await?;
         let setup = Self {
             hub,
             member: member_info.client().await?,

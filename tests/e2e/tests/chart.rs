@@ -9,13 +9,11 @@ use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api;
 use flotilla_e2e::chart::{self, chart, helm_run, render};
-use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, wait_for};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -172,23 +170,7 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     // in its namespace), a pull member gets its agent RBAC (no privilege escalation needed), and
     // removal cleans up.
     let member = &env.require_members(1)?[0];
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("member-kubeconfig".into()),
-            ..ObjectMeta::default()
-        },
-        data: Some(
-            [(
-                "kubeconfig".to_string(),
-                ByteString(std::fs::read(&member.kubeconfig)?),
-            )]
-            .into(),
-        ),
-        ..Secret::default()
-    };
-    Api::<Secret>::namespaced(hub.clone(), ns.name())
-        .create(&PostParams::default(), &secret)
-        .await?;
+    kubeconfig_secret(&hub, ns.name(), "member-kubeconfig", member).await?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
     let push = format!("e2e-{}", random_suffix());
     let pull = format!("e2e-{}", random_suffix());

@@ -17,13 +17,12 @@ use flotilla_api::{
 };
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::chart;
-use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{ClusterInfo, Environment, Seen, TestNamespace, api, random_suffix, wait_for};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -343,30 +342,10 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
     let _registration = ControllerProcess::start("flotilla-registration", &reg)?;
     let negotiator = ControllerProcess::start("flotilla-negotiator", &neg)?;
 
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
+    let _secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
     let clusters: Api<Cluster> = Api::all(hub.clone());
     for m in &members {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(m.cluster.clone()),
-                ..ObjectMeta::default()
-            },
-            data: Some(
-                [(
-                    "kubeconfig".to_string(),
-                    ByteString(std::fs::read(&m.info.kubeconfig)?),
-                )]
-                .into(),
-            ),
-            ..Secret::default()
-        };
-        secrets.create(&PostParams::default(), &secret).await?;
-        let c: Cluster = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": m.cluster, "labels": {SELECTOR_LABEL: id}},
-            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": m.cluster}},
-        }))?;
-        clusters.create(&PostParams::default(), &c).await?;
+        register_push(&hub, ns.name(), &m.cluster, &m.info, (SELECTOR_LABEL, &id)).await?;
     }
 
     // Three imports, one negotiated schema: only what all accept (name), the conflict on size

@@ -9,15 +9,14 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, Placement, Work, labels, names, reasons};
-use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
     ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
 };
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -138,32 +137,12 @@ impl Fleet {
         let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
 
         // Push-mode members.
-        let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
+        let _secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
         let clusters: Api<Cluster> = Api::all(hub.clone());
         let mut members = Vec::new();
         for info in &members_info {
             let name = format!("e2e-{}", random_suffix());
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..ObjectMeta::default()
-                },
-                data: Some(
-                    [(
-                        "kubeconfig".to_string(),
-                        ByteString(std::fs::read(&info.kubeconfig)?),
-                    )]
-                    .into(),
-                ),
-                ..Secret::default()
-            };
-            secrets.create(&PostParams::default(), &secret).await?;
-            let c: Cluster = serde_json::from_value(json!({
-                "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-                "metadata": {"name": name, "labels": {SELECTOR_LABEL: id}},
-                "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": name}},
-            }))?;
-            clusters.create(&PostParams::default(), &c).await?;
+            register_push(&hub, ns.name(), &name, info, (SELECTOR_LABEL, &id)).await?;
             members.push((name, info.client().await?));
         }
         // All three Ready before the Deployment appears: a member that joins later gets no replicas

@@ -7,16 +7,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use flotilla_api::{Cluster, Work, labels, names};
+use flotilla_api::{Work, labels, names};
 use flotilla_e2e::chart;
-use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret, push_cluster};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::syncer_setup::SELECTOR_LABEL;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -150,32 +149,10 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     let mut member_of = BTreeMap::new();
     for i in 0..CLUSTERS {
         let member = &members[i % members.len()];
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(format!("member-{i}")),
-                ..ObjectMeta::default()
-            },
-            data: Some(
-                [(
-                    "kubeconfig".to_string(),
-                    ByteString(std::fs::read(&member.kubeconfig)?),
-                )]
-                .into(),
-            ),
-            ..Secret::default()
-        };
-        Api::<Secret>::namespaced(hub.clone(), ns.name())
-            .create(&PostParams::default(), &secret)
-            .await?;
+        let secret = format!("member-{i}");
+        kubeconfig_secret(&hub, ns.name(), &secret, member).await?;
         let name = format!("e2e-{}-{i}", random_suffix());
-        let c: Cluster = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": name, "labels": {SELECTOR_LABEL: id}},
-            "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": format!("member-{i}")}},
-        }))?;
-        Api::<Cluster>::all(hub.clone())
-            .create(&PostParams::default(), &c)
-            .await?;
+        push_cluster(&hub, &name, &secret, (SELECTOR_LABEL, &id)).await?;
         member_of.insert(name.clone(), member.client().await?);
         clusters.push(name);
     }
