@@ -59,7 +59,8 @@ cargo build --release --quiet -p flotilla-syncer -p flotilla-registration -p flo
 trap cleanup EXIT
 log "== starting hub + ${MEMBERS} members"
 "${CL[@]}" up --members "${MEMBERS}" >/dev/null
-eval "$("${CL[@]}" env)"
+ENV_LINES="$("${CL[@]}" env)" || die "no environment to describe"
+eval "${ENV_LINES}"
 KUBECTL="${TOOLS_BIN}/kubectl"
 HUB="${FLOTILLA_HUB_KUBECONFIG}"
 k() { "${KUBECTL}" --kubeconfig "${HUB}" "$@"; }

@@ -25,7 +25,8 @@ Options (also read from the environment):
                        (default: \${TMPDIR:-/tmp}/flotilla-env)
   --port-base PORT     FLOTILLA_PORT_BASE, used by 'up' only: the hub's apiserver listens on PORT,
                        member N on PORT+N, etcd on PORT+7347 and PORT+7357 (default 16443).
-                       A second environment needs another run directory and port base.
+                       A second environment needs another run directory and port base; keep
+                       PORT+7357 below 32768, where Linux hands out ephemeral ports.
 
 Tools come from hack/build-tools.sh (run it first, or use hack/test.sh which does).
 EOF

@@ -37,7 +37,10 @@ cargo build --workspace --bins --quiet
 BIN="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/debug"
 
 log "== starting the hub and three members"
-eval "$("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" up --members 3)"
+# `eval "$(...)"` would go on after a failed start-up: check first.
+ENV_LINES="$("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" up --members 3)" \
+  || die "the local clusters did not start (see the messages above)"
+eval "${ENV_LINES}"
 K=("${TOOLS_BIN}/kubectl" --kubeconfig "${FLOTILLA_HUB_KUBECONFIG}")
 member_kubeconfig() { tr ',' '\n' <<<"${FLOTILLA_MEMBER_KUBECONFIGS}" | sed -n "s/^$1=//p"; }
 apply() { "${K[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart "$@" >/dev/null; }

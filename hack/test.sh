@@ -59,7 +59,10 @@ trap teardown EXIT
 trap 'exit 130' INT TERM
 
 log "== starting the environment (hub + ${FLOTILLA_TEST_MEMBERS:-3} members)"
-eval "$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}")"
+# `eval "$(...)"` would go on after a failed start-up: check first.
+ENV_LINES="$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}")" \
+  || die "the local clusters did not start (see the messages above)"
+eval "${ENV_LINES}"
 
 log "== cargo test"
 cargo test --workspace --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"

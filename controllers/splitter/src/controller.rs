@@ -73,6 +73,8 @@ impl ErrorCategory for Error {
 struct Splitter {
     ctx: Context,
     clusters: Store<Cluster>,
+    /// The Works the splitter wrote (labelled with their Placement), cached.
+    works: Store<Work>,
     /// Every Placement in scope, to settle which one places an object.
     placements: Store<Placement>,
     /// The negotiator's imports of the members' schemas, for the per-object check.
@@ -100,6 +102,22 @@ fn import_name(ar: &ApiResource) -> String {
 }
 
 impl Splitter {
+    /// The cached Works of Placement `name` in namespace `ns`.
+    fn works_of(&self, name: &str, ns: &str) -> Vec<Work> {
+        self.works
+            .state()
+            .iter()
+            .filter(|w| {
+                w.labels().get(labels::PLACEMENT).map(String::as_str) == Some(name)
+                    && w.annotations()
+                        .get(annotations::SOURCE_NAMESPACE)
+                        .map(String::as_str)
+                        == Some(ns)
+            })
+            .map(|w| (**w).clone())
+            .collect()
+    }
+
     /// The types a Placement selects, as API resources, each once, and the selectors naming a
     /// type the hub does not serve in namespaces (with why). The default types are known; others
     /// (custom resources) are looked up in the hub's discovery once and remembered.
@@ -203,6 +221,11 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
     let neighbours = placements.clone();
     let same_namespace = placements.clone();
     let by_label = placements.clone();
+    let works = flotilla_runtime::cache::spawn_store(
+        &ctx,
+        Api::<Work>::all(client.clone()),
+        watcher::Config::default().labels(labels::PLACEMENT),
+    );
     // The negotiator's verdicts on the members' APIs: cached for the per-object check, and a
     // changed verdict looks at every Placement again.
     let (imports, import_writer) = reflector::store::<ApiResourceImport>();
@@ -266,14 +289,20 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
             },
         );
 
+    // Nothing is placed before the caches are full: an empty cache of Works would look like
+    // "no copy yet".
     tokio::select! {
         _ = ctx.shutdown.cancelled() => return Ok(()),
-        _ = flotilla_runtime::cache::wait_until_synced(&clusters) => {}
+        _ = async {
+            flotilla_runtime::cache::wait_until_synced(&clusters).await;
+            flotilla_runtime::cache::wait_until_synced(&works).await;
+        } => {}
     }
     ctx.health.set_caches_synced(true);
     let state = Arc::new(Splitter {
         ctx: ctx.clone(),
         clusters,
+        works,
         placements: neighbours,
         imports,
         types: Default::default(),
@@ -404,14 +433,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         .map(|c| c.cluster.clone())
         .collect();
 
-    let works_api: Api<Work> = Api::all(client.clone());
-    let existing: Vec<Work> = works_api
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::PLACEMENT)))
-        .await?
-        .items
-        .into_iter()
-        .filter(|w| w.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns))
-        .collect();
+    let existing: Vec<Work> = state.works_of(&name, &ns);
 
     let held: BTreeSet<&str> = selection
         .candidates
@@ -628,24 +650,34 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     }
 
     let params = PatchParams::apply(field_managers::SPLITTER).force();
+    // The Works as the hub has them now: what the writes return for the wanted ones (their new
+    // generation, and their status at that moment), the cache for the others.
+    let mut current: Vec<Work> = Vec::with_capacity(desired.len());
     for work in desired.values() {
         let api: Api<Work> = Api::namespaced(client.clone(), &work.namespace().unwrap_or_default());
         let mut value = serde_json::to_value(work)?;
         value["apiVersion"] = json!(Work::api_version(&()));
         value["kind"] = json!(Work::kind(&()));
-        api.patch(&work.name_any(), &params, &Patch::Apply(&value))
-            .await?;
+        current.push(
+            api.patch(&work.name_any(), &params, &Patch::Apply(&value))
+                .await?,
+        );
     }
+    let written: BTreeSet<(String, String)> = current
+        .iter()
+        .map(|w| (w.namespace().unwrap_or_default(), w.name_any()))
+        .collect();
+    current.extend(
+        state
+            .works_of(&name, &ns)
+            .into_iter()
+            .filter(|w| !written.contains(&(w.namespace().unwrap_or_default(), w.name_any()))),
+    );
 
     // Stale Works: gone objects and no-longer-wanted copies go; a copy on a member that failed
     // stays until every wanted copy of that object is available (or its Cluster is gone).
-    let current: Vec<Work> = works_api
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::PLACEMENT)))
-        .await?
-        .items
-        .into_iter()
-        .filter(|w| w.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns))
-        .collect();
+    // Available means for the Work's current spec: a copy just given more replicas is not
+    // available until its member has them.
     let available = |w: &Work| {
         w.status
             .as_ref()
@@ -654,7 +686,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                     .iter()
                     .find(|c| c.type_ == conditions::AVAILABLE)
             })
-            .is_some_and(|c| c.status == "True")
+            .is_some_and(|c| c.status == "True" && c.observed_generation == w.metadata.generation)
     };
     for work in &existing {
         let uid = work
@@ -681,11 +713,14 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             && state.clusters.get(&ObjectRef::new(&cluster)).is_some())
             || object_excluded.contains(&(uid.clone(), cluster.clone()));
         if object_wanted && member_failed {
-            let replacements_ready = current
-                .iter()
-                .filter(|w| w.labels().get(labels::SOURCE_UID) == Some(&uid))
-                .filter(|w| cluster_of(w).is_some_and(|c| eligible.contains(&c)))
-                .all(available);
+            // Every wanted copy exists and is available for its current spec.
+            let replacements_ready = desired.keys().filter(|(u, _)| *u == uid).all(|(u, c)| {
+                current.iter().any(|w| {
+                    w.labels().get(labels::SOURCE_UID) == Some(u)
+                        && w.cluster_name() == Some(c.as_str())
+                        && available(w)
+                })
+            });
             if !replacements_ready {
                 continue;
             }
