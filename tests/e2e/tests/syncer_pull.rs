@@ -3,13 +3,15 @@
 //! agent obtained (least privilege: Works of its own namespace), applies the member's Works
 //! (creating their target namespaces), brings their status up, reverts drift, holds each Work
 //! with its finalizer (the only change to a Work its credential may make) and deletes the member
-//! objects of a deleted Work — also one deleted while the syncer was not running.
+//! objects of a deleted Work — also one deleted while the syncer was not running. The
+//! negotiator's importer, also in the member, writes the member's schemas with the same
+//! credential.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
-use flotilla_api::{Work, finalizers, labels, names};
+use flotilla_api::{ApiResourceImport, Work, conditions, finalizers, labels, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::bootstrap::{
@@ -149,6 +151,60 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         )
     };
     let syncer = start_syncer()?;
+
+    // The negotiator's importer runs in the member too and writes the member's schemas into its
+    // namespace on the hub with nothing but the agent's credential. (On the member side it reads
+    // discovery, OpenAPI and CRDs; it runs with the member's admin kubeconfig here.)
+    let admin_kubeconfig = member_info.kubeconfig.to_string_lossy().into_owned();
+    let importer = ControllerProcess::start_subcommand(
+        "flotilla-negotiator",
+        &["importer"],
+        &[
+            "--kubeconfig",
+            &admin_kubeconfig,
+            "--leader-elect=false",
+            "--cluster-name",
+            &cluster,
+            "--hub-credential-namespace",
+            member_ns.name(),
+            "--hub-credential-secret",
+            CREDENTIAL_SECRET,
+            "--import-interval",
+            "5s",
+        ],
+    )?;
+    let imports: Api<ApiResourceImport> =
+        Api::namespaced(hub.clone(), &names::cluster_namespace(&cluster));
+    wait_for(
+        "the member's Deployment schema imported with the agent's credential",
+        Duration::from_secs(60),
+        || async {
+            let import = imports.get_opt("deployments.v1.apps").await?;
+            let imported = import.as_ref().and_then(|i| {
+                i.status
+                    .as_ref()?
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == conditions::IMPORTED)
+                    .map(|c| c.status.clone())
+            });
+            Ok(match import {
+                Some(i)
+                    if i.spec.resource.names.kind == "Deployment"
+                        && imported.as_deref() == Some("True") =>
+                {
+                    Seen::Done(())
+                }
+                other => Seen::not_yet(format!(
+                    "import present: {}, Imported={imported:?}",
+                    other.is_some()
+                )),
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("importer log:\n{}", importer.log()))?;
+    drop(importer);
 
     // A namespace the syncer creates: deleted at the end (the syncer never deletes one).
     let apps_ns = format!("{}-apps", member_ns.name());
