@@ -334,38 +334,54 @@ impl AgentProcess {
     }
 }
 
-/// The pull-mode syncer's objects for a member: `deploy/agent/syncer.yaml`.
-pub fn member_syncer_manifests() -> PathBuf {
-    crate::repo_root().join("deploy/agent/syncer.yaml")
+/// A component that runs in a pull-mode member, installed from a file of `deploy/agent`.
+#[derive(Clone, Copy, Debug)]
+pub struct MemberComponent {
+    /// The file, relative to `deploy/agent`.
+    pub file: &'static str,
+    /// Its ServiceAccount in `flotilla-system`.
+    pub account: &'static str,
+    /// Its aggregated ClusterRole, if it has one (filled in by the controller-manager).
+    pub aggregated_role: Option<&'static str>,
 }
 
-/// The ServiceAccount of `deploy/agent/syncer.yaml`.
-pub const MEMBER_SYNCER_ACCOUNT: &str = "flotilla-syncer";
+/// The pull-mode syncer: `deploy/agent/syncer.yaml`.
+pub const MEMBER_SYNCER: MemberComponent = MemberComponent {
+    file: "syncer.yaml",
+    account: "flotilla-syncer",
+    aggregated_role: Some("flotilla:syncer"),
+};
 
-/// The aggregated ClusterRole of `deploy/agent/syncer.yaml`.
-pub const MEMBER_SYNCER_CLUSTER_ROLE: &str = "flotilla:syncer";
+/// The pull-mode importer: `deploy/agent/importer.yaml`.
+pub const MEMBER_IMPORTER: MemberComponent = MemberComponent {
+    file: "importer.yaml",
+    account: "flotilla-importer",
+    aggregated_role: None,
+};
 
-/// The identity of a pull-mode syncer in a member, installed from `deploy/agent/syncer.yaml`.
+/// The identity of a component in a pull-mode member, installed from its `deploy/agent` file.
 /// Its cluster-scoped objects are deleted when dropped.
-pub struct MemberSyncerIdentity {
+pub struct MemberIdentity {
     /// A kubeconfig of the member with a token of the ServiceAccount.
     pub kubeconfig: PathBuf,
     _objects: api::ClusterScopedObjects,
 }
 
-impl MemberSyncerIdentity {
-    /// Installs the ServiceAccount and RBAC of `deploy/agent/syncer.yaml` (not its Deployment:
-    /// there are no container images here, the syncer runs as a local process with the same
+impl MemberIdentity {
+    /// Installs the ServiceAccount and RBAC of `component`'s file (not its Deployment: there
+    /// are no container images here, the component runs as a local process with the same
     /// identity) in `member`, as a user would, except that `namespace` stands for
     /// `flotilla-system` and `credential_secret` for the agent's credential Secret. Waits until
-    /// the member's controller-manager has aggregated `flotilla:syncer`, then mints a token.
+    /// the member's controller-manager has aggregated its ClusterRole, if any, then mints a
+    /// token.
     pub async fn install(
         member: &ClusterInfo,
+        component: MemberComponent,
         namespace: &str,
         credential_secret: &str,
     ) -> Result<Self> {
         let client = member.client().await?;
-        let path = member_syncer_manifests();
+        let path = crate::repo_root().join("deploy/agent").join(component.file);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
@@ -405,28 +421,23 @@ impl MemberSyncerIdentity {
                 objects.add(resource, name);
             }
         }
-        let roles: Api<ClusterRole> = Api::all(client.clone());
-        crate::wait_for(
-            &format!(
-                "{MEMBER_SYNCER_CLUSTER_ROLE} to aggregate its rules in {}",
-                member.name
-            ),
-            Duration::from_secs(30),
-            || async {
-                let rules = roles
-                    .get(MEMBER_SYNCER_CLUSTER_ROLE)
-                    .await?
-                    .rules
-                    .unwrap_or_default();
-                Ok(if rules.is_empty() {
-                    crate::Seen::not_yet("no rules yet")
-                } else {
-                    crate::Seen::Done(())
-                })
-            },
-        )
-        .await?;
-        let token = crate::chart::token_for(&client, namespace, MEMBER_SYNCER_ACCOUNT).await?;
+        if let Some(role) = component.aggregated_role {
+            let roles: Api<ClusterRole> = Api::all(client.clone());
+            crate::wait_for(
+                &format!("{role} to aggregate its rules in {}", member.name),
+                Duration::from_secs(30),
+                || async {
+                    let rules = roles.get(role).await?.rules.unwrap_or_default();
+                    Ok(if rules.is_empty() {
+                        crate::Seen::not_yet("no rules yet")
+                    } else {
+                        crate::Seen::Done(())
+                    })
+                },
+            )
+            .await?;
+        }
+        let token = crate::chart::token_for(&client, namespace, component.account).await?;
         Ok(Self {
             kubeconfig: crate::chart::cluster_kubeconfig_with_token(member, &token)?,
             _objects: objects,

@@ -15,7 +15,7 @@ use flotilla_api::{ApiResourceImport, Work, conditions, finalizers, labels, name
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::bootstrap::{
-    AgentProcess, MEMBER_SYNCER_ACCOUNT, MemberSyncerIdentity, Registration,
+    AgentProcess, MEMBER_IMPORTER, MEMBER_SYNCER, MemberIdentity, Registration,
 };
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
@@ -94,11 +94,17 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     // The syncer runs "in the member": its own cluster is the member, where it has only the
     // ServiceAccount and RBAC of deploy/agent/syncer.yaml (flotilla-system being the test's
     // namespace); the hub is reached with the agent's credential only.
-    let identity =
-        MemberSyncerIdentity::install(&member_info, member_ns.name(), CREDENTIAL_SECRET).await?;
+    let identity = MemberIdentity::install(
+        &member_info,
+        MEMBER_SYNCER,
+        member_ns.name(),
+        CREDENTIAL_SECRET,
+    )
+    .await?;
     let account = format!(
-        "system:serviceaccount:{}:{MEMBER_SYNCER_ACCOUNT}",
-        member_ns.name()
+        "system:serviceaccount:{}:{}",
+        member_ns.name(),
+        MEMBER_SYNCER.account
     );
     // Least privilege: what a syncer may not do in the member.
     for (verb, group, resource, name) in [
@@ -152,17 +158,25 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     };
     let syncer = start_syncer()?;
 
-    // The negotiator's importer runs in the member too and writes the member's schemas into its
-    // namespace on the hub with nothing but the agent's credential. (On the member side it reads
-    // discovery, OpenAPI and CRDs; it runs with the member's admin kubeconfig here.)
-    let admin_kubeconfig = member_info.kubeconfig.to_string_lossy().into_owned();
+    // The negotiator's importer runs in the member too, with the ServiceAccount and RBAC of
+    // deploy/agent/importer.yaml only (leader election included), and writes the member's
+    // schemas into its namespace on the hub with nothing but the agent's credential.
+    let importer_identity = MemberIdentity::install(
+        &member_info,
+        MEMBER_IMPORTER,
+        member_ns.name(),
+        CREDENTIAL_SECRET,
+    )
+    .await?;
+    let importer_kubeconfig = importer_identity.kubeconfig.to_string_lossy().into_owned();
     let importer = ControllerProcess::start_subcommand(
         "flotilla-negotiator",
         &["importer"],
         &[
             "--kubeconfig",
-            &admin_kubeconfig,
-            "--leader-elect=false",
+            &importer_kubeconfig,
+            "--lease-namespace",
+            member_ns.name(),
             "--cluster-name",
             &cluster,
             "--hub-credential-namespace",
@@ -205,6 +219,7 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     .await
     .with_context(|| format!("importer log:\n{}", importer.log()))?;
     drop(importer);
+    drop(importer_identity);
 
     // A namespace the syncer creates: deleted at the end (the syncer never deletes one).
     let apps_ns = format!("{}-apps", member_ns.name());
