@@ -238,17 +238,15 @@ impl LeaderElector {
         }
     }
 
-    /// Renews the Lease every retry period until `shutdown` is cancelled (then releases it and
-    /// returns `Ok`) or leadership is lost (returns why).
+    /// Renews the Lease every retry period until `shutdown` is cancelled (returns `Ok`, still
+    /// holding it: the caller stops its controllers first, then [`Self::release`]s it, so no
+    /// standby leads while they still run) or leadership is lost (returns why).
     pub async fn hold(&mut self, shutdown: &CancellationToken) -> Result<(), LeadershipLost> {
         let mut last_renewal = Instant::now();
         let mut last_error = String::from("none");
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => {
-                    self.release().await;
-                    return Ok(());
-                }
+                _ = shutdown.cancelled() => return Ok(()),
                 _ = tokio::time::sleep(self.config.retry_period) => {}
             }
             let deadline = last_renewal + self.config.renew_deadline;
