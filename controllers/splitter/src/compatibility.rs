@@ -6,7 +6,7 @@
 //! accept does not, and the reason names the paths.
 
 use flotilla_api::{ApiResourceImport, conditions, reasons};
-use flotilla_schema::{ProblemKind, check_object};
+use flotilla_schema::{ProblemKind, Schema, check_parsed};
 use serde_json::Value;
 
 /// Why a member cannot take an object.
@@ -20,59 +20,68 @@ pub struct Incompatible {
 /// At most this many paths in a message.
 const MAX_PATHS: usize = 5;
 
-/// Whether the member whose import of the object's type is `import` can take `manifest` (the
-/// object as it would be applied there). No import (the negotiator has not imported the type
-/// from that member) is no verdict: the syncer reports what the member says.
-pub fn check(import: Option<&ApiResourceImport>, manifest: &Value) -> Result<(), Incompatible> {
-    let Some(import) = import else {
-        return Ok(());
-    };
-    let compatible = import.status.as_ref().and_then(|s| {
-        s.conditions
+/// What a member's API can take of one type, when its import says it cannot take everything the
+/// hub can: the schema objects are checked against, parsed once for all objects of the type.
+#[derive(Debug)]
+pub struct MemberSchema {
+    /// The import's `Compatible` reason (`Incompatible`, `MissingFields`).
+    reason: String,
+    schema: Schema,
+}
+
+impl MemberSchema {
+    /// The schema to check objects against on the member whose import of the type is `import`,
+    /// or `None` when there is nothing to check: no import (the negotiator has not imported the
+    /// type from that member: the syncer reports what the member says), a compatible or
+    /// undecided one (Pending, Undecidable), or a schema the checker cannot read (the import's
+    /// condition says why).
+    pub fn of(import: Option<&ApiResourceImport>) -> Option<Self> {
+        let compatible = import?
+            .status
+            .as_ref()?
+            .conditions
             .iter()
-            .find(|c| c.type_ == conditions::COMPATIBLE)
-    });
-    if compatible.is_none_or(|c| c.status != "False") {
-        // Compared and fine, or not decided (Pending, Undecidable): nothing to hold against
-        // the member.
-        return Ok(());
+            .find(|c| c.type_ == conditions::COMPATIBLE)?;
+        if compatible.status != "False" {
+            return None;
+        }
+        let reason = Some(compatible.reason.clone())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| reasons::INCOMPATIBLE.to_string());
+        let schema = Schema::from_value(&import?.spec.resource.open_api_v3_schema).ok()?;
+        Some(Self { reason, schema })
     }
-    let reason = compatible
-        .map(|c| c.reason.clone())
-        .filter(|r| !r.is_empty())
-        .unwrap_or_else(|| reasons::INCOMPATIBLE.to_string());
-    // Object metadata is the API server's own, whatever a CRD's schema says of it.
-    let mut body = manifest.clone();
-    if let Some(o) = body.as_object_mut() {
-        o.remove("metadata");
+
+    /// Whether the member can take `manifest` (the object as it would be applied there).
+    pub fn check(&self, manifest: &Value) -> Result<(), Incompatible> {
+        // Object metadata is the API server's own, whatever a CRD's schema says of it.
+        let mut body = manifest.clone();
+        if let Some(o) = body.as_object_mut() {
+            o.remove("metadata");
+        }
+        let problems: Vec<_> = check_parsed(&body, &self.schema)
+            .into_iter()
+            .filter(|p| p.kind != ProblemKind::Undecidable)
+            .collect();
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let mut paths: Vec<String> = problems
+            .iter()
+            .take(MAX_PATHS)
+            .map(|p| format!("{} ({})", p.path, p.message))
+            .collect();
+        if problems.len() > MAX_PATHS {
+            paths.push(format!("and {} more", problems.len() - MAX_PATHS));
+        }
+        Err(Incompatible {
+            reason: self.reason.clone(),
+            message: format!(
+                "the member's API for this type cannot take the object: {}",
+                paths.join("; ")
+            ),
+        })
     }
-    let problems = match check_object(&body, &import.spec.resource.open_api_v3_schema) {
-        Ok(problems) => problems,
-        // A schema the checker cannot read decides nothing; the import's condition says why.
-        Err(_) => return Ok(()),
-    };
-    let problems: Vec<_> = problems
-        .into_iter()
-        .filter(|p| p.kind != ProblemKind::Undecidable)
-        .collect();
-    if problems.is_empty() {
-        return Ok(());
-    }
-    let mut paths: Vec<String> = problems
-        .iter()
-        .take(MAX_PATHS)
-        .map(|p| format!("{} ({})", p.path, p.message))
-        .collect();
-    if problems.len() > MAX_PATHS {
-        paths.push(format!("and {} more", problems.len() - MAX_PATHS));
-    }
-    Err(Incompatible {
-        reason,
-        message: format!(
-            "the member's API for this type cannot take the object: {}",
-            paths.join("; ")
-        ),
-    })
 }
 
 #[cfg(test)]
@@ -105,6 +114,11 @@ mod tests {
             "status": {"conditions": conditions}
         }))
         .expect("import")
+    }
+
+    /// The verdict on `object` for the member whose import is `import`.
+    fn check(import: Option<&ApiResourceImport>, object: &Value) -> Result<(), Incompatible> {
+        MemberSchema::of(import).map_or(Ok(()), |s| s.check(object))
     }
 
     fn widget(spec: Value) -> Value {

@@ -28,7 +28,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::aggregate::{copy_of, deployment_status, max_unavailable};
-use crate::compatibility;
+use crate::compatibility::MemberSchema;
 use crate::division::Candidate;
 use crate::division::{Division, DivisionError, divide};
 use crate::eligibility::{Selection, select};
@@ -51,10 +51,6 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("rendering a Work: {0}")]
     Render(#[from] serde_json::Error),
-    #[error(
-        "unsupported type {0}: the splitter places Deployments, ConfigMaps, Secrets, Services and ServiceAccounts"
-    )]
-    UnsupportedType(String),
 }
 
 impl ErrorCategory for Error {
@@ -62,11 +58,14 @@ impl ErrorCategory for Error {
         match self {
             Self::Kube(e) => e.category(),
             Self::Render(_) => "RenderFailed",
-            Self::UnsupportedType(_) => "UnsupportedType",
         }
     }
     fn is_transient(&self) -> bool {
-        !matches!(self, Self::UnsupportedType(_))
+        match self {
+            Self::Kube(e) => e.is_transient(),
+            // The same hub object renders the same way: wait for it to change.
+            Self::Render(_) => false,
+        }
     }
 }
 
@@ -470,8 +469,21 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     let neighbours: Vec<&Placement> = neighbours.iter().map(|p| &**p).collect();
     let (types, unsupported) = state.selected_types(&spec.resource_selectors).await;
     for ar in types {
+        // What members that cannot take every object of the type can take: parsed once here.
+        let member_schemas: BTreeMap<&str, MemberSchema> = selection
+            .candidates
+            .iter()
+            .filter_map(|c| {
+                let import = state.imports.get(
+                    &ObjectRef::new(&import_name(&ar))
+                        .within(&names::cluster_namespace(&c.cluster)),
+                );
+                Some((c.cluster.as_str(), MemberSchema::of(import.as_deref())?))
+            })
+            .collect();
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
         for object in api.list(&ListParams::default()).await?.items {
+            let object = typed(object, &ar);
             let object_name = object.name_any();
             let selectable = Selectable {
                 api_version: &ar.api_version,
@@ -514,17 +526,16 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             }
             placing.insert(uid.clone());
             // Members whose API cannot take this object (Rule 5: checked per object).
-            let manifest = member_manifest(&typed(object.clone(), &ar), None);
+            let manifest = member_manifest(&object, None);
             let mut incompatible: Vec<ClusterExclusion> = Vec::new();
             let candidates: Vec<Candidate> = selection
                 .candidates
                 .iter()
                 .filter(|c| {
-                    let import = state.imports.get(
-                        &ObjectRef::new(&import_name(&ar))
-                            .within(&names::cluster_namespace(&c.cluster)),
-                    );
-                    match compatibility::check(import.as_deref(), &manifest) {
+                    let verdict = member_schemas
+                        .get(c.cluster.as_str())
+                        .map_or(Ok(()), |schema| schema.check(&manifest));
+                    match verdict {
                         Ok(()) => true,
                         Err(why) => {
                             object_excluded.insert((uid.clone(), c.cluster.clone()));
@@ -569,7 +580,6 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                     .map(|c| (c.cluster.clone(), 0))
                     .collect()
             };
-            let object = typed(object, &ar);
             let mut excluded = exclusions(&selection, &held, &division);
             excluded.extend(incompatible);
             let mut decision = ObjectDecision {
@@ -779,11 +789,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         }
         let placed_before = old.and_then(|o| condition_message(o, conditions::PLACED));
         let placed_now = condition_message(&status, conditions::PLACED);
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &ns,
-            &resource("apps", "v1", "Deployment", "deployments"),
-        );
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar_deployment());
         api.patch_status(
             &object.name_any(),
             &params,
@@ -792,9 +798,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         .await?;
         if placed_now.is_some() && placed_before != placed_now {
             let message = placed_now.unwrap_or_default();
-            let mut reference = object.object_ref(&ar_deployment());
-            reference.api_version = Some("apps/v1".into());
-            reference.kind = Some("Deployment".into());
+            let reference = object.object_ref(&ar_deployment());
             state
                 .ctx
                 .events

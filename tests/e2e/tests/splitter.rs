@@ -16,6 +16,7 @@ use flotilla_e2e::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -42,6 +43,31 @@ async fn member_replicas(members: &[(String, Client)], ns: &str) -> Result<BTree
         }
     }
     Ok(out)
+}
+
+/// Waits until Placement `name`'s `Scheduled` condition satisfies `accept` (it is to `what`).
+async fn wait_scheduled(
+    placements: &Api<Placement>,
+    name: &str,
+    what: &str,
+    accept: impl Fn(&Condition) -> bool,
+) -> Result<()> {
+    wait_for(
+        &format!("Placement {name} to {what}"),
+        Duration::from_secs(60),
+        || async {
+            let scheduled = placements
+                .get(name)
+                .await?
+                .status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"));
+            Ok(match scheduled {
+                Some(c) if accept(&c) => Seen::Done(()),
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
 }
 
 /// Waits until the hub Deployment says `n` replicas available and Available=True.
@@ -289,26 +315,10 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         .await?;
     // The Placement reports it held (and why) before the scale-up, so the test cannot race it.
     let placements: Api<Placement> = Api::namespaced(hub.clone(), ns.name());
-    wait_for(
-        "the Placement to report the cordoned member",
-        Duration::from_secs(30),
-        || async {
-            let message = placements
-                .get("spread")
-                .await?
-                .status
-                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"))
-                .map(|c| c.message)
-                .unwrap_or_default();
-            Ok(
-                if message.contains(&format!("{cordoned}: the Cluster is cordoned")) {
-                    Seen::Done(())
-                } else {
-                    Seen::not_yet(message)
-                },
-            )
-        },
-    )
+    let held = format!("{cordoned}: the Cluster is cordoned");
+    wait_scheduled(&placements, "spread", "report the cordoned member", |c| {
+        c.message.contains(&held)
+    })
     .await?;
     deployments
         .patch(
@@ -360,23 +370,9 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
             ),
         )
         .await?;
-    wait_for(
-        "the Placement to say no member is eligible",
-        Duration::from_secs(30),
-        || async {
-            let scheduled = placements
-                .get("spread")
-                .await?
-                .status
-                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"));
-            Ok(match scheduled {
-                Some(c) if c.status == "False" && c.message.contains("left running") => {
-                    Seen::Done(())
-                }
-                other => Seen::not_yet(format!("{other:?}")),
-            })
-        },
-    )
+    wait_scheduled(&placements, "spread", "say no member is eligible", |c| {
+        c.status == "False" && c.message.contains("left running")
+    })
     .await?;
     flotilla_e2e::holds_for(
         "the copies to stay while no member is eligible",
@@ -550,26 +546,9 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
     // An equally unspecific newer Placement ties with the first: the older one keeps placing
     // the ConfigMap, and the tie is reported with reason PlacementConflict.
     create("everything-too", json!([])).await?;
-    wait_for(
-        "the tie to be reported on Placement everything",
-        Duration::from_secs(60),
-        || async {
-            let scheduled = placements
-                .get("everything")
-                .await?
-                .status
-                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"));
-            Ok(match scheduled {
-                Some(c)
-                    if c.reason == reasons::PLACEMENT_CONFLICT
-                        && c.message.contains("everything, everything-too") =>
-                {
-                    Seen::Done(())
-                }
-                other => Seen::not_yet(format!("{other:?}")),
-            })
-        },
-    )
+    wait_scheduled(&placements, "everything", "report the tie", |c| {
+        c.reason == reasons::PLACEMENT_CONFLICT && c.message.contains("everything, everything-too")
+    })
     .await?;
     flotilla_e2e::holds_for(
         "the ConfigMap to stay with the older Placement",

@@ -41,17 +41,17 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     let hub_ns = TestNamespace::create("sync-pull", &[&env.hub]).await?;
     let selector = random_suffix();
     let hub_kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-    let hub_controller = ControllerProcess::start(
-        "flotilla-registration",
-        &[
-            "--kubeconfig",
-            &hub_kubeconfig,
-            "--lease-namespace",
-            hub_ns.name(),
-            "--cluster-selector",
-            &format!("{SELECTOR_LABEL}={selector}"),
-        ],
-    )?;
+    let cluster_selector = format!("{SELECTOR_LABEL}={selector}");
+    // The hub's controllers of this test: its own Clusters only.
+    let hub_flags = [
+        "--kubeconfig",
+        hub_kubeconfig.as_str(),
+        "--lease-namespace",
+        hub_ns.name(),
+        "--cluster-selector",
+        cluster_selector.as_str(),
+    ];
+    let hub_controller = ControllerProcess::start("flotilla-registration", &hub_flags)?;
 
     // The member joins in pull mode and the hub accepts it.
     let registration =
@@ -384,17 +384,7 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         },
     )
     .await?;
-    let hub_syncer = ControllerProcess::start(
-        "flotilla-syncer",
-        &[
-            "--kubeconfig",
-            &hub_kubeconfig,
-            "--lease-namespace",
-            hub_ns.name(),
-            "--cluster-selector",
-            &format!("{SELECTOR_LABEL}={selector}"),
-        ],
-    )?;
+    let hub_syncer = ControllerProcess::start("flotilla-syncer", &hub_flags)?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
     clusters.delete(&cluster, &DeleteParams::default()).await?;
     wait_for(
