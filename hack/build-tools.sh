@@ -2,6 +2,8 @@
 # Builds the binaries of the local test environment from the Go module proxy into a versioned
 # cache directory outside the repository:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm
+# and, for the older Kubernetes minor that some members run (KUBERNETES_OLDER_VERSION),
+#   k8s-<version>/{kube-apiserver,kube-controller-manager,kube-scheduler}
 # Versions come from hack/versions.env. Binaries already present are not rebuilt, so a second run
 # finishes in seconds. Prints the cache directory on stdout when done; progress goes to stderr.
 #
@@ -18,6 +20,11 @@ case "${1:-}" in
   --print-dir) echo "${TOOLS_BIN}"; exit 0 ;;
   --check)
     for b in "${ALL_TOOLS[@]}"; do [[ -x "${TOOLS_BIN}/${b}" ]] || { echo "missing: ${b}"; exit 1; }; done
+    for v in "${KUBERNETES_VERSIONS[@]}"; do
+      for b in "${K8S_SERVER_TOOLS[@]}"; do
+        [[ -x "$(k8s_bin_dir "${v}")/${b}" ]] || { echo "missing: ${b} ${v}"; exit 1; }
+      done
+    done
     [[ -f "${KWOK_STAGES_DIR}/.ready" ]] || { echo "missing: kwok stages"; exit 1; }
     echo "${TOOLS_BIN}"; exit 0 ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -35,7 +42,6 @@ exec 8>"${FLOTILLA_CACHE_DIR}/.build.lock"
 flock 8
 
 K8S_MINOR="$(echo "${KUBERNETES_VERSION}" | cut -d. -f2)"
-K8S_STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
 BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
 have() { [[ -x "${TOOLS_BIN}/$1" ]]; }
@@ -46,54 +52,61 @@ report() { # name start
 
 skip() { log "$(printf '%-24s cached' "$1")"; }
 
-k8s_wrapper() {
-  local dir="${WORK}/kubernetes-${KUBERNETES_VERSION}"
+# A throw-away module that requires k8s.io/kubernetes at one version, with its staging modules
+# pointed at their published versions. Prints its directory.
+k8s_wrapper() { # version
+  local version="$1" dir="${WORK}/kubernetes-$1" staging="v0.${1#v1.}"
   if [[ -f "${dir}/.ready" ]]; then echo "${dir}"; return; fi
   rm -rf "${dir}"; mkdir -p "${dir}"
   (
     cd "${dir}"
-    go_or_die "k8s.io/kubernetes@${KUBERNETES_VERSION}" go mod init flotilla.local/k8s-tools
+    go_or_die "k8s.io/kubernetes@${version}" go mod init flotilla.local/k8s-tools
     local gomod
-    gomod="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-    [[ -f "${gomod}" ]] || die "the Go module proxy did not serve k8s.io/kubernetes@${KUBERNETES_VERSION}"
+    gomod="$(go mod download -json "k8s.io/kubernetes@${version}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+    [[ -f "${gomod}" ]] || die "the Go module proxy did not serve k8s.io/kubernetes@${version}"
     # k8s.io/kubernetes replaces its staging modules with ./staging/...; point them at the
     # published versions instead.
     local mods
     mods="$(grep -E '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging/' "${gomod}" | awk '{print $1}')"
-    [[ -n "${mods}" ]] || die "found no staging replace directives in k8s.io/kubernetes@${KUBERNETES_VERSION}'s go.mod"
+    [[ -n "${mods}" ]] || die "found no staging replace directives in k8s.io/kubernetes@${version}'s go.mod"
     local args=()
-    for m in ${mods}; do args+=("-replace=${m}=${m}@${K8S_STAGING_VERSION}"); done
-    go mod edit "${args[@]}" "-require=k8s.io/kubernetes@${KUBERNETES_VERSION}" \
+    for m in ${mods}; do args+=("-replace=${m}=${m}@${staging}"); done
+    go mod edit "${args[@]}" "-require=k8s.io/kubernetes@${version}" \
       -tool=k8s.io/kubernetes/cmd/kube-apiserver \
       -tool=k8s.io/kubernetes/cmd/kube-controller-manager \
       -tool=k8s.io/kubernetes/cmd/kube-scheduler \
       -tool=k8s.io/kubernetes/cmd/kubectl
-    go_or_die "k8s.io/kubernetes@${KUBERNETES_VERSION} (go mod tidy)" go mod tidy
+    go_or_die "k8s.io/kubernetes@${version} (go mod tidy)" go mod tidy
   ) >&2
   touch "${dir}/.ready"
   echo "${dir}"
 }
 
-build_k8s() {
-  local missing=()
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    if have "$b"; then skip "$b"; else missing+=("$b"); fi
+build_k8s() { # version binaries...
+  local version="$1"; shift
+  local dest missing=() b
+  dest="$(k8s_bin_dir "${version}")"
+  mkdir -p "${dest}"
+  for b in "$@"; do
+    if [[ -x "${dest}/$b" ]]; then skip "$b ${version}"; else missing+=("$b"); fi
   done
   [[ ${#missing[@]} -gt 0 ]] || return 0
-  local t0 dir
+  local t0 dir minor
   t0="$(now)"
-  dir="$(k8s_wrapper)"
-  log "$(printf '%-24s module graph ready in %ss' "kubernetes" "$(( $(now) - t0 ))")"
-  local ldf=""
+  dir="$(k8s_wrapper "${version}")"
+  minor="$(echo "${version}" | cut -d. -f2)"
+  log "$(printf '%-24s module graph ready in %ss' "kubernetes ${version}" "$(( $(now) - t0 ))")"
+  # Without these /version says v0.0.0, and helm's kubeVersion checks fail.
+  local ldf="" p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldf+=" -X ${p}.gitVersion=${KUBERNETES_VERSION} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${K8S_MINOR}"
+    ldf+=" -X ${p}.gitVersion=${version} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor}"
     ldf+=" -X ${p}.gitTreeState=clean -X ${p}.buildDate=${BUILD_DATE}"
   done
   for b in "${missing[@]}"; do
     t0="$(now)"
-    (cd "${dir}" && go_or_die "$b" go build -mod=mod -trimpath -ldflags "-s -w${ldf}" -o "${TOOLS_BIN}/.$b.tmp" "k8s.io/kubernetes/cmd/$b")
-    mv "${TOOLS_BIN}/.$b.tmp" "${TOOLS_BIN}/$b"
-    report "$b" "${t0}"
+    (cd "${dir}" && go_or_die "$b ${version}" go build -mod=mod -trimpath -ldflags "-s -w${ldf}" -o "${dest}/.$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    mv "${dest}/.$b.tmp" "${dest}/$b"
+    report "$b ${version}" "${t0}"
   done
 }
 
@@ -161,6 +174,7 @@ log "tool cache: ${TOOLS_BIN}"
 build_etcd
 build_kwok
 build_helm
-build_k8s
+build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl
+build_k8s "${KUBERNETES_OLDER_VERSION}" "${K8S_SERVER_TOOLS[@]}"
 log "all tools ready in $(( $(now) - T0 ))s"
 echo "${TOOLS_BIN}"

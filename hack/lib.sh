@@ -12,6 +12,24 @@ FLOTILLA_CACHE_DIR="${FLOTILLA_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/flot
 TOOLS_BIN="${FLOTILLA_TOOLS_BIN:-${FLOTILLA_CACHE_DIR}/bin-k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}}"
 KWOK_STAGES_DIR="${TOOLS_BIN}/kwok-stages"
 
+# The Kubernetes versions a cluster of the local environment can run, the default first.
+KUBERNETES_VERSIONS=("${KUBERNETES_VERSION}" "${KUBERNETES_OLDER_VERSION}")
+# The control-plane binaries that exist once per version (kubectl is shared).
+K8S_SERVER_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler)
+
+# Where the control-plane binaries of a Kubernetes version live: the default version's in the
+# cache directory itself, every other version's in k8s-<version>/ inside it.
+k8s_bin_dir() { # version
+  if [[ "$1" == "${KUBERNETES_VERSION}" ]]; then echo "${TOOLS_BIN}"; else echo "${TOOLS_BIN}/k8s-$1"; fi
+}
+
+# Succeeds when the version is one of KUBERNETES_VERSIONS.
+known_k8s_version() { # version
+  local v
+  for v in "${KUBERNETES_VERSIONS[@]}"; do [[ "$1" == "${v}" ]] && return 0; done
+  return 1
+}
+
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 

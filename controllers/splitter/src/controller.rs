@@ -32,6 +32,7 @@ use crate::compatibility::MemberSchema;
 use crate::division::Candidate;
 use crate::division::{Division, DivisionError, divide};
 use crate::eligibility::{Selection, select};
+use crate::hub_made::made_by_kubernetes;
 use crate::references::{Reference, references};
 use crate::render::{member_manifest, render};
 use crate::specificity::{Selectable, specificity, winner};
@@ -493,6 +494,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             };
             if specificity(&spec.resource_selectors, &selectable).is_none()
                 || object.metadata.deletion_timestamp.is_some()
+                || made_by_kubernetes(&ar.api_version, &ar.kind, &object).is_some()
             {
                 continue;
             }
@@ -631,7 +633,9 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             name: &reference.name,
             labels: object.labels(),
         };
+        // A member has its own (its root CA bundle, a token of its own); never the hub's.
         if object.metadata.deletion_timestamp.is_some()
+            || made_by_kubernetes(&ar.api_version, &ar.kind, &object).is_some()
             || winner(&neighbours, &selectable).is_some()
         {
             continue;

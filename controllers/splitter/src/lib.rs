@@ -6,6 +6,7 @@
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
+//! | [`hub_made`] | pure: what the hub's Kubernetes made (never placed, never copied) |
 //! | [`specificity`] | pure: which of several Placements places an object |
 //! | [`references`] | pure: what a workload's pod template refers to (follows it) |
 //! | [`render`] | pure: the Work of one object on one member |
@@ -16,6 +17,7 @@ pub mod compatibility;
 pub mod controller;
 pub mod division;
 pub mod eligibility;
+pub mod hub_made;
 pub mod references;
 pub mod render;
 pub mod specificity;

@@ -2,6 +2,8 @@
 //! manifest stripped of hub-only metadata, and that member's replica count.
 
 use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names};
+
+use crate::hub_made::strip_allocated;
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
 
@@ -43,10 +45,19 @@ pub fn work_name(kind: &str, name: &str) -> String {
     format!("{}{suffix}", full[..cut].trim_end_matches(['-', '.']))
 }
 
-/// The manifest for a member: the hub object without hub-only metadata and status, with
-/// `replicas` (when given) as its `spec.replicas`.
+/// The manifest for a member: the hub object without hub-only metadata, status and the values
+/// the hub's apiserver allocated (see [`crate::hub_made`]), with `replicas` (when given) as its
+/// `spec.replicas`.
 pub fn member_manifest(object: &DynamicObject, replicas: Option<u32>) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(types) = &object.types {
+        let managed = object
+            .metadata
+            .managed_fields
+            .as_deref()
+            .unwrap_or_default();
+        strip_allocated(&types.api_version, &types.kind, &mut value, managed);
+    }
     if let Some(obj) = value.as_object_mut() {
         obj.remove("status");
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -160,6 +171,23 @@ mod tests {
         assert_eq!(meta["annotations"], json!({"team": "a"}));
         assert_eq!(meta["labels"]["app"], "web");
         assert_eq!(member_manifest(&deployment(), None)["spec"]["replicas"], 10);
+    }
+
+    #[test]
+    fn a_service_reaches_the_member_without_the_hubs_addresses() {
+        let service: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "shop", "managedFields": [{
+                "manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": {"f:port": {}}}}}}]},
+            "spec": {"clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"], "type": "NodePort",
+                     "ports": [{"port": 80, "protocol": "TCP", "nodePort": 31000}]}
+        }))
+        .expect("service");
+        let m = member_manifest(&service, None);
+        assert!(m["spec"].get("clusterIP").is_none(), "{m}");
+        assert!(m["spec"]["ports"][0].get("nodePort").is_none(), "{m}");
+        assert!(m["metadata"].get("managedFields").is_none(), "{m}");
     }
 
     #[test]

@@ -74,6 +74,38 @@ impl ClusterInfo {
         Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading kubeconfig {}", self.kubeconfig.display()))
     }
+
+    /// The PEM of the CA the cluster's kubeconfig trusts: the cluster's own serving CA.
+    pub fn serving_ca(&self) -> Result<String> {
+        use base64::Engine as _;
+        let data = self
+            .read_kubeconfig()?
+            .clusters
+            .into_iter()
+            .find_map(|c| c.cluster.and_then(|c| c.certificate_authority_data))
+            .ok_or_else(|| {
+                anyhow!(
+                    "no certificate-authority-data in {}'s kubeconfig",
+                    self.name
+                )
+            })?;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .with_context(|| format!("decoding {}'s certificate-authority-data", self.name))?;
+        String::from_utf8(pem).with_context(|| format!("{}'s CA is not PEM text", self.name))
+    }
+
+    /// The Kubernetes version the cluster's apiserver reports, e.g. `v1.34.4`.
+    pub async fn version(&self) -> Result<String> {
+        Ok(self.client().await?.apiserver_version().await?.git_version)
+    }
+
+    /// The files of the cluster in the environment's run directory (its PKI and tokens), for
+    /// tests that check what no cluster may share.
+    pub fn run_dir_files(&self) -> Result<PathBuf> {
+        let run_dir = std::env::var_os(RUN_DIR).ok_or_else(|| anyhow!("{RUN_DIR} is not set"))?;
+        Ok(PathBuf::from(run_dir).join("clusters").join(&self.name))
+    }
 }
 
 /// The environment started by `hack/clusters.sh`, as described by the exported variables.

@@ -5,6 +5,7 @@
 mod api;
 mod chart;
 mod environment;
+mod fleet;
 mod negotiator;
 mod registration;
 mod registration_pull;

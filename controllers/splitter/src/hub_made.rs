@@ -1,0 +1,296 @@
+//! Pure: what the hub's own Kubernetes made, which never travels to a member.
+//!
+//! Two things are the hub's and no one else's:
+//! - objects Kubernetes itself creates in every namespace of every cluster: the root CA bundle
+//!   `kube-root-ca.crt`, the `default` ServiceAccount and service-account token Secrets. Every
+//!   member has (or makes) its own, with its own CA and its own signing key; the hub's copy would
+//!   replace what pods in the member trust.
+//! - values the hub's apiserver allocated from its own ranges when it stored an object: a
+//!   Service's cluster IPs (and the IP families that came with them) and node ports. A member
+//!   allocates its own from its own ranges; the hub's may lie outside them or collide there.
+//!   A value a user set explicitly is the user's intent and is kept, except for cluster IPs,
+//!   which are addresses in one cluster's service range and so cannot be right in every member.
+//!   Whether a value was set by someone or allocated is read off `metadata.managedFields`: the
+//!   apiserver records who set each field, and allocated values belong to no one.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
+
+/// The ConfigMap the hub's root-CA publisher writes into every namespace.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// The ServiceAccount every namespace has.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
+/// The Secret type the service-account token controller fills with a token of the hub.
+pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+
+/// Why `object` (of `api_version`/`kind`) is never placed, when Kubernetes itself made it in the
+/// hub; `None` for every object a user made.
+pub fn made_by_kubernetes(
+    api_version: &str,
+    kind: &str,
+    object: &DynamicObject,
+) -> Option<&'static str> {
+    if api_version != "v1" {
+        return None;
+    }
+    let name = object.metadata.name.as_deref().unwrap_or_default();
+    match kind {
+        "ConfigMap" if name == ROOT_CA_CONFIGMAP => Some(
+            "the hub's root CA bundle, published in every namespace; each member publishes its own",
+        ),
+        "ServiceAccount" if name == DEFAULT_SERVICE_ACCOUNT => {
+            Some("every namespace of every cluster has its own default ServiceAccount")
+        }
+        "Secret"
+            if object.data.get("type").and_then(Value::as_str)
+                == Some(SERVICE_ACCOUNT_TOKEN_TYPE) =>
+        {
+            Some("a token of a hub ServiceAccount, signed by the hub; members issue their own")
+        }
+        _ => None,
+    }
+}
+
+/// Removes from `manifest` (the member's copy of a hub object of `api_version`/`kind`) the values
+/// the hub's apiserver allocated, given the hub object's `managed` fields.
+pub fn strip_allocated(
+    api_version: &str,
+    kind: &str,
+    manifest: &mut Value,
+    managed: &[ManagedFieldsEntry],
+) {
+    if api_version != "v1" || kind != "Service" {
+        return;
+    }
+    let owners = Owners::new(managed);
+    let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    strip_service(spec, &owners);
+}
+
+fn strip_service(spec: &mut Map<String, Value>, owners: &Owners) {
+    // Headless (`None`) is a choice, not an address: it stays.
+    let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+    if !headless {
+        spec.remove("clusterIP");
+        spec.remove("clusterIPs");
+        // The families came with the hub's addresses unless someone asked for them.
+        for field in ["ipFamilies", "ipFamilyPolicy"] {
+            if !owners.own(&["f:spec", &format!("f:{field}")]) {
+                spec.remove(field);
+            }
+        }
+    }
+    if !owners.own(&["f:spec", "f:healthCheckNodePort"]) {
+        spec.remove("healthCheckNodePort");
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            if port.contains_key("nodePort") && !owners.own_node_port(port) {
+                port.remove("nodePort");
+            }
+        }
+    }
+}
+
+/// The fields someone set, by `managedFields` (`FieldsV1`, every manager together).
+struct Owners<'a> {
+    sets: Vec<&'a Value>,
+}
+
+impl<'a> Owners<'a> {
+    fn new(managed: &'a [ManagedFieldsEntry]) -> Self {
+        Self {
+            sets: managed
+                .iter()
+                .filter_map(|m| m.fields_v1.as_ref().map(|f| &f.0))
+                .collect(),
+        }
+    }
+
+    /// Whether some manager owns the field at `path` (`f:` segments).
+    fn own(&self, path: &[&str]) -> bool {
+        self.sets
+            .iter()
+            .any(|set| path.iter().try_fold(*set, |v, key| v.get(*key)).is_some())
+    }
+
+    /// Whether some manager owns `nodePort` of this entry of `spec.ports`, a list keyed by port
+    /// and protocol (`k:{"port":80,"protocol":"TCP"}`).
+    fn own_node_port(&self, port: &Map<String, Value>) -> bool {
+        let number = port.get("port").and_then(Value::as_i64);
+        let protocol = port
+            .get("protocol")
+            .and_then(Value::as_str)
+            .unwrap_or("TCP");
+        self.sets.iter().any(|set| {
+            let Some(entries) = set.pointer("/f:spec/f:ports").and_then(Value::as_object) else {
+                return false;
+            };
+            entries.iter().any(|(key, fields)| {
+                let Some(key) = key
+                    .strip_prefix("k:")
+                    .and_then(|k| serde_json::from_str::<Value>(k).ok())
+                else {
+                    return false;
+                };
+                key.get("port").and_then(Value::as_i64) == number
+                    && key.get("protocol").and_then(Value::as_str).unwrap_or("TCP") == protocol
+                    && fields.get("f:nodePort").is_some()
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use serde_json::json;
+
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).expect("object")
+    }
+
+    #[test]
+    fn what_kubernetes_makes_in_every_namespace_is_never_placed() {
+        let made = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt"},
+                   "data": {"ca.crt": "PEM"}}),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "web-token",
+                   "annotations": {"kubernetes.io/service-account.name": "web"}},
+                   "type": "kubernetes.io/service-account-token"}),
+        ];
+        for o in made {
+            let kind = o["kind"].as_str().expect("kind").to_string();
+            assert!(
+                made_by_kubernetes("v1", &kind, &object(o.clone())).is_some(),
+                "{o}"
+            );
+        }
+        let users = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "web"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "type": "Opaque"}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "default"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "default"}}),
+        ];
+        for o in users {
+            let kind = o["kind"].as_str().expect("kind").to_string();
+            assert!(
+                made_by_kubernetes("v1", &kind, &object(o.clone())).is_none(),
+                "{o}"
+            );
+        }
+        // Same names in another group are someone else's.
+        let custom = object(json!({"apiVersion": "example.com/v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "kube-root-ca.crt"}}));
+        assert!(made_by_kubernetes("example.com/v1", "ConfigMap", &custom).is_none());
+    }
+
+    fn managed(fields: Value) -> Vec<ManagedFieldsEntry> {
+        vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            operation: Some("Apply".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        }]
+    }
+
+    /// A NodePort Service as the hub stores it: addresses, families and ports allocated.
+    fn stored_service() -> Value {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"type": "NodePort", "selector": {"app": "web"},
+            "clusterIP": "10.96.14.2", "clusterIPs": ["10.96.14.2"],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "externalTrafficPolicy": "Local", "healthCheckNodePort": 31999,
+            "ports": [
+                {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080},
+                {"name": "dns", "port": 53, "protocol": "UDP", "nodePort": 30053}
+            ]}})
+    }
+
+    #[test]
+    fn allocated_service_values_stay_on_the_hub() {
+        let mut m = stored_service();
+        // What a user applied: type, selector and ports, no addresses, no node ports.
+        let owned = managed(
+            json!({"f:spec": {"f:type": {}, "f:selector": {}, "f:externalTrafficPolicy": {},
+            "f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}, "f:name": {}, "f:port": {}, "f:targetPort": {}},
+                        "k:{\"port\":53,\"protocol\":\"UDP\"}": {".": {}, "f:port": {}}}}}),
+        );
+        strip_allocated("v1", "Service", &mut m, &owned);
+        let spec = &m["spec"];
+        for gone in [
+            "clusterIP",
+            "clusterIPs",
+            "ipFamilies",
+            "ipFamilyPolicy",
+            "healthCheckNodePort",
+        ] {
+            assert!(
+                spec.get(gone).is_none(),
+                "{gone} must not reach the member: {spec}"
+            );
+        }
+        assert!(spec["ports"][0].get("nodePort").is_none(), "{spec}");
+        assert!(spec["ports"][1].get("nodePort").is_none(), "{spec}");
+        assert_eq!(spec["ports"][0]["targetPort"], 8080);
+        assert_eq!(spec["externalTrafficPolicy"], "Local");
+        assert_eq!(spec["type"], "NodePort");
+    }
+
+    #[test]
+    fn values_a_user_set_are_kept_but_cluster_ips_never() {
+        let mut m = stored_service();
+        let owned = managed(
+            json!({"f:spec": {"f:clusterIP": {}, "f:ipFamilyPolicy": {}, "f:healthCheckNodePort": {},
+            "f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": {"f:nodePort": {}}}}}),
+        );
+        strip_allocated("v1", "Service", &mut m, &owned);
+        let spec = &m["spec"];
+        assert!(
+            spec.get("clusterIP").is_none() && spec.get("clusterIPs").is_none(),
+            "{spec}"
+        );
+        assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
+        assert!(spec.get("ipFamilies").is_none(), "{spec}");
+        assert_eq!(spec["healthCheckNodePort"], 31999);
+        assert_eq!(
+            spec["ports"][0]["nodePort"], 30080,
+            "the TCP port 80 was set: {spec}"
+        );
+        assert!(
+            spec["ports"][1].get("nodePort").is_none(),
+            "the UDP one was allocated: {spec}"
+        );
+    }
+
+    #[test]
+    fn a_headless_service_stays_headless() {
+        let mut m = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "ipFamilies": ["IPv4"],
+                     "ipFamilyPolicy": "SingleStack", "ports": [{"port": 5432}]}});
+        strip_allocated("v1", "Service", &mut m, &[]);
+        assert_eq!(m["spec"]["clusterIP"], "None");
+        assert_eq!(m["spec"]["clusterIPs"], json!(["None"]));
+        assert_eq!(m["spec"]["ipFamilyPolicy"], "SingleStack");
+    }
+
+    #[test]
+    fn other_kinds_are_left_alone() {
+        let mut m = json!({"apiVersion": "example.com/v1", "kind": "Service",
+            "spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 1, "nodePort": 30001}]}});
+        let before = m.clone();
+        strip_allocated("example.com/v1", "Service", &mut m, &[]);
+        assert_eq!(m, before);
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"clusterIP": "x"}});
+        let before = cm.clone();
+        strip_allocated("v1", "ConfigMap", &mut cm, &[]);
+        assert_eq!(cm, before);
+    }
+}
