@@ -5,7 +5,8 @@
 //!   `x-kubernetes-group-version-kind` names the type is read with every `$ref` resolved into one
 //!   structural schema rooted at the object (apiVersion, kind, metadata, spec, status), bounded
 //!   by [`Limits`]. Documentation keywords are dropped: they are never compared, and the
-//!   expanded Deployment schema is several times larger with them.
+//!   expanded Deployment schema is several times larger with them. So are defaults, which the
+//!   apiserver does not apply to built-in types.
 //! - Custom types come from the member's CRD: the version's `openAPIV3Schema`, names, scope,
 //!   subresources and printer columns, as they are.
 
@@ -83,6 +84,10 @@ pub fn builtin_schema(
         }
     })?;
     schema.strip_docs();
+    // The apiserver never applies a built-in type's OpenAPI defaults (Go code defaults it), and
+    // the hub has already defaulted every object it places, so they say nothing about what a
+    // member accepts; comparing them only reports noise between releases.
+    schema.strip_defaults();
     Ok(schema.to_value())
 }
 
@@ -230,6 +235,74 @@ mod tests {
         serde_json::from_str(text).expect("fixture is JSON")
     }
 
+    /// The same, from Kubernetes v1.34.4 (the older member of the local fleet).
+    fn apps_v1_34() -> Value {
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../schema/testdata/deployment-apps-v1.34.json"
+        ));
+        serde_json::from_str(text).expect("fixture is JSON")
+    }
+
+    #[test]
+    fn an_older_minors_deployment_only_lacks_fields() {
+        let deployment = ResourceType::new("apps", "v1", "Deployment");
+        let read = |doc: &Value| {
+            builtin_schema(
+                doc,
+                "/openapi/v3/apis/apps/v1",
+                &deployment,
+                &Limits::default(),
+            )
+            .expect("readable")
+        };
+        let (hub, older) = (read(&apps_v1()), read(&apps_v1_34()));
+        // v1.34 documents `default: ""` on every string of a map or list; none are kept.
+        assert!(
+            !older.to_string().contains("\"default\""),
+            "no defaults survive"
+        );
+        // What the negotiator asks: can the member take everything the hub's schema allows?
+        let c = flotilla_schema::compare(&hub, &older).expect("comparable");
+        assert!(!c.changes.is_empty(), "v1.37 added fields since v1.34");
+        eprintln!(
+            "v1.34.4 against v1.37.2: {}",
+            c.changes
+                .iter()
+                .map(|c| format!("{} ({:?}, {:?})", c.path, c.kind, c.verdict))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        // Narrower, never incompatible: in the spec, fields added since (e.g. in pod templates)
+        // and operators the older one does not know (tolerations' Gt and Lt).
+        use flotilla_schema::{ChangeKind, Verdict};
+        for change in &c.changes {
+            assert!(
+                matches!(change.verdict, Verdict::Safe | Verdict::Narrowing),
+                "{change:?}"
+            );
+            if change.path.starts_with(".spec") && change.verdict == Verdict::Narrowing {
+                assert!(
+                    matches!(
+                        change.kind,
+                        ChangeKind::PropertyRemoved | ChangeKind::EnumValuesRemoved
+                    ),
+                    "{change:?}"
+                );
+            }
+        }
+        assert_eq!(c.verdict(), flotilla_schema::Verdict::Narrowing);
+        // And the other way round no field of the older one is missing in the newer one.
+        let back = flotilla_schema::compare(&older, &hub).expect("comparable");
+        assert!(
+            back.changes
+                .iter()
+                .all(|c| c.kind != ChangeKind::PropertyRemoved),
+            "{:?}",
+            back.changes
+        );
+    }
+
     #[test]
     fn the_deployment_schema_is_read_from_openapi_v3() {
         let doc = apps_v1();
@@ -257,7 +330,8 @@ mod tests {
         assert!(schema["properties"]["metadata"]["properties"]["labels"].is_object());
         // Readable as a structural schema again, identical to the document's.
         let reread = Schema::from_value(&schema).expect("structural");
-        let original = Schema::from_value(&doc).expect("the fixture parses");
+        let mut original = Schema::from_value(&doc).expect("the fixture parses");
+        original.strip_defaults();
         assert!(flotilla_schema::compare_parsed(&original, &reread).is_identical());
     }
 

@@ -169,15 +169,29 @@ impl Schema {
     /// node and every node below it. They are never compared; without them a schema is a
     /// fraction of its size (the expanded apps/v1 Deployment shrinks from about 1 MB).
     pub fn strip_docs(&mut self) {
-        self.docs.clear();
+        self.for_each_node_mut(&mut |s| s.docs.clear());
+    }
+
+    /// Removes every `default` from this node and every node below it: for schemas whose
+    /// defaults the apiserver does not apply. A built-in type's OpenAPI document only documents
+    /// the defaults that Go code applies, and not even consistently across releases (v1.34 gives
+    /// every string in a map or list `default: ""`, v1.35 no longer does).
+    pub fn strip_defaults(&mut self) {
+        self.for_each_node_mut(&mut |s| s.default = None);
+    }
+
+    /// Calls `f` on this node and every node below it (properties, additional properties,
+    /// items, `allOf`/`anyOf`/`oneOf`, `not`), parents first.
+    fn for_each_node_mut(&mut self, f: &mut impl FnMut(&mut Schema)) {
+        f(self);
         for p in self.properties.values_mut() {
-            p.strip_docs();
+            p.for_each_node_mut(f);
         }
         if let AdditionalProperties::Schema(s) = &mut self.additional_properties {
-            s.strip_docs();
+            s.for_each_node_mut(f);
         }
         if let Some(items) = &mut self.items {
-            items.strip_docs();
+            items.for_each_node_mut(f);
         }
         for s in self
             .all_of
@@ -185,10 +199,10 @@ impl Schema {
             .chain(self.any_of.iter_mut())
             .chain(self.one_of.iter_mut())
         {
-            s.strip_docs();
+            s.for_each_node_mut(f);
         }
         if let Some(not) = &mut self.not {
-            not.strip_docs();
+            not.for_each_node_mut(f);
         }
     }
 

@@ -529,18 +529,72 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
     })
     .await?;
 
-    // Built-in Deployments from every member are enforced against the hub's schema.
-    wait_compatible(
-        &hub,
-        "deployments.v1.apps",
-        &[
-            (&members[0], "True", reasons::IDENTICAL),
-            (&members[1], "True", reasons::IDENTICAL),
-            (&members[2], "True", reasons::IDENTICAL),
-        ],
-        &negotiator,
-    )
-    .await?;
+    // Built-in Deployments from every member are enforced against the hub's schema: identical
+    // where the member runs the hub's Kubernetes version; a member on an older minor lacks the
+    // fields added since, and its import says which (hack/clusters.sh runs member2 older).
+    let hub_version = env.hub.version().await?;
+    let mut expected = Vec::new();
+    let mut older = Vec::new();
+    for m in &members {
+        if m.info.version().await? == hub_version {
+            expected.push((m, "True", reasons::IDENTICAL));
+        } else {
+            expected.push((m, "False", reasons::MISSING_FIELDS));
+            older.push(m);
+        }
+    }
+    ensure!(
+        !older.is_empty(),
+        "the environment has no member older than the hub ({hub_version})"
+    );
+    let deployments = wait_compatible(&hub, "deployments.v1.apps", &expected, &negotiator).await?;
+    for (import, (m, _, _)) in deployments.iter().zip(&expected) {
+        let differences = import
+            .status
+            .as_ref()
+            .map(|s| s.differences.clone())
+            .unwrap_or_default();
+        if !older.iter().any(|o| o.cluster == m.cluster) {
+            ensure!(
+                differences.is_empty(),
+                "{} runs the hub's version, yet its import differs: {differences:?}",
+                m.info.name
+            );
+            continue;
+        }
+        // Narrower, never incompatible: the pod template fields added since are missing.
+        ensure!(
+            differences.iter().all(|d| matches!(
+                d.verdict,
+                flotilla_api::DifferenceVerdict::Narrowing | flotilla_api::DifferenceVerdict::Safe
+            )) && differences
+                .iter()
+                .any(|d| d.path.starts_with(".spec.template.spec.")),
+            "the older {}'s Deployment import must list the pod template fields it lacks, none Breaking: {differences:?}",
+            m.info.name
+        );
+        let compatible = import
+            .status
+            .as_ref()
+            .and_then(|s| condition(&s.conditions, conditions::COMPATIBLE))
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        ensure!(
+            compatible.contains(&differences[0].path),
+            "the Compatible message of the older {} names the paths: {compatible:?}",
+            m.info.name
+        );
+        eprintln!(
+            "{} ({}) lacks, in deployments.v1.apps: {}",
+            m.info.name,
+            m.info.version().await?,
+            differences
+                .iter()
+                .map(|d| d.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     wait_negotiation(&hub, "deployments.v1.apps", "enforced as built in", |n| {
         has_condition(n, conditions::ENFORCED, "True", reasons::BUILT_IN)
     })

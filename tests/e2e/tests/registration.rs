@@ -4,6 +4,7 @@
 //! Every test runs its own `flotilla-registration` that only handles the test's Clusters
 //! (`--cluster-selector`), with short probe and grace periods.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
@@ -189,10 +190,52 @@ impl Setup {
     }
 }
 
+/// The allocatable cpu, memory and pods of a member's Nodes, summed, in the form registration
+/// reports them (whole cores, `Gi`, a count).
+async fn node_totals(member: &ClusterInfo) -> Result<BTreeMap<String, String>> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(member.client().await?);
+    let (mut cpu, mut gib, mut pods) = (0_u64, 0_u64, 0_u64);
+    for n in nodes.list(&ListParams::default()).await?.items {
+        let a = n.status.and_then(|s| s.allocatable).unwrap_or_default();
+        let get = |k: &str| a.get(k).map(|q| q.0.clone()).unwrap_or_default();
+        let parse = |k: &str, v: &str| {
+            v.parse::<u64>().map_err(|_| {
+                anyhow::anyhow!(
+                    "node {} has {k} {v:?}",
+                    n.metadata.name.clone().unwrap_or_default()
+                )
+            })
+        };
+        cpu += parse("cpu", &get("cpu"))?;
+        gib += parse("memory", get("memory").trim_end_matches("Gi"))?;
+        pods += parse("pods", &get("pods"))?;
+    }
+    Ok(BTreeMap::from([
+        ("cpu".to_string(), cpu.to_string()),
+        ("memory".to_string(), format!("{gib}Gi")),
+        ("pods".to_string(), pods.to_string()),
+    ]))
+}
+
 #[tokio::test]
 async fn a_push_member_becomes_ready_with_version_and_allocatable() -> Result<()> {
     let s = Setup::start("reg-push").await?;
-    let member = &s.env.require_members(1)?[0];
+    // The member that runs an older Kubernetes than the hub (member2 of hack/clusters.sh), so
+    // that what is reported is the member's and not the hub's.
+    let hub_version = s.env.hub.version().await?;
+    let mut member = &s.env.require_members(1)?[0];
+    for m in &s.env.members {
+        if m.version().await? != hub_version {
+            member = m;
+            break;
+        }
+    }
+    let version = member.version().await?;
+    ensure!(
+        version != hub_version,
+        "the environment has no member older than the hub ({hub_version}): see hack/clusters.sh --help"
+    );
+    let expected = node_totals(member).await?;
     let name = s.push_cluster(member).await?;
 
     let cluster = s
@@ -206,27 +249,23 @@ async fn a_push_member_becomes_ready_with_version_and_allocatable() -> Result<()
         .await?;
     let status = cluster.status.unwrap_or_default();
     ensure!(
-        status.kubernetes_version.as_deref() == Some("v1.37.2"),
-        "kubernetesVersion: {:?}",
+        status.kubernetes_version.as_deref() == Some(version.as_str()),
+        "kubernetesVersion: {:?}, the member runs {version}",
         status.kubernetes_version
     );
-    // hack/clusters.sh gives each member two fake nodes with cpu 16, memory 64Gi, pods 250.
-    let alloc = |k: &str| status.allocatable.get(k).map(|q| q.0.clone());
-    ensure!(
-        alloc("cpu").as_deref() == Some("32"),
-        "allocatable cpu: {:?}",
-        status.allocatable
-    );
-    ensure!(
-        alloc("memory").as_deref() == Some("128Gi"),
-        "allocatable memory: {:?}",
-        status.allocatable
-    );
-    ensure!(
-        alloc("pods").as_deref() == Some("500"),
-        "allocatable pods: {:?}",
-        status.allocatable
-    );
+    // The sums of the member's own Nodes (hack/clusters.sh gives members unequal nodes).
+    let reported: BTreeMap<String, String> = status
+        .allocatable
+        .iter()
+        .map(|(k, q)| (k.clone(), q.0.clone()))
+        .collect();
+    for (k, v) in &expected {
+        ensure!(
+            reported.get(k) == Some(v),
+            "allocatable {k}: {:?}, the member's Nodes sum to {v} ({reported:?})",
+            reported.get(k)
+        );
+    }
     ensure!(
         status.last_heartbeat_time.is_some(),
         "lastHeartbeatTime is set"
