@@ -676,7 +676,7 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
                     == Some("web")
             })
             .and_then(|w| w.spec.manifests.first())
-            .map(|m| serde_json::to_value(m))
+            .map(serde_json::to_value)
             .transpose()?
             .unwrap_or_default();
         ensure!(
