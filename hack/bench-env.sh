@@ -25,16 +25,33 @@ CL=("${HACK_DIR}/clusters.sh" --run-dir "${RUN}" --port-base 18443)
 "${CL[@]}" down >/dev/null 2>&1 || true
 trap '"${CL[@]}" down >/dev/null 2>&1 || true' EXIT
 
-# rss_by_kind: prints "<kind> <count> <MiB>" per component kind and "total <count> <MiB>".
-rss_by_kind() {
-  local f pid st kind rss
+# rss_of_processes: prints "<process> <kB>" for every recorded process (e.g. "member2.apiserver").
+rss_of_processes() {
+  local f pid st
   for f in "${RUN}"/pids/*; do
     read -r pid st <"${f}"
-    kind="$(basename "${f}")"; kind="${kind##*.}"
-    rss="$(awk '/^VmRSS:/ {print $2}' "/proc/${pid}/status" 2>/dev/null || echo 0)"
-    echo "${kind} ${rss}"
-  done | awk '{n[$1]++; s[$1]+=$2; tn++; ts+=$2}
-    END {for (k in n) printf "%s %d %.0f\n", k, n[k], s[k]/1024; printf "total %d %.0f\n", tn, ts/1024}' | sort
+    echo "$(basename "${f}") $(awk '/^VmRSS:/ {print $2}' "/proc/${pid}/status" 2>/dev/null || echo 0)"
+  done
+}
+
+# sum_by: prints "<key> <count> <MiB>" per key, the key being what sed makes of the process name.
+sum_by() { # sed-expression
+  rss_of_processes | sed -E "$1" \
+    | awk '{n[$1]++; s[$1]+=$2} END {for (k in n) printf "%s %d %.0f\n", k, n[k], s[k]/1024}' | sort
+}
+
+# rss_by_kind: prints "<kind> <count> <MiB>" per component kind and "total <count> <MiB>".
+rss_by_kind() {
+  sum_by 's/^[^ ]*\.([^. ]+) /\1 /'
+  sum_by 's/^[^ ]+ /total /'
+}
+
+# rss_by_cluster: prints "<cluster> <version> <count> <MiB>" per cluster (etcd is shared).
+rss_by_cluster() {
+  local cluster count mib
+  sum_by 's/^([^. ]+)[^ ]* /\1 /' | while read -r cluster count mib; do
+    echo "${cluster} $(cat "${RUN}/clusters/${cluster}/version" 2>/dev/null || echo "${ETCD_VERSION}") ${count} ${mib}"
+  done
 }
 
 t0="$(date +%s%N)"
@@ -48,8 +65,10 @@ t0="$(date +%s%N)"
 t_add="$(( ($(date +%s%N) - t0) / 1000000 ))"
 sleep "${SETTLE}"
 after="$(rss_by_kind)"
+clusters="$(rss_by_cluster)"
 
 get() { awk -v k="$2" '$1 == k {print $'"$3"'}' <<<"$1"; }
+
 
 echo
 echo "| component | processes (hub + ${MEMBERS}) | RSS MiB (hub + ${MEMBERS}) | processes (+1 member) | RSS MiB (+1 member) | cost of the extra member, MiB |"
@@ -59,6 +78,12 @@ for k in etcd apiserver controller-manager scheduler kwok total; do
   printf '| %s | %s | %s | %s | %s | %s |\n' "${k}" "$(get "${before}" "${k}" 2)" "${b:-0}" \
     "$(get "${after}" "${k}" 2)" "${a:-0}" "$(( ${a:-0} - ${b:-0} ))"
 done
+echo
+echo "| cluster (hub + ${MEMBERS} + extra) | version | processes | RSS MiB |"
+echo "|---|---|---:|---:|"
+while read -r cluster version count mib; do
+  printf '| %s | %s | %s | %s |\n' "${cluster}" "${version}" "${count}" "${mib}"
+done <<<"${clusters}"
 echo
 printf '| step | seconds |\n|---|---:|\n| up (hub + %s members, warm tool cache) | %d.%d |\n| add-member (one more member) | %d.%d |\n' \
   "${MEMBERS}" $(( t_up / 1000 )) $(( t_up % 1000 / 100 )) $(( t_add / 1000 )) $(( t_add % 1000 / 100 ))

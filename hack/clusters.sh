@@ -136,6 +136,8 @@ load_conf() {
   # shellcheck source=/dev/null
   source "${CONF}"
   [[ -x "${TOOLS_BIN}/kube-apiserver" ]] || die "tools missing in ${TOOLS_BIN}: run hack/build-tools.sh"
+  [[ -f "${CLUSTERS}/hub/version" ]] \
+    || die "the environment in ${RUN_DIR} was started by an older hack/clusters.sh (one shared CA): run 'hack/clusters.sh --run-dir ${RUN_DIR} down' and 'up' again"
   check_member_versions
 }
 

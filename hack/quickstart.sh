@@ -150,6 +150,15 @@ port=$((port + 1))
 log "== waiting for the members to be Ready"
 "${K[@]}" wait --for condition=Ready clusters.flotilla.dev --all --timeout 120s >/dev/null
 
+# Placement selects Clusters by their labels: give each the region its nodes are in, as an admin
+# would (member1 and member3 share europe-west1, member2 is in us-east1).
+log "== labelling each Cluster with its member's region (topology.kubernetes.io/region)"
+for m in member1 member2 member3; do
+  region="$("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" get nodes \
+    -o jsonpath='{.items[0].metadata.labels.topology\.kubernetes\.io/region}')"
+  "${K[@]}" label clusters.flotilla.dev "${m}" "topology.kubernetes.io/region=${region}" --overwrite >/dev/null
+done
+
 log "== applying the example workload to the hub (deploy/quickstart/workload.yaml)"
 apply -f deploy/quickstart/workload.yaml
 "${K[@]}" -n demo wait deployment/web --for jsonpath='{.status.availableReplicas}'=10 --timeout 180s >/dev/null
@@ -157,16 +166,19 @@ apply -f deploy/quickstart/workload.yaml
 
 show() {
   echo
-  "${K[@]}" get clusters.flotilla.dev
+  "${K[@]}" get clusters.flotilla.dev -L topology.kubernetes.io/region
   echo
   "${K[@]}" -n demo get deployment web
   echo
   echo "distribution: $("${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message}')"
-  local m
+  local m mk
   for m in member1 member2 member3; do
-    printf '  %-8s %s\n' "${m}" "$("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" -n demo get deployment web \
-      -o jsonpath='{.status.availableReplicas}/{.spec.replicas} available' 2>/dev/null || echo '-')"
+    mk=("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" -n demo)
+    printf '  %-8s %-16s Service web at %s (allocated by the member)\n' "${m}" \
+      "$("${mk[@]}" get deployment web -o jsonpath='{.status.availableReplicas}/{.spec.replicas} available' 2>/dev/null || echo '-')" \
+      "$("${mk[@]}" get service web -o jsonpath='{.spec.clusterIP}' 2>/dev/null || echo '-')"
   done
+  echo "  hub      Service web at $("${K[@]}" -n demo get service web -o jsonpath='{.spec.clusterIP}')"
 }
 show
 

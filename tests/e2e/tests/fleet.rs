@@ -442,11 +442,20 @@ async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result
         .create(&PostParams::default(), &placement)
         .await?;
     let replicas = 12_u64;
+    // Probes and volumes of kinds whose schema grew after v1.34: what the hub's apiserver fills
+    // in for them must not keep the Deployment from the older member.
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}
+                              "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                  "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
+                                  "livenessProbe": {"grpc": {"port": 9090}},
+                                  "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"},
+                                                   {"name": "info", "mountPath": "/etc/info"}]}],
+                                  "volumes": [{"name": "scratch", "emptyDir": {}},
+                                              {"name": "info", "downwardAPI": {"items": [
+                                                  {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}}
     }))?;
     Api::<Deployment>::namespaced(fleet.hub.clone(), ns)
         .create(&PostParams::default(), &deployment)
