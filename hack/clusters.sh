@@ -570,7 +570,7 @@ cmd_up() {
     cmd_down >/dev/null
   fi
   if ! "${HACK_DIR}/build-tools.sh" --check >/dev/null 2>&1; then
-    log "building the tools first (hack/build-tools.sh; the first build takes 15-30 minutes)"
+    log "building the tools first (hack/build-tools.sh; the first build takes about 10-15 minutes)"
     "${HACK_DIR}/build-tools.sh" >/dev/null
   fi
   require_tools

@@ -31,7 +31,7 @@ LOGS="${RUN_DIR}/logs"
 NS=flotilla-system
 T0="$(now)"
 
-log "== building the tools (the first time: 15-30 minutes) and the controllers"
+log "== building the tools (the first time: about 10-15 minutes) and the controllers"
 "${HACK_DIR}/build-tools.sh" >/dev/null
 cargo build --workspace --bins --quiet
 BIN="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/debug"
@@ -171,12 +171,15 @@ show() {
   "${K[@]}" -n demo get deployment web
   echo
   echo "distribution: $("${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message}')"
-  local m mk
+  local m mk replicas ip
   for m in member1 member2 member3; do
-    mk=("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" -n demo)
-    printf '  %-8s %-16s Service web at %s (allocated by the member)\n' "${m}" \
-      "$("${mk[@]}" get deployment web -o jsonpath='{.status.availableReplicas}/{.spec.replicas} available' 2>/dev/null || echo '-')" \
-      "$("${mk[@]}" get service web -o jsonpath='{.spec.clusterIP}' 2>/dev/null || echo '-')"
+    mk=("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" --request-timeout 5s -n demo)
+    if ! replicas="$("${mk[@]}" get deployment web -o jsonpath='{.status.availableReplicas}/{.spec.replicas} available' 2>/dev/null)"; then
+      printf '  %-8s unreachable\n' "${m}"
+      continue
+    fi
+    ip="$("${mk[@]}" get service web -o jsonpath='{.spec.clusterIP}' 2>/dev/null || true)"
+    printf '  %-8s %-16s Service web at %s (allocated by the member)\n' "${m}" "${replicas}" "${ip:--}"
   done
   echo "  hub      Service web at $("${K[@]}" -n demo get service web -o jsonpath='{.spec.clusterIP}')"
 }

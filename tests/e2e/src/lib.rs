@@ -257,6 +257,21 @@ pub async fn client_from(kubeconfig: Kubeconfig) -> Result<Client> {
     Client::try_from(config).context("building client")
 }
 
+/// A Kubernetes version such as `v1.34.4` as numbers, for ordering versions.
+pub fn parse_version(version: &str) -> Result<(u32, u32, u32)> {
+    let numbers: Vec<u32> = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .take(3)
+        .map(str::parse)
+        .collect::<std::result::Result<_, _>>()
+        .with_context(|| format!("{version:?} is not a Kubernetes version"))?;
+    match numbers[..] {
+        [major, minor, patch] => Ok((major, minor, patch)),
+        _ => bail!("{version:?} is not a Kubernetes version"),
+    }
+}
+
 /// A random lower-case suffix for names of test objects.
 pub fn random_suffix() -> String {
     use rand::Rng;
@@ -421,9 +436,24 @@ pub struct ScratchMember {
 }
 
 impl ScratchMember {
+    /// A member of the current Kubernetes version.
     pub async fn add(env: &Environment, prefix: &str) -> Result<Self> {
+        Self::add_version(env, prefix, None).await
+    }
+
+    /// A member of Kubernetes `version` (one `hack/versions.env` lists, e.g. `v1.34.4`), or of
+    /// the current one.
+    pub async fn add_version(
+        env: &Environment,
+        prefix: &str,
+        version: Option<&str>,
+    ) -> Result<Self> {
         let name = format!("{prefix}-{}", random_suffix());
-        let out = env.clusters_sh(&["add-member", &name]).await?;
+        let mut args = vec!["add-member", name.as_str()];
+        if let Some(v) = version {
+            args.extend(["--version", v]);
+        }
+        let out = env.clusters_sh(&args).await?;
         let members = out
             .lines()
             .find_map(|l| l.strip_prefix(&format!("export {MEMBER_KUBECONFIGS}=")))
@@ -480,6 +510,15 @@ mod tests {
         assert!(parse_named_paths("").expect("empty list").is_empty());
         assert!(parse_named_paths("nopath").is_err());
         assert!(parse_named_paths("=/x").is_err());
+    }
+
+    #[test]
+    fn versions_are_ordered_by_number() {
+        assert_eq!(parse_version("v1.34.4").expect("valid"), (1, 34, 4));
+        assert!(parse_version("v1.9.0").expect("valid") < parse_version("v1.34.4").expect("valid"));
+        assert_eq!(parse_version("v1.37.2-rc.1").expect("valid"), (1, 37, 2));
+        assert!(parse_version("v1").is_err());
+        assert!(parse_version("latest").is_err());
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use flotilla_e2e::{
-    Environment, ScratchMember, Seen, TestNamespace, client_from, holds_for, wait_for,
+    Environment, ScratchMember, Seen, TestNamespace, client_from, holds_for, parse_version,
+    wait_for,
 };
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
@@ -259,9 +260,23 @@ async fn non_admin_user_is_limited_by_rbac() -> Result<()> {
 #[tokio::test]
 async fn stopped_member_is_unreachable_and_comes_back_intact() -> Result<()> {
     let env = Environment::get();
-    let scratch = ScratchMember::add(&env, "e2e-stop").await?;
+    // Of the oldest version a member of the environment runs, so that add-member and
+    // start-member are shown to keep a member's version.
+    let mut oldest = env.hub.version().await?;
+    for m in &env.members {
+        let v = m.version().await?;
+        if parse_version(&v)? < parse_version(&oldest)? {
+            oldest = v;
+        }
+    }
+    let scratch = ScratchMember::add_version(&env, "e2e-stop", Some(&oldest)).await?;
     let name = scratch.info.name.clone();
     let client = scratch.info.client().await?;
+    anyhow::ensure!(
+        scratch.info.version().await? == oldest,
+        "add-member --version {oldest}: {name} runs {}",
+        scratch.info.version().await?
+    );
 
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let cm: ConfigMap = serde_json::from_value(json!({
@@ -283,6 +298,11 @@ async fn stopped_member_is_unreachable_and_comes_back_intact() -> Result<()> {
     }
 
     env.clusters_sh(&["start-member", &name]).await?;
+    anyhow::ensure!(
+        scratch.info.version().await? == oldest,
+        "{name} came back as {} instead of {oldest}",
+        scratch.info.version().await?
+    );
     let up: Api<ConfigMap> = Api::namespaced(scratch.info.client().await?, "default");
     let back = wait_for(
         &format!("ConfigMap survivor to be readable in {name} again"),

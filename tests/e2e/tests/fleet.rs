@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use flotilla_api::{Placement, Work, annotations, names};
-use flotilla_e2e::{ClusterInfo, Environment, Seen, TestNamespace, client_from, wait_for};
+use flotilla_e2e::{
+    ClusterInfo, Environment, Seen, TestNamespace, client_from, parse_version, wait_for,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, Service, ServiceAccount};
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
@@ -374,7 +376,7 @@ async fn every_cluster_has_its_own_cas_ranges_nodes_and_version() -> Result<()> 
         let v = m.version().await?;
         if v != hub_version {
             ensure!(
-                minor(&v)? < minor(&hub_version)?,
+                parse_version(&v)? < parse_version(&hub_version)?,
                 "{} runs {v}, newer than the hub's {hub_version}",
                 m.name
             );
@@ -397,16 +399,6 @@ async fn every_cluster_has_its_own_cas_ranges_nodes_and_version() -> Result<()> 
         }
     }
     Ok(())
-}
-
-/// The minor of a version like `v1.34.4`.
-fn minor(version: &str) -> Result<u32> {
-    version
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .and_then(|m| m.parse().ok())
-        .ok_or_else(|| anyhow!("cannot read the minor of {version:?}"))
 }
 
 /// Allocatable pods of each test Cluster, as registration reports them.
@@ -560,6 +552,15 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
     let objects = [
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": ns},
                "data": {"a": "b"}}),
+        // A workload whose template refers to the hub-made objects: they must not follow it.
+        // (Three replicas, so that the Placement's even division gives every member one.)
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "uses-hub-ca", "namespace": ns},
+               "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "uses-hub-ca"}},
+                        "template": {"metadata": {"labels": {"app": "uses-hub-ca"}}, "spec": {
+                            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                            "volumes": [
+                                {"name": "ca", "projected": {"sources": [{"configMap": {"name": "kube-root-ca.crt"}}]}},
+                                {"name": "token", "secret": {"secretName": "legacy-token", "optional": true}}]}}}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
                "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [
                    {"name": "http", "port": 80, "targetPort": 8080},
@@ -594,18 +595,22 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
     for ((cluster, client), info) in fleet.members.iter().zip(&env.members) {
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         let service = wait_for(
-            &format!("Service web and ConfigMap settings in {cluster}"),
+            &format!("Service web, ConfigMap settings and Deployment uses-hub-ca in {cluster}"),
             Duration::from_secs(90),
             || async {
                 let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
                     .get_opt("settings")
                     .await?;
-                Ok(match (services.get_opt("web").await?, cm) {
-                    (Some(s), Some(_)) => Seen::Done(s),
-                    (s, c) => Seen::not_yet(format!(
-                        "service: {}, configmap: {}",
+                let d = Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get_opt("uses-hub-ca")
+                    .await?;
+                Ok(match (services.get_opt("web").await?, cm, d) {
+                    (Some(s), Some(_), Some(_)) => Seen::Done(s),
+                    (s, c, d) => Seen::not_yet(format!(
+                        "service: {}, configmap: {}, deployment: {}",
                         s.is_some(),
-                        c.is_some()
+                        c.is_some(),
+                        d.is_some()
                     )),
                 })
             },
@@ -673,7 +678,9 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
             );
         }
         ensure!(
-            sources.contains("ConfigMap/settings") && sources.contains("Service/web"),
+            sources.contains("ConfigMap/settings")
+                && sources.contains("Service/web")
+                && sources.contains("Deployment/uses-hub-ca"),
             "the user's objects are placed on {cluster}: Works for {sources:?}"
         );
         let manifest = ours
