@@ -104,6 +104,16 @@ fn condition<'a>(
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// The message of an import's `Compatible` condition (empty without one).
+fn compatible_message(import: &ApiResourceImport) -> String {
+    import
+        .status
+        .as_ref()
+        .and_then(|s| condition(&s.conditions, conditions::COMPATIBLE))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 /// One member of the test: its environment info and its Cluster name on the hub.
 struct Member {
     info: ClusterInfo,
@@ -482,12 +492,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         &negotiator,
     )
     .await?;
-    let message = flipped[0]
-        .status
-        .as_ref()
-        .and_then(|s| condition(&s.conditions, conditions::COMPATIBLE))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = compatible_message(&flipped[0]);
     ensure!(
         message.contains(".spec.name"),
         "the message names the path: {message}"
@@ -573,12 +578,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
             "the older {}'s Deployment import must list the pod template fields it lacks, none Breaking: {differences:?}",
             m.info.name
         );
-        let compatible = import
-            .status
-            .as_ref()
-            .and_then(|s| condition(&s.conditions, conditions::COMPATIBLE))
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let compatible = compatible_message(import);
         ensure!(
             compatible.contains(&differences[0].path),
             "the Compatible message of the older {} names the paths: {compatible:?}",
