@@ -138,11 +138,14 @@ pub fn deployment_status(
     now: &str,
 ) -> Value {
     let sum = |f: fn(&Copy) -> i64| copies.iter().map(f).sum::<i64>();
-    let all_current = !copies.is_empty() && copies.iter().all(|c| c.current && c.observed);
+    // A Deployment of 0 replicas needs no copy to be complete (scaled to 0 it keeps those it
+    // has, at 0); any other needs at least one.
+    let enough_copies = !copies.is_empty() || desired == 0;
+    let all_current = enough_copies && copies.iter().all(|c| c.current && c.observed);
     let fresh = |f: fn(&Copy) -> i64| copies.iter().filter(|c| !c.stale).map(f).sum::<i64>();
     let available = fresh(|c| c.available_replicas);
     let minimum = i64::from(desired) - i64::from(max_unavailable);
-    let available_ok = !copies.is_empty() && available >= minimum;
+    let available_ok = enough_copies && available >= minimum;
     let unreachable: Vec<&str> = copies
         .iter()
         .filter(|c| c.stale)
@@ -201,6 +204,24 @@ pub fn deployment_status(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_deployment_scaled_to_zero_is_complete_and_available() {
+        let division: Division = [("a".to_string(), 0), ("b".to_string(), 0)].into();
+        let copies = [copy("a", 0, true), copy("b", 0, true)];
+        for copies in [&copies[..], &[]] {
+            let s = deployment_status(Some(4), 0, 0, copies, &division, "t");
+            assert_eq!(s["observedGeneration"], 4, "{s}");
+            assert_eq!(s["replicas"], 0);
+            assert_eq!(s["conditions"][0]["type"], "Available");
+            assert_eq!(s["conditions"][0]["status"], "True", "{s}");
+            assert_eq!(s["conditions"][1]["status"], "True", "{s}");
+        }
+        // One replica wanted and no copy yet: neither.
+        let s = deployment_status(Some(4), 1, 0, &[], &division, "t");
+        assert!(s.get("observedGeneration").is_none(), "{s}");
+        assert_eq!(s["conditions"][0]["status"], "False");
+    }
 
     fn copy(cluster: &str, replicas: i64, available: bool) -> Copy {
         Copy {

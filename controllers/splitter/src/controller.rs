@@ -591,8 +591,11 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 excluded,
                 ..Default::default()
             };
+            // Scaled to 0, a Deployment keeps its copies, at 0 replicas, so that the members
+            // agree with the hub and scaling up again reuses them.
+            let scaled_to_zero = divisible && object.data["spec"]["replicas"].as_u64() == Some(0);
             for (cluster, n) in &division {
-                if divisible && *n == 0 {
+                if divisible && *n == 0 && !(scaled_to_zero && has_copy(&uid, cluster)) {
                     continue;
                 }
                 let work = render(&object, cluster, divisible.then_some(*n), &name, spec)?;
@@ -774,7 +777,8 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             .filter(|w| w.labels().get(labels::SOURCE_UID) == Some(&uid))
             .filter_map(|w| {
                 let c = cluster_of(w)?;
-                division.get(&c).filter(|n| **n > 0)?;
+                // Copies of the division; at 0 replicas only when the Deployment is at 0.
+                division.get(&c).filter(|n| **n > 0 || *total == 0)?;
                 Some(copy_of(w, &c, object.metadata.generation))
             })
             .collect();

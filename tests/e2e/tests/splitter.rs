@@ -430,6 +430,96 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
 
 /// The Placement (and its Works) that places `kind`/`name` on the first member, with the member
 /// object's UID.
+#[tokio::test]
+async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<()> {
+    let fleet = Fleet::start("zero").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "spread"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
+    }))?;
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .create(&PostParams::default(), &placement)
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deployment(6)?)
+        .await?;
+    hub_available(&deployments, 6)
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let uids = |members: &[(String, Client)]| {
+        let members = members.to_vec();
+        async move {
+            let mut out = BTreeMap::new();
+            for (cluster, client) in &members {
+                let d = Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get_opt("web")
+                    .await?;
+                out.insert(cluster.clone(), d.and_then(|d| d.metadata.uid));
+            }
+            Ok::<_, anyhow::Error>(out)
+        }
+    };
+    let before = uids(members).await?;
+
+    // Scale to 0: every member's copy goes to 0 replicas, and the hub says 0 of 0.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await?;
+    wait_for(
+        "every member's copy at 0 replicas and the hub's status at 0",
+        Duration::from_secs(60),
+        || async {
+            let spread = member_replicas(members, ns).await?;
+            let d = deployments.get("web").await?;
+            let status = d.status.clone().unwrap_or_default();
+            let observed = status.observed_generation == d.metadata.generation;
+            Ok(
+                if spread.len() == members.len()
+                    && spread.values().all(|n| *n == 0)
+                    && observed
+                    && status.replicas.unwrap_or(0) == 0
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!(
+                        "members {spread:?}, hub observed={observed} replicas={:?}",
+                        status.replicas
+                    ))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    ensure!(
+        uids(members).await? == before,
+        "scaling to 0 keeps the member copies (same UIDs): {before:?}"
+    );
+
+    // And back: the same copies take the replicas again.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await?;
+    hub_available(&deployments, 3).await?;
+    ensure!(
+        uids(members).await? == before,
+        "scaling up from 0 reuses the member copies: {before:?}"
+    );
+    Ok(())
+}
+
 async fn placed_by(fleet: &Fleet, work: &str) -> Result<Option<String>> {
     let (cluster, _) = &fleet.members[0];
     let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(cluster));
