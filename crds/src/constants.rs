@@ -253,6 +253,11 @@ pub mod reasons {
     pub const NO_ELIGIBLE_CLUSTER: &str = "NoEligibleCluster";
     /// A resource selector names a type that no member (or the hub) serves.
     pub const UNSUPPORTED_TYPE: &str = "UnsupportedType";
+    /// The splitter may not read a selected type (RBAC); its copies are kept as they are.
+    pub const FORBIDDEN: &str = "Forbidden";
+    /// A selected type cannot be looked up or read right now (discovery or API error); its
+    /// copies are kept as they are.
+    pub const TYPE_UNREADABLE: &str = "TypeUnreadable";
     /// Two Placements of equal specificity select the same object.
     pub const PLACEMENT_CONFLICT: &str = "PlacementConflict";
     /// A more specific Placement selects the object.
@@ -329,6 +334,8 @@ mod tests {
             reasons::NO_CLUSTER_SELECTED,
             reasons::NO_ELIGIBLE_CLUSTER,
             reasons::UNSUPPORTED_TYPE,
+            reasons::FORBIDDEN,
+            reasons::TYPE_UNREADABLE,
             reasons::PLACEMENT_CONFLICT,
             reasons::OVERRIDDEN,
             reasons::FAILING_OVER,

@@ -118,33 +118,38 @@ impl Splitter {
             .collect()
     }
 
-    /// The types a Placement selects, as API resources, each once, and the selectors naming a
-    /// type the hub does not serve in namespaces (with why). The default types are known; others
-    /// (custom resources) are looked up in the hub's discovery once and remembered.
-    async fn selected_types(
-        &self,
-        selectors: &[ResourceSelector],
-    ) -> (Vec<ApiResource>, Vec<String>) {
+    /// The types a Placement selects, as API resources, each once, with the selectors naming a
+    /// type the hub does not serve and those naming a type that cannot be looked up now. The
+    /// default types are known; others (custom resources) are looked up in the hub's discovery
+    /// once and remembered.
+    async fn selected_types(&self, selectors: &[ResourceSelector]) -> SelectedTypes {
+        let mut selected = SelectedTypes::default();
         if selectors.is_empty() {
-            let defaults = DEFAULT_TYPES
+            selected.types = DEFAULT_TYPES
                 .iter()
                 .map(|(g, v, k, p)| resource(g, v, k, p))
                 .collect();
-            return (defaults, Vec::new());
+            return selected;
         }
-        let mut types: Vec<ApiResource> = Vec::new();
-        let mut unsupported = Vec::new();
         for s in selectors {
             match self.resolve(&s.api_version, &s.kind).await {
-                Ok(ar) if !types.contains(&ar) => types.push(ar),
+                Ok(ar) if !selected.types.contains(&ar) => selected.types.push(ar),
                 Ok(_) => {}
-                Err(why) => unsupported.push(format!("{} {}: {why}", s.api_version, s.kind)),
+                Err(TypeLookupError::Absent(why)) => selected
+                    .unsupported
+                    .push(format!("{} {}: {why}", s.api_version, s.kind)),
+                Err(TypeLookupError::Unknown(e)) => selected.unreadable.push(Unreadable::new(
+                    &s.api_version,
+                    &s.kind,
+                    "look the type up in the hub's discovery",
+                    &e,
+                )),
             }
         }
-        (types, unsupported)
+        selected
     }
 
-    async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource, String> {
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource, TypeLookupError> {
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         if let Some((g, v, k, p)) = DEFAULT_TYPES
             .iter()
@@ -170,9 +175,78 @@ impl Splitter {
                     .insert(key, ar.clone());
                 Ok(ar)
             }
-            Ok(_) => Err("cluster-scoped: a Placement places objects of its namespace".into()),
-            Err(_) => Err("the hub does not serve it".into()),
+            Ok(_) => Err(TypeLookupError::Absent(
+                "cluster-scoped: a Placement places objects of its namespace".into(),
+            )),
+            Err(e) if proves_absent(&e) => {
+                Err(TypeLookupError::Absent("the hub does not serve it".into()))
+            }
+            Err(e) => Err(TypeLookupError::Unknown(e)),
         }
+    }
+}
+
+/// The types a Placement selects, as far as the splitter can tell now.
+#[derive(Default)]
+struct SelectedTypes {
+    types: Vec<ApiResource>,
+    /// Selectors naming a type the hub does not serve (or not in namespaces), with why.
+    unsupported: Vec<String>,
+    /// Types that cannot be looked up or listed now: their Works are kept as they are.
+    unreadable: Vec<Unreadable>,
+}
+
+/// A selected type the splitter cannot read now, and why.
+struct Unreadable {
+    api_version: String,
+    kind: String,
+    forbidden: bool,
+    message: String,
+}
+
+impl Unreadable {
+    fn new(api_version: &str, kind: &str, doing: &str, e: &kube::Error) -> Self {
+        let forbidden = matches!(e, kube::Error::Api(s) if s.code == 403);
+        let message = if forbidden {
+            format!(
+                "{api_version} {kind}: the splitter may not {doing} ({e}); grant it get, list and \
+                 watch on this type, e.g. with the chart value splitter.extraRules"
+            )
+        } else {
+            format!("{api_version} {kind}: could not {doing}: {e}")
+        };
+        Self {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            forbidden,
+            message,
+        }
+    }
+
+    /// Whether Work `w` places an object of this type.
+    fn places(&self, w: &Work) -> bool {
+        let a = w.annotations();
+        a.get(annotations::SOURCE_API_VERSION) == Some(&self.api_version)
+            && a.get(annotations::SOURCE_KIND) == Some(&self.kind)
+    }
+}
+
+/// Why a selected type was not found.
+enum TypeLookupError {
+    /// The hub says it does not serve it (in namespaces).
+    Absent(String),
+    /// The hub could not say now: unknown, not absent.
+    Unknown(kube::Error),
+}
+
+/// Whether a discovery error proves a type absent: the hub does not serve its group/version
+/// (404), or serves it without the kind. Anything else (a timeout, a 5xx, Forbidden) says
+/// nothing about the type.
+fn proves_absent(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 404,
+        kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(_)) => true,
+        _ => false,
     }
 }
 
@@ -468,7 +542,11 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .collect();
     let neighbours: Vec<&Placement> = neighbours.iter().map(|p| &**p).collect();
-    let (types, unsupported) = state.selected_types(&spec.resource_selectors).await;
+    let SelectedTypes {
+        types,
+        unsupported,
+        mut unreadable,
+    } = state.selected_types(&spec.resource_selectors).await;
     for ar in types {
         // What members that cannot take every object of the type can take: parsed once here.
         let member_schemas: BTreeMap<&str, MemberSchema> = selection
@@ -483,7 +561,20 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             })
             .collect();
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-        for object in api.list(&ListParams::default()).await?.items {
+        let listed = match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            // Unknown is not absent: this type's copies stay as they are, the others go on.
+            Err(e) => {
+                unreadable.push(Unreadable::new(
+                    &ar.api_version,
+                    &ar.kind,
+                    &format!("list {} in namespace {ns}", ar.plural),
+                    &e,
+                ));
+                continue;
+            }
+        };
+        for object in listed {
             let object = typed(object, &ar);
             let object_name = object.name_any();
             let selectable = Selectable {
@@ -714,7 +805,10 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         let Some(cluster) = cluster_of(work) else {
             continue;
         };
-        if desired.contains_key(&(uid.clone(), cluster.clone())) || handed_over.contains(&uid) {
+        if desired.contains_key(&(uid.clone(), cluster.clone()))
+            || handed_over.contains(&uid)
+            || unreadable.iter().any(|t| t.places(work))
+        {
             continue;
         }
         let object_wanted = desired.keys().any(|(u, _)| *u == uid);
@@ -823,6 +917,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             conflicts: &conflicts,
             missing: &missing,
             unsupported: &unsupported,
+            unreadable: &unreadable,
             removing: &removing(&current),
             stranded: stranded.len(),
         },
@@ -856,6 +951,19 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 )
                 .await;
         }
+        if !unreadable.is_empty() && before != after {
+            // What a user (or the admin) can fix: say so where they look.
+            let reason = status["status"]["conditions"][0]["reason"]
+                .as_str()
+                .unwrap_or(reasons::TYPE_UNREADABLE)
+                .to_string();
+            let what: Vec<&str> = unreadable.iter().map(|u| u.message.as_str()).collect();
+            state
+                .ctx
+                .events
+                .warning(placement, &reason, "Place", what.join("; "))
+                .await;
+        }
         if !conflicts.is_empty() && before != after {
             state
                 .ctx
@@ -869,12 +977,19 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 .await;
         }
     }
+    if !unreadable.is_empty() {
+        // Soon again: RBAC granted or discovery back, the Placement recovers in seconds.
+        return Ok(Action::requeue(UNREADABLE_RETRY));
+    }
     Ok(Action::requeue(
         selection
             .recheck_after
             .map_or(RESYNC, |r| r.min(RESYNC) + Duration::from_secs(1)),
     ))
 }
+
+/// How soon a Placement with a type that cannot be read now is looked at again.
+const UNREADABLE_RETRY: Duration = Duration::from_secs(5);
 
 /// How often a Placement is looked at again without any change.
 const RESYNC: Duration = Duration::from_secs(60);
@@ -928,6 +1043,8 @@ struct Findings<'a> {
     missing: &'a [String],
     /// Resource selectors naming types the hub does not serve in namespaces.
     unsupported: &'a [String],
+    /// Selected types the splitter cannot read now (their copies are kept).
+    unreadable: &'a [Unreadable],
     /// Copies being removed from their members (Works being deleted), as `kind/name on member`.
     removing: &'a [String],
     /// Selected objects no member can take now, left running where they run.
@@ -967,6 +1084,7 @@ fn placement_status(
         conflicts,
         missing,
         unsupported,
+        unreadable,
         removing,
         stranded,
     } = findings;
@@ -1023,7 +1141,18 @@ fn placement_status(
             unsupported.join(", ")
         );
     }
-    let reason = if !unsupported.is_empty() {
+    if !unreadable.is_empty() {
+        let what: Vec<&str> = unreadable.iter().map(|u| u.message.as_str()).collect();
+        message = format!(
+            "selected types cannot be read now, their copies are kept as they are: {}; {message}",
+            what.join("; ")
+        );
+    }
+    let reason = if unreadable.iter().any(|u| u.forbidden) {
+        reasons::FORBIDDEN
+    } else if !unreadable.is_empty() {
+        reasons::TYPE_UNREADABLE
+    } else if !unsupported.is_empty() {
         reasons::UNSUPPORTED_TYPE
     } else if !scheduled {
         reasons::NO_ELIGIBLE_CLUSTER
@@ -1032,7 +1161,7 @@ fn placement_status(
     } else {
         conditions::SCHEDULED
     };
-    let ok = scheduled && unsupported.is_empty();
+    let ok = scheduled && unsupported.is_empty() && unreadable.is_empty();
     let mut status = json!({
         "conditions": [{
             "type": conditions::SCHEDULED,
@@ -1117,6 +1246,73 @@ fn same_ignoring_times(a: &serde_json::Value, b: &serde_json::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("no", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_an_answer_that_the_type_is_not_served_proves_it_absent() {
+        assert!(proves_absent(&api_error(404)));
+        assert!(proves_absent(&kube::Error::Discovery(
+            kube::error::DiscoveryError::MissingKind("Widget".into())
+        )));
+        for unknown in [
+            api_error(403),
+            api_error(500),
+            api_error(503),
+            api_error(429),
+        ] {
+            assert!(!proves_absent(&unknown), "{unknown}");
+        }
+        assert!(!proves_absent(&kube::Error::Discovery(
+            kube::error::DiscoveryError::EmptyApiGroup("example.com".into())
+        )));
+    }
+
+    #[test]
+    fn a_forbidden_type_says_what_the_splitter_lacks_and_how_to_grant_it() {
+        let u = Unreadable::new(
+            "apps/v1",
+            "StatefulSet",
+            "list statefulsets in namespace shop",
+            &api_error(403),
+        );
+        assert!(u.forbidden);
+        assert!(
+            u.message
+                .contains("may not list statefulsets in namespace shop")
+                && u.message.contains("splitter.extraRules"),
+            "{}",
+            u.message
+        );
+        let u = Unreadable::new(
+            "example.com/v1",
+            "Widget",
+            "look the type up",
+            &api_error(503),
+        );
+        assert!(!u.forbidden);
+        assert!(
+            u.message.contains("could not look the type up"),
+            "{}",
+            u.message
+        );
+        let work: Work = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+            "metadata": {"name": "w", "annotations": {
+                annotations::SOURCE_API_VERSION: "example.com/v1",
+                annotations::SOURCE_KIND: "Widget"}},
+            "spec": {"manifests": []}
+        }))
+        .expect("work");
+        assert!(u.places(&work));
+        assert!(!Unreadable::new("v1", "ConfigMap", "list", &api_error(503)).places(&work));
+    }
 
     #[test]
     fn a_status_that_says_the_same_keeps_its_times_and_is_not_written_again() {

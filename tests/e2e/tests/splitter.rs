@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, Placement, Work, labels, names, reasons};
+use flotilla_e2e::api::ClusterScopedObjects;
+use flotilla_e2e::chart;
 use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
     ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
 };
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -106,6 +108,9 @@ pub(crate) struct Fleet {
     pub(crate) splitter: ControllerProcess,
     /// The label selector of the test's Clusters.
     pub(crate) selector: String,
+    /// With [`Fleet::start_as_chart`]: the chart release whose splitter identity runs the
+    /// splitter, and its cluster-scoped RBAC (removed on drop).
+    pub(crate) release: Option<(String, ClusterScopedObjects)>,
     _registration: ControllerProcess,
     _syncer: ControllerProcess,
     _cleanup: ClusterCleanup,
@@ -117,11 +122,27 @@ impl Fleet {
         Self::start_with(prefix, members, &[]).await
     }
 
+    /// With the splitter running as the chart's splitter ServiceAccount (its RBAC as the chart
+    /// renders it), so that what the chart does not grant shows up.
+    pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
+        let members = Environment::get().require_members(3)?.to_vec();
+        Self::start_full(prefix, members, &[], true).await
+    }
+
     /// With the given members and more flags for the registration controller.
     pub(crate) async fn start_with(
         prefix: &str,
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
+    ) -> Result<Self> {
+        Self::start_full(prefix, members_info, registration_flags, false).await
+    }
+
+    async fn start_full(
+        prefix: &str,
+        members_info: Vec<ClusterInfo>,
+        registration_flags: &[&str],
+        chart_splitter: bool,
     ) -> Result<Self> {
         let env = Environment::get();
         let hub = env.hub.client().await?;
@@ -157,6 +178,19 @@ impl Fleet {
         ]);
         let mut split = common.to_vec();
         split.extend(["--namespace", ns.name()]);
+        let mut release = None;
+        let splitter_kubeconfig;
+        if chart_splitter {
+            let name = format!("e2e-{id}");
+            let identities = chart::install_identities(&hub, &name, ns.name()).await?;
+            splitter_kubeconfig =
+                chart::service_account_kubeconfig(&env, &hub, ns.name(), &name, "splitter")
+                    .await?
+                    .to_string_lossy()
+                    .into_owned();
+            split[1] = splitter_kubeconfig.as_str();
+            release = Some((name, identities));
+        }
         let registration = ControllerProcess::start("flotilla-registration", &reg)?;
         let syncer = ControllerProcess::start("flotilla-syncer", &sync)?;
         let splitter = ControllerProcess::start("flotilla-splitter", &split)?;
@@ -204,6 +238,7 @@ impl Fleet {
             members,
             splitter,
             selector,
+            release,
             _registration: registration,
             _syncer: syncer,
             _cleanup: cleanup,
@@ -517,6 +552,155 @@ async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<
         uids(members).await? == before,
         "scaling up from 0 reuses the member copies: {before:?}"
     );
+    Ok(())
+}
+
+/// StatefulSet `db` of every member, by Cluster name: its UID, or `None` where there is none.
+async fn member_statefulsets(
+    members: &[(String, Client)],
+    ns: &str,
+) -> Result<BTreeMap<String, Option<String>>> {
+    let mut out = BTreeMap::new();
+    for (cluster, client) in members {
+        let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
+            .get_opt("db")
+            .await?;
+        out.insert(cluster.clone(), s.and_then(|s| s.metadata.uid));
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start_as_chart("forbid").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let release = fleet
+        .release
+        .as_ref()
+        .map(|(r, _)| r.clone())
+        .unwrap_or_default();
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    placements
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "stateful"},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "StatefulSet"},
+                                               {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}],
+                         "replicaScheduling": {"type": "Duplicated"}},
+            }))?,
+        )
+        .await?;
+    for object in [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": ns},
+               "data": {"a": "b"}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": ns},
+               "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                        "template": {"metadata": {"labels": {"app": "db"}},
+                                     "spec": {"containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+
+    // The chart does not let the splitter read StatefulSets: said at once, with what to grant.
+    let started = std::time::Instant::now();
+    wait_scheduled(
+        &placements,
+        "stateful",
+        "say StatefulSets are forbidden",
+        |c| {
+            c.status == "False"
+                && c.reason == reasons::FORBIDDEN
+                && c.message.contains("statefulsets")
+                && c.message.contains("splitter.extraRules")
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    eprintln!("Forbidden reported after {:?}", started.elapsed());
+    // ... while the other selected types flow.
+    for (cluster, client) in members {
+        wait_for(
+            &format!("ConfigMap settings in {cluster}"),
+            Duration::from_secs(30),
+            || async {
+                Ok(
+                    match Api::<ConfigMap>::namespaced(client.clone(), ns)
+                        .get_opt("settings")
+                        .await?
+                    {
+                        Some(_) => Seen::Done(()),
+                        None => Seen::not_yet("absent"),
+                    },
+                )
+            },
+        )
+        .await?;
+    }
+
+    // Granted (as splitter.extraRules would): the Placement recovers within seconds.
+    let mut rbac = ClusterScopedObjects::new(&env.hub);
+    let role = format!("{release}-statefulsets");
+    for object in [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+               "rules": [{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"kind": "ServiceAccount", "name": format!("{release}-splitter"), "namespace": ns}]}),
+    ] {
+        let (resource, _) = api::resource_of(hub, &object).await?;
+        api::apply(hub, &object, false).await??;
+        rbac.add(resource, role.clone());
+    }
+    wait_scheduled(&placements, "stateful", "recover once allowed", |c| {
+        c.status == "True"
+    })
+    .await?;
+    let placed = wait_for(
+        "StatefulSet db in every member",
+        Duration::from_secs(30),
+        || async {
+            let uids = member_statefulsets(members, ns).await?;
+            Ok(if uids.values().all(Option::is_some) {
+                Seen::Done(uids)
+            } else {
+                Seen::not_yet(format!("{uids:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // Revoked: unknown is not absent. The condition says so and every copy stays.
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(hub.clone())
+        .delete(&role, &DeleteParams::default())
+        .await?;
+    // A hub Deployment of the namespace makes the splitter look at its Placements now.
+    Api::<Deployment>::namespaced(hub.clone(), ns)
+        .create(&PostParams::default(), &deployment(1)?)
+        .await?;
+    wait_scheduled(
+        &placements,
+        "stateful",
+        "say StatefulSets are forbidden again",
+        |c| c.reason == reasons::FORBIDDEN,
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    flotilla_e2e::holds_for(
+        "the member StatefulSets to stay while the splitter may not read them",
+        Duration::from_secs(8),
+        || async {
+            let now = member_statefulsets(members, ns).await?;
+            Ok(if now == placed {
+                Ok(())
+            } else {
+                Err(format!("{placed:?} -> {now:?}"))
+            })
+        },
+    )
+    .await?;
     Ok(())
 }
 
