@@ -264,6 +264,9 @@ pub mod reasons {
     pub const OVERRIDDEN: &str = "Overridden";
     /// Replicas are moving away from a failed cluster.
     pub const FAILING_OVER: &str = "FailingOver";
+    /// The Cluster is being deleted: it takes no work, and its Works are registration's to
+    /// remove (Orphan for push mode).
+    pub const CLUSTER_DELETING: &str = "ClusterDeleting";
 }
 
 #[cfg(test)]
@@ -339,6 +342,7 @@ mod tests {
             reasons::PLACEMENT_CONFLICT,
             reasons::OVERRIDDEN,
             reasons::FAILING_OVER,
+            reasons::CLUSTER_DELETING,
         ];
         for s in all {
             assert!(is_camel_case(s), "{s:?} is not CamelCase");

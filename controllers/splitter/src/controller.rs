@@ -805,9 +805,15 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         let Some(cluster) = cluster_of(work) else {
             continue;
         };
+        // A Cluster being deleted: registration decides what becomes of its Works.
+        let cluster_deleting = state
+            .clusters
+            .get(&ObjectRef::new(&cluster))
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
         if desired.contains_key(&(uid.clone(), cluster.clone()))
             || handed_over.contains(&uid)
             || unreadable.iter().any(|t| t.places(work))
+            || cluster_deleting
         {
             continue;
         }

@@ -191,6 +191,13 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster], now: Timestamp) -> Se
         {
             continue;
         }
+        if cluster.metadata.deletion_timestamp.is_some() {
+            selection.excluded.push(exclude(
+                reasons::CLUSTER_DELETING,
+                "the Cluster is being deleted: its work moves, and what runs there is left to registration (orphaned in push mode)".into(),
+            ));
+            continue;
+        }
         if condition(cluster, conditions::ACCEPTED).is_none_or(|c| c.status != "True") {
             selection.excluded.push(exclude(
                 reasons::NO_ELIGIBLE_CLUSTER,
@@ -342,6 +349,24 @@ mod tests {
                 .map(|e| (e.cluster.as_str(), e.reason))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn a_cluster_being_deleted_takes_nothing_and_keeps_nothing() {
+        let a = cluster("member1", "True", json!({}));
+        let mut b = cluster("member2", "True", json!({}));
+        b.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-01-01T00:00:05Z".parse().expect("timestamp"),
+        ));
+        let s = select(&spec(json!({})), &[&a, &b], now());
+        assert_eq!(
+            classes(&s),
+            (
+                vec!["member1"],
+                vec![],
+                vec![("member2", reasons::CLUSTER_DELETING)]
+            )
+        );
     }
 
     #[test]

@@ -555,6 +555,71 @@ async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<
     Ok(())
 }
 
+#[tokio::test]
+async fn deleting_a_cluster_orphans_its_copies_and_moves_its_replicas() -> Result<()> {
+    let fleet = Fleet::start("cl-delete").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "spread"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
+    }))?;
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .create(&PostParams::default(), &placement)
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deployment(6)?)
+        .await?;
+    hub_available(&deployments, 6)
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let (victim, victim_client) = members[2].clone();
+    let member_deployments: Api<Deployment> = Api::namespaced(victim_client, ns);
+    let uid = member_deployments.get("web").await?.metadata.uid;
+
+    // Removing a push-mode Cluster orphans what runs there (registration marks its Works
+    // Orphan); the splitter neither writes them back nor places anything new there.
+    fleet
+        .clusters
+        .delete(&victim, &DeleteParams::default())
+        .await?;
+    let rest = &members[..2];
+    wait_for(
+        "the removed member's replicas to move to the others",
+        Duration::from_secs(90),
+        || async {
+            let spread = member_replicas(rest, ns).await?;
+            let gone = fleet.clusters.get_opt(&victim).await?.is_none();
+            Ok(if gone && spread.values().sum::<i32>() == 6 {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("Cluster gone: {gone}, the others run {spread:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    hub_available(&deployments, 6).await?;
+    flotilla_e2e::holds_for(
+        "the removed member's copy to stay, orphaned",
+        Duration::from_secs(5),
+        || async {
+            let now = member_deployments
+                .get_opt("web")
+                .await?
+                .and_then(|d| d.metadata.uid);
+            Ok(if now == uid {
+                Ok(())
+            } else {
+                Err(format!("its Deployment web: {now:?}, was {uid:?}"))
+            })
+        },
+    )
+    .await
+}
+
 /// StatefulSet `db` of every member, by Cluster name: its UID, or `None` where there is none.
 async fn member_statefulsets(
     members: &[(String, Client)],
