@@ -20,6 +20,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Preconditions,
 };
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -382,6 +383,9 @@ pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> 
         types: Default::default(),
     });
     controller
+        // Events close together make one pass: a delete and a create under the same name
+        // (`kubectl replace --force`) are seen as the replacement they are, never as a deletion.
+        .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE))
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, state)
         .for_each(|r| async move {
@@ -810,7 +814,11 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             .clusters
             .get(&ObjectRef::new(&cluster))
             .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
-        if desired.contains_key(&(uid.clone(), cluster.clone()))
+        // Written in this pass (for another object of the same name, e.g. after `kubectl replace
+        // --force`): the cached copy of it is stale.
+        let rewritten = written.contains(&(work.namespace().unwrap_or_default(), work.name_any()));
+        if rewritten
+            || desired.contains_key(&(uid.clone(), cluster.clone()))
             || handed_over.contains(&uid)
             || unreadable.iter().any(|t| t.places(work))
             || cluster_deleting
@@ -843,12 +851,17 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             }
         }
         let api: Api<Work> = Api::namespaced(client.clone(), &names::cluster_namespace(&cluster));
-        match api
-            .delete(&work.name_any(), &DeleteParams::background())
-            .await
-        {
+        // Only the Work this decision was made on: changed since (409), the next pass decides.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: work.metadata.uid.clone(),
+                resource_version: work.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&work.name_any(), &params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -999,6 +1012,9 @@ const UNREADABLE_RETRY: Duration = Duration::from_secs(5);
 
 /// How often a Placement is looked at again without any change.
 const RESYNC: Duration = Duration::from_secs(60);
+
+/// How long a Placement waits after a change for more changes before it is looked at.
+const DEBOUNCE: Duration = Duration::from_millis(500);
 
 fn ar_deployment() -> ApiResource {
     resource("apps", "v1", "Deployment", "deployments")

@@ -620,6 +620,97 @@ async fn deleting_a_cluster_orphans_its_copies_and_moves_its_replicas() -> Resul
     .await
 }
 
+/// Deployment `web` of every member, by Cluster name: its UID, or `None` where there is none.
+async fn member_deployment_uids(
+    members: &[(String, Client)],
+    ns: &str,
+) -> Result<BTreeMap<String, Option<String>>> {
+    let mut out = BTreeMap::new();
+    for (cluster, client) in members {
+        let d = Api::<Deployment>::namespaced(client.clone(), ns)
+            .get_opt("web")
+            .await?;
+        out.insert(cluster.clone(), d.and_then(|d| d.metadata.uid));
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn kubectl_replace_force_keeps_the_member_copies() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start("replace").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "spread"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
+    }))?;
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .create(&PostParams::default(), &placement)
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deployment(6)?)
+        .await?;
+    let first = hub_available(&deployments, 6)
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let before = member_deployment_uids(members, ns).await?;
+
+    // What a user does to change an immutable field, or to start over: delete and create under
+    // the same name in one command.
+    let file = flotilla_e2e::scratch_dir().join(format!("replace-{ns}.json"));
+    let mut manifest = serde_json::to_value(deployment(6)?)?;
+    manifest["apiVersion"] = json!("apps/v1");
+    manifest["kind"] = json!("Deployment");
+    manifest["metadata"]["namespace"] = json!(ns);
+    std::fs::write(&file, serde_json::to_vec(&manifest)?)?;
+    let kubectl = std::env::var_os("FLOTILLA_TOOLS_BIN")
+        .map(|d| std::path::PathBuf::from(d).join("kubectl"))
+        .unwrap_or_else(|| "kubectl".into());
+    let out = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&env.hub.kubeconfig)
+        .args(["replace", "--force", "-f"])
+        .arg(&file)
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "kubectl replace --force: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let second = wait_for(
+        "the replaced Deployment to be Available with 6 replicas",
+        Duration::from_secs(90),
+        || async {
+            let d = deployments.get("web").await?;
+            let available = d
+                .status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
+            Ok(if d.metadata.uid != first.metadata.uid && available == 6 {
+                Seen::Done(d)
+            } else {
+                Seen::not_yet(format!("uid {:?}, {available} available", d.metadata.uid))
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        second.metadata.uid != first.metadata.uid,
+        "a new hub object"
+    );
+    let after = member_deployment_uids(members, ns).await?;
+    ensure!(
+        after == before,
+        "kubectl replace --force recreated the member copies: {before:?} -> {after:?}"
+    );
+    Ok(())
+}
+
 /// StatefulSet `db` of every member, by Cluster name: its UID, or `None` where there is none.
 async fn member_statefulsets(
     members: &[(String, Client)],
