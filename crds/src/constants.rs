@@ -50,6 +50,13 @@ pub mod annotations {
     /// On Works and member objects: the name of the hub object the Work renders.
     pub const SOURCE_NAME: &str = "flotilla.dev/source-name";
 
+    /// On Works: the name of an older Work of the same cluster namespace that rendered the same
+    /// hub object under another name (a Work written before names included the namespace and
+    /// group). The syncer lets this Work take over the member objects of that one, so a rename
+    /// never deletes and recreates them; the splitter removes the older Work once this one is
+    /// applied.
+    pub const REPLACES: &str = "flotilla.dev/replaces";
+
     /// On Works: the `metadata.generation` of the hub object the Work renders, so the hub status
     /// can tell whether every copy runs the current generation.
     pub const SOURCE_GENERATION: &str = "flotilla.dev/source-generation";

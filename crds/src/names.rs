@@ -27,6 +27,44 @@ pub fn cluster_namespace(cluster: &str) -> String {
     format!("{CLUSTER_NAMESPACE_PREFIX}{cluster}")
 }
 
+/// Longest Kubernetes object name.
+const MAX_OBJECT_NAME: usize = 253;
+
+/// The name of the Work that places the hub object `namespace/name` of `group` and `kind` on a
+/// member: `<kind>-<namespace>-<name>-<hash>` in lower case, e.g.
+/// `deployment-shop-web-1b2f3c4d5e` (any character but a letter or digit becomes '-'). The hash
+/// is of all four parts, so two objects never share a
+/// Work even where the readable part is the same (`a-b`/`c` and `a`/`b-c`, or two groups with a
+/// kind of the same name); names too long for Kubernetes are cut before the hash.
+pub fn work_name(group: &str, kind: &str, namespace: &str, name: &str) -> String {
+    // FNV-1a over the parts with a separator no part contains: stable across processes and
+    // versions, unlike std's hasher.
+    let hash = [group, kind, namespace, name]
+        .iter()
+        .flat_map(|p| p.bytes().chain(std::iter::once(b'/')))
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    let suffix = format!("-{:010x}", hash & 0xff_ffff_ffff);
+    // Only lower-case letters, digits and '-' (RBAC names may hold ':' or capitals).
+    let readable: String = format!("{kind}-{namespace}-{name}")
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let mut cut = readable.len().min(MAX_OBJECT_NAME - suffix.len());
+    while !readable.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", readable[..cut].trim_end_matches(['-', '.']))
+}
+
 /// The member a hub namespace belongs to, if it is a `flotilla-cluster-<name>` namespace.
 pub fn cluster_from_namespace(namespace: &str) -> Option<&str> {
     namespace
@@ -98,6 +136,48 @@ pub fn is_dns_label(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_hub_object_has_a_work_name_of_its_own() {
+        let web = work_name("apps", "Deployment", "shop", "web");
+        assert!(web.starts_with("deployment-shop-web-"), "{web}");
+        assert_eq!(
+            web,
+            work_name("apps", "Deployment", "shop", "web"),
+            "stable"
+        );
+        let others = [
+            work_name("apps", "Deployment", "team-b", "web"),
+            work_name("example.com", "Deployment", "shop", "web"),
+            work_name("", "ConfigMap", "shop", "web"),
+            // The same readable part from other parts.
+            work_name("apps", "Deployment", "shop-web", ""),
+            work_name("apps", "Deployment", "a-b", "c"),
+            work_name("apps", "Deployment", "a", "b-c"),
+        ];
+        let mut all: Vec<&String> = others.iter().chain([&web]).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), others.len() + 1, "{all:?}");
+        let long = work_name("", "ConfigMap", "shop", &"x".repeat(300));
+        let longer = work_name("", "ConfigMap", "shop", &format!("{}y", "x".repeat(299)));
+        assert!(long.len() <= 253 && longer.len() <= 253);
+        assert_ne!(long, longer);
+        let rbac = work_name(
+            "rbac.authorization.k8s.io",
+            "Role",
+            "shop",
+            "system:Reader.v1",
+        );
+        assert!(rbac.starts_with("role-shop-system-reader-v1-"), "{rbac}");
+        for n in [&web, &long, &rbac] {
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{n}"
+            );
+        }
+    }
 
     #[test]
     fn cluster_namespace_round_trips() {

@@ -251,19 +251,22 @@ fn proves_absent(e: &kube::Error) -> bool {
     }
 }
 
-/// Runs the Placement controller until `ctx.shutdown`.
-pub async fn run(ctx: Context, args: crate::SplitterArgs) -> anyhow::Result<()> {
+/// Runs the Placement controller of `namespace` (`None`: every namespace), placing on the
+/// Clusters `cluster_selector` selects, until `ctx.shutdown`.
+pub async fn run(
+    ctx: Context,
+    namespace: Option<&str>,
+    cluster_selector: &str,
+) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
-    let (placements_api, deployments_api): (Api<Placement>, Api<Deployment>) =
-        if args.namespace.is_empty() {
-            (Api::all(client.clone()), Api::all(client.clone()))
-        } else {
-            (
-                Api::namespaced(client.clone(), &args.namespace),
-                Api::namespaced(client.clone(), &args.namespace),
-            )
-        };
+    let cluster_watch = flotilla_runtime::cache::selected(cluster_selector);
+    let (placements_api, deployments_api): (Api<Placement>, Api<Deployment>) = match namespace {
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+    };
     let clusters = flotilla_runtime::cache::spawn_store(
         &ctx,
         Api::<Cluster>::all(client.clone()),
@@ -761,6 +764,30 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         decisions.push(decision);
     }
 
+    // A copy whose Work has another name (written before names held the namespace and group)
+    // is renamed by handing over: the new Work names the old one, the syncer lets it take over
+    // the member objects, and the old Work goes once the new one is applied.
+    let replaced: Vec<(String, (String, String))> = existing
+        .iter()
+        .filter(|w| w.metadata.deletion_timestamp.is_none())
+        .filter_map(|w| {
+            let key = (w.labels().get(labels::SOURCE_UID)?.clone(), cluster_of(w)?);
+            let other_name = desired.get(&key)?.name_any() != w.name_any();
+            other_name.then(|| (w.name_any(), key))
+        })
+        .collect();
+    for (old, key) in replaced {
+        if let Some(work) = desired.get_mut(&key) {
+            work.annotations_mut()
+                .insert(annotations::REPLACES.to_string(), old);
+        }
+    }
+    // The wanted Work of a copy whose Work has another name.
+    let renamed = |w: &Work| -> Option<&Work> {
+        let key = (w.labels().get(labels::SOURCE_UID)?.clone(), cluster_of(w)?);
+        desired.get(&key).filter(|d| d.name_any() != w.name_any())
+    };
+
     let params = PatchParams::apply(field_managers::SPLITTER).force();
     // The Works as the hub has them now: what the writes return for the wanted ones (their new
     // generation, and their status at that moment), the cache for the others.
@@ -783,7 +810,9 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         state
             .works_of(&name, &ns)
             .into_iter()
-            .filter(|w| !written.contains(&(w.namespace().unwrap_or_default(), w.name_any()))),
+            .filter(|w| !written.contains(&(w.namespace().unwrap_or_default(), w.name_any())))
+            // A copy's Work under its old name is not a copy of its own.
+            .filter(|w| renamed(w).is_none()),
     );
 
     // Stale Works: gone objects and no-longer-wanted copies go; a copy on a member that failed
@@ -817,8 +846,28 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         // Written in this pass (for another object of the same name, e.g. after `kubectl replace
         // --force`): the cached copy of it is stale.
         let rewritten = written.contains(&(work.namespace().unwrap_or_default(), work.name_any()));
+        let applied = |w: &Work| {
+            w.status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED))
+                .is_some_and(|c| {
+                    c.status == "True" && c.observed_generation == w.metadata.generation
+                })
+        };
+        // Under its old name: it goes once the Work that replaces it is applied.
+        let replacement_pending = renamed(work).is_some_and(|new| {
+            !current.iter().any(|c| {
+                c.name_any() == new.name_any()
+                    && cluster_of(c) == Some(cluster.clone())
+                    && applied(c)
+            })
+        });
+        let under_its_name = desired
+            .get(&(uid.clone(), cluster.clone()))
+            .is_some_and(|d| d.name_any() == work.name_any());
         if rewritten
-            || desired.contains_key(&(uid.clone(), cluster.clone()))
+            || under_its_name
+            || replacement_pending
             || handed_over.contains(&uid)
             || unreadable.iter().any(|t| t.places(work))
             || cluster_deleting

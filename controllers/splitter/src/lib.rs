@@ -28,10 +28,10 @@ use flotilla_runtime::Context;
 /// Flags of the splitter.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SplitterArgs {
-    /// Only place objects of this namespace (its Placements and their objects); empty: every
-    /// namespace.
-    #[arg(long, default_value = "", value_name = "NAMESPACE")]
-    pub namespace: String,
+    /// Only place objects of these namespaces (their Placements and objects); repeat the flag or
+    /// separate with commas. None: every namespace. Each namespace gets watches of its own.
+    #[arg(long, value_delimiter = ',', value_name = "NAMESPACE")]
+    pub namespace: Vec<String>,
 
     /// Only place on Clusters with these labels (a label selector); empty: every Cluster.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
@@ -40,5 +40,18 @@ pub struct SplitterArgs {
 
 /// Runs the controllers of `flotilla-splitter` until `ctx.shutdown` is cancelled.
 pub async fn run(ctx: Context, args: SplitterArgs) -> anyhow::Result<()> {
-    controller::run(ctx, args).await
+    let namespaces: Vec<String> = args
+        .namespace
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if namespaces.is_empty() {
+        return controller::run(ctx, None, &args.cluster_selector).await;
+    }
+    let runs = namespaces
+        .iter()
+        .map(|ns| controller::run(ctx.clone(), Some(ns.as_str()), &args.cluster_selector));
+    futures::future::try_join_all(runs).await?;
+    Ok(())
 }

@@ -1,14 +1,12 @@
-//! Pure Work rendering: one Work per hub object and member, with a deterministic name, the
-//! manifest stripped of hub-only metadata, and that member's replica count.
+//! Pure Work rendering: one Work per hub object and member, with a name of its own
+//! ([`names::work_name`]), the manifest stripped of hub-only metadata and of what the hub's
+//! apiserver allocated, and that member's replica count.
 
 use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names};
 
 use crate::hub_made::strip_allocated;
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
-
-/// Longest Kubernetes object name.
-const MAX_NAME: usize = 253;
 
 /// Metadata that belongs to the hub object only.
 const HUB_ONLY_METADATA: [&str; 9] = [
@@ -25,25 +23,6 @@ const HUB_ONLY_METADATA: [&str; 9] = [
 
 /// Annotations that describe the hub object's history, not the object.
 const HUB_ONLY_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
-
-/// The Work name of a hub object: `<kind>-<name>` in lower case, e.g. `deployment-web`. Names too
-/// long for Kubernetes are cut and suffixed with a hash of the full name, so they stay unique.
-pub fn work_name(kind: &str, name: &str) -> String {
-    let full = format!("{}-{name}", kind.to_lowercase());
-    if full.len() <= MAX_NAME {
-        return full;
-    }
-    // FNV-1a: stable across processes and versions, unlike std's hasher.
-    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    let suffix = format!("-{hash:016x}");
-    let mut cut = MAX_NAME - suffix.len();
-    while !full.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}{suffix}", full[..cut].trim_end_matches(['-', '.']))
-}
 
 /// The manifest for a member: the hub object without hub-only metadata, status and the values
 /// the hub's apiserver allocated (see [`crate::hub_made`]), with `replicas` (when given) as its
@@ -92,8 +71,10 @@ pub fn render(
 ) -> Result<Work, serde_json::Error> {
     let types = object.types.clone().unwrap_or_default();
     let name = object.metadata.name.clone().unwrap_or_default();
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    let group = types.api_version.split_once('/').map_or("", |(g, _)| g);
     let mut work = Work::new(
-        &work_name(&types.kind, &name),
+        &names::work_name(group, &types.kind, &namespace, &name),
         WorkSpec {
             manifests: vec![serde_json::from_value(member_manifest(object, replicas))?],
             delete_policy: spec.delete_policy,
@@ -116,10 +97,7 @@ pub fn render(
             [
                 (annotations::SOURCE_API_VERSION, types.api_version),
                 (annotations::SOURCE_KIND, types.kind),
-                (
-                    annotations::SOURCE_NAMESPACE,
-                    object.metadata.namespace.clone().unwrap_or_default(),
-                ),
+                (annotations::SOURCE_NAMESPACE, namespace),
                 (annotations::SOURCE_NAME, name),
                 (
                     annotations::SOURCE_GENERATION,
@@ -194,7 +172,10 @@ mod tests {
     fn works_are_named_and_linked_deterministically() {
         let spec: PlacementSpec = serde_json::from_value(json!({})).expect("spec");
         let w = render(&deployment(), "member1", Some(4), "spread", &spec).expect("work");
-        assert_eq!(w.metadata.name.as_deref(), Some("deployment-web"));
+        assert_eq!(
+            w.metadata.name,
+            Some(names::work_name("apps", "Deployment", "shop", "web"))
+        );
         assert_eq!(
             w.metadata.namespace.as_deref(),
             Some("flotilla-cluster-member1")
@@ -212,14 +193,5 @@ mod tests {
             render(&deployment(), "member1", Some(4), "spread", &spec).expect("again"),
             w
         );
-    }
-
-    #[test]
-    fn long_names_stay_unique_and_valid() {
-        let a = work_name("ConfigMap", &"x".repeat(300));
-        let b = work_name("ConfigMap", &format!("{}y", "x".repeat(299)));
-        assert!(a.len() <= MAX_NAME && b.len() <= MAX_NAME);
-        assert_ne!(a, b);
-        assert_eq!(work_name("Service", "api"), "service-api");
     }
 }

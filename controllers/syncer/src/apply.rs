@@ -199,6 +199,44 @@ pub struct Appliers<'a> {
     pub watches: &'a MemberWatches,
 }
 
+/// The Work a manifest is applied for: its `<namespace>/<name>`, the Work it replaces (its
+/// `flotilla.dev/replaces`, as `<namespace>/<name>`), and its conflict policy.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkRef<'a> {
+    pub name: &'a str,
+    pub replaces: Option<&'a str>,
+    pub policy: ConflictPolicy,
+}
+
+/// Whether Work `work_ref` may write `existing`, an object already in the member; the error
+/// completes "<object> ...". With `Abort`, only objects Flotilla created for this Work, or for
+/// the Work it replaces (a renamed Work takes over without deleting and recreating them); with
+/// `Adopt`, any.
+pub fn may_write(
+    existing: &DynamicObject,
+    work_ref: &str,
+    replaces: Option<&str>,
+    policy: ConflictPolicy,
+) -> Result<(), String> {
+    if policy == ConflictPolicy::Adopt {
+        return Ok(());
+    }
+    if !is_managed(existing) {
+        return Err("exists in the member and was not created by Flotilla; it is left untouched (set conflictPolicy: Adopt to take it over)".into());
+    }
+    if belongs_to(existing, work_ref) || replaces.is_some_and(|r| belongs_to(existing, r)) {
+        return Ok(());
+    }
+    let owner = existing
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::WORK))
+        .cloned()
+        .unwrap_or_default();
+    Err(format!("is managed by Work {owner}"))
+}
+
 /// Applies one prepared manifest into member `cluster`. Returns the member's API resource of
 /// the manifest's type (when the member serves it) and what happened.
 pub async fn apply_manifest(
@@ -206,9 +244,13 @@ pub async fn apply_manifest(
     cluster: &str,
     client: &Client,
     prepared: &Prepared,
-    work_ref: &str,
-    policy: ConflictPolicy,
+    work: &WorkRef<'_>,
 ) -> (Option<ApiResource>, Outcome) {
+    let WorkRef {
+        name: work_ref,
+        replaces,
+        policy,
+    } = *work;
     let id = &prepared.identity;
     let (resource, scope) = match shared.discovery.resolve(cluster, client, id).await {
         Ok(r) => r,
@@ -247,27 +289,11 @@ pub async fn apply_manifest(
         .knows(cluster, &resource, namespace.as_deref(), &id.name, work_ref);
     if !known {
         match api.get_opt(&id.name).await {
-            Ok(Some(existing)) if policy == ConflictPolicy::Abort => {
-                if !is_managed(&existing) {
+            Ok(Some(existing)) => {
+                if let Err(why) = may_write(&existing, work_ref, replaces, policy) {
                     return (
                         Some(resource),
-                        Outcome::Conflict(format!(
-                            "{} exists in the member and was not created by Flotilla; it is left untouched (set conflictPolicy: Adopt to take it over)",
-                            describe(id)
-                        )),
-                    );
-                }
-                if !belongs_to(&existing, work_ref) {
-                    let owner = existing
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(annotations::WORK))
-                        .cloned()
-                        .unwrap_or_default();
-                    return (
-                        Some(resource),
-                        Outcome::Conflict(format!("{} is managed by Work {owner}", describe(id))),
+                        Outcome::Conflict(format!("{} {why}", describe(id))),
                     );
                 }
             }
@@ -351,5 +377,57 @@ pub async fn delete_manifest(
             Err(e) => Err(format!("{}: {e}", describe(id))),
         },
         Err(e) => Err(format!("{}: {e}", describe(id))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn member_object(labels: Value, annotations: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "shop", "labels": labels, "annotations": annotations}
+        }))
+        .expect("object")
+    }
+
+    fn owned_by(work: &str) -> DynamicObject {
+        member_object(
+            json!({labels::MANAGED: labels::MANAGED_VALUE}),
+            json!({annotations::WORK: work}),
+        )
+    }
+
+    const NEW: &str = "flotilla-cluster-m1/configmap-shop-settings-0123456789";
+    const OLD: &str = "flotilla-cluster-m1/configmap-settings";
+
+    #[test]
+    fn a_work_writes_its_own_objects_and_those_of_the_work_it_replaces() {
+        let abort = ConflictPolicy::Abort;
+        assert_eq!(may_write(&owned_by(NEW), NEW, None, abort), Ok(()));
+        assert_eq!(may_write(&owned_by(OLD), NEW, Some(OLD), abort), Ok(()));
+        // The old Work does not take it back: it replaces nothing.
+        let back = may_write(&owned_by(NEW), OLD, None, abort).expect_err("conflict");
+        assert!(back.contains(NEW), "{back}");
+        // Another Work's object stays another's, whatever this one replaces.
+        let other = "flotilla-cluster-m1/configmap-team-b-settings-9876543210";
+        assert!(may_write(&owned_by(other), NEW, Some(OLD), abort).is_err());
+    }
+
+    #[test]
+    fn objects_flotilla_did_not_create_need_adopt() {
+        let foreign = member_object(json!({}), json!({}));
+        let why = may_write(&foreign, NEW, Some(OLD), ConflictPolicy::Abort).expect_err("conflict");
+        assert!(why.contains("not created by Flotilla"), "{why}");
+        assert_eq!(
+            may_write(&foreign, NEW, None, ConflictPolicy::Adopt),
+            Ok(())
+        );
+        assert_eq!(
+            may_write(&owned_by(OLD), NEW, None, ConflictPolicy::Adopt),
+            Ok(())
+        );
     }
 }

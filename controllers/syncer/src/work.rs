@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::condition::set_condition;
 use flotilla_api::{
-    Cluster, DeletePolicy, Work, WorkStatus, conditions, field_managers, finalizers, names, reasons,
+    Cluster, DeletePolicy, Work, WorkStatus, annotations, conditions, field_managers, finalizers,
+    names, reasons,
 };
 use flotilla_runtime::{Context, ErrorCategory, Events};
 use futures::channel::mpsc;
@@ -27,7 +28,7 @@ use tracing::Instrument;
 
 use crate::SyncerArgs;
 use crate::apply::{
-    Appliers, DiscoveryCache, NamespaceCache, Outcome, apply_manifest, delete_manifest,
+    Appliers, DiscoveryCache, NamespaceCache, Outcome, WorkRef, apply_manifest, delete_manifest,
 };
 use crate::manifest::prepare;
 use crate::metrics::{SyncerMetrics, Tracking};
@@ -525,6 +526,11 @@ async fn apply(
     let metrics = state.tracking.metrics();
     let now = Timestamp::now();
     let work_ref = work_ref(work);
+    // The Work this one replaces, in the same namespace.
+    let replaces = work
+        .annotations()
+        .get(annotations::REPLACES)
+        .map(|r| format!("{}/{r}", work.namespace().unwrap_or_default()));
     let shared = state.appliers();
     let mut outcomes = Vec::new();
     let mut manifests = Vec::new();
@@ -542,8 +548,11 @@ async fn apply(
             cluster,
             &member.client,
             &prepared,
-            &work_ref,
-            work.spec.conflict_policy,
+            &WorkRef {
+                name: &work_ref,
+                replaces: replaces.as_deref(),
+                policy: work.spec.conflict_policy,
+            },
         )
         .await;
         resources.extend(resource);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use flotilla_api::{Cluster, Placement, Work, labels, names, reasons};
+use flotilla_api::{Cluster, Placement, Work, annotations, finalizers, labels, names, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::chart;
 use flotilla_e2e::clusters::{ClusterCleanup, register_push};
@@ -111,6 +111,9 @@ pub(crate) struct Fleet {
     /// With [`Fleet::start_as_chart`]: the chart release whose splitter identity runs the
     /// splitter, and its cluster-scoped RBAC (removed on drop).
     pub(crate) release: Option<(String, ClusterScopedObjects)>,
+    /// With [`Fleet::start_two_teams`]: a second namespace (in the hub and every member) that
+    /// the same splitter serves.
+    pub(crate) other: Option<TestNamespace>,
     _registration: ControllerProcess,
     _syncer: ControllerProcess,
     _cleanup: ClusterCleanup,
@@ -126,7 +129,13 @@ impl Fleet {
     /// renders it), so that what the chart does not grant shows up.
     pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], true).await
+        Self::start_full(prefix, members, &[], true, false).await
+    }
+
+    /// With a second namespace served by the same splitter: two teams on one hub.
+    pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
+        let members = Environment::get().require_members(3)?.to_vec();
+        Self::start_full(prefix, members, &[], false, true).await
     }
 
     /// With the given members and more flags for the registration controller.
@@ -135,7 +144,7 @@ impl Fleet {
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
     ) -> Result<Self> {
-        Self::start_full(prefix, members_info, registration_flags, false).await
+        Self::start_full(prefix, members_info, registration_flags, false, false).await
     }
 
     async fn start_full(
@@ -143,6 +152,7 @@ impl Fleet {
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
         chart_splitter: bool,
+        two_teams: bool,
     ) -> Result<Self> {
         let env = Environment::get();
         let hub = env.hub.client().await?;
@@ -176,8 +186,17 @@ impl Fleet {
             "--kubeconfig-secret-namespace",
             ns.name(),
         ]);
+        let other = if two_teams {
+            Some(TestNamespace::create(&format!("{prefix}-b"), &all).await?)
+        } else {
+            None
+        };
+        let namespaces = match &other {
+            Some(o) => format!("{},{}", ns.name(), o.name()),
+            None => ns.name().to_string(),
+        };
         let mut split = common.to_vec();
-        split.extend(["--namespace", ns.name()]);
+        split.extend(["--namespace", namespaces.as_str()]);
         let mut release = None;
         let splitter_kubeconfig;
         if chart_splitter {
@@ -239,6 +258,7 @@ impl Fleet {
             splitter,
             selector,
             release,
+            other,
             _registration: registration,
             _syncer: syncer,
             _cleanup: cleanup,
@@ -620,6 +640,227 @@ async fn deleting_a_cluster_orphans_its_copies_and_moves_its_replicas() -> Resul
     .await
 }
 
+/// The `team` of ConfigMap `settings`, the replicas and the UID of Deployment `web` in each
+/// member's namespace `ns`.
+async fn team_copies(
+    members: &[(String, Client)],
+    ns: &str,
+) -> Result<BTreeMap<String, (Option<String>, i32, Option<String>)>> {
+    let mut out = BTreeMap::new();
+    for (cluster, client) in members {
+        let team = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt("settings")
+            .await?
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("team").cloned());
+        let web = Api::<Deployment>::namespaced(client.clone(), ns)
+            .get_opt("web")
+            .await?;
+        let replicas = web.as_ref().and_then(|d| d.spec.replicas).unwrap_or(0);
+        out.insert(
+            cluster.clone(),
+            (team, replicas, web.and_then(|d| d.metadata.uid)),
+        );
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn two_teams_with_the_same_names_keep_their_own_copies() -> Result<()> {
+    let fleet = Fleet::start_two_teams("teams").await?;
+    let (hub, members) = (&fleet.hub, &fleet.members);
+    let a = fleet.ns.name();
+    let b = fleet
+        .other
+        .as_ref()
+        .map(|o| o.name().to_string())
+        .unwrap_or_default();
+    // The same Placement, Deployment and ConfigMap names in both namespaces; other counts.
+    for (ns, team, replicas) in [(a, "a", 6), (b.as_str(), "b", 3)] {
+        for object in [
+            json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                   "metadata": {"name": "spread", "namespace": ns},
+                   "spec": {"replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": ns},
+                   "data": {"team": team}}),
+        ] {
+            api::apply(hub, &object, false).await??;
+        }
+        Api::<Deployment>::namespaced(hub.clone(), ns)
+            .create(&PostParams::default(), &deployment(replicas)?)
+            .await?;
+    }
+    for (ns, replicas) in [(a, 6), (b.as_str(), 3)] {
+        hub_available(&Api::namespaced(hub.clone(), ns), replicas)
+            .await
+            .map_err(|e| e.context(fleet.splitter.log()))?;
+    }
+    let expect = |ns: &str, team: &str, replicas: i32| {
+        let ns = ns.to_string();
+        let team = team.to_string();
+        async move {
+            let copies = team_copies(members, &ns).await?;
+            let total: i32 = copies.values().map(|(_, n, _)| n).sum();
+            let teams_ok = copies
+                .values()
+                .all(|(t, _, _)| t.as_deref() == Some(team.as_str()));
+            Ok::<_, anyhow::Error>((teams_ok && total == replicas, copies))
+        }
+    };
+    let (ok_a, first_a) = expect(a, "a", 6).await?;
+    let (ok_b, first_b) = expect(&b, "b", 3).await?;
+    ensure!(
+        ok_a && ok_b,
+        "each team's copies are its own: {first_a:?} / {first_b:?}"
+    );
+    // Nothing flips between the two.
+    flotilla_e2e::holds_for(
+        "both teams' copies to stay as they are",
+        Duration::from_secs(8),
+        || async {
+            let (_, now_a) = expect(a, "a", 6).await?;
+            let (_, now_b) = expect(&b, "b", 3).await?;
+            Ok(if now_a == first_a && now_b == first_b {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{first_a:?} -> {now_a:?}; {first_b:?} -> {now_b:?}"
+                ))
+            })
+        },
+    )
+    .await?;
+    // Deleting team a's Deployment leaves team b's copies, with their UIDs.
+    Api::<Deployment>::namespaced(hub.clone(), a)
+        .delete("web", &DeleteParams::default())
+        .await?;
+    wait_for(
+        "team a's member copies of web to go",
+        Duration::from_secs(60),
+        || async {
+            let copies = team_copies(members, a).await?;
+            Ok(if copies.values().all(|(_, _, uid)| uid.is_none()) {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{copies:?}"))
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        team_copies(members, &b).await? == first_b,
+        "team b's copies changed when team a deleted its Deployment: {first_b:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn works_named_the_old_way_are_renamed_without_touching_the_members() -> Result<()> {
+    let fleet = Fleet::start("rename").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let settings = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "settings", "namespace": ns}, "data": {"a": "b"}});
+    let uid = api::apply(hub, &settings, false)
+        .await??
+        .metadata
+        .uid
+        .unwrap_or_default();
+    // What an earlier splitter wrote: Works named `<kind>-<name>`.
+    let old = "configmap-settings";
+    for (cluster, _) in members {
+        let work: Work = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+            "metadata": {"name": old, "namespace": names::cluster_namespace(cluster),
+                "labels": {labels::CLUSTER: cluster, labels::PLACEMENT: "spread", labels::SOURCE_UID: uid},
+                "annotations": {annotations::SOURCE_API_VERSION: "v1", annotations::SOURCE_KIND: "ConfigMap",
+                                annotations::SOURCE_NAMESPACE: ns, annotations::SOURCE_NAME: "settings",
+                                annotations::SOURCE_GENERATION: "1"},
+                "finalizers": [finalizers::SYNCER]},
+            "spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "settings", "namespace": ns}, "data": {"a": "b"}}]}
+        }))?;
+        Api::<Work>::namespaced(hub.clone(), &names::cluster_namespace(cluster))
+            .create(&PostParams::default(), &work)
+            .await?;
+    }
+    let member_uids = || async {
+        let mut out = BTreeMap::new();
+        for (cluster, client) in members {
+            let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt("settings")
+                .await?;
+            let owner = cm
+                .as_ref()
+                .and_then(|c| c.metadata.annotations.as_ref())
+                .and_then(|a| a.get(annotations::WORK).cloned());
+            out.insert(cluster.clone(), (cm.and_then(|c| c.metadata.uid), owner));
+        }
+        Ok::<_, anyhow::Error>(out)
+    };
+    let before = wait_for(
+        "the old Works' ConfigMaps in every member",
+        Duration::from_secs(60),
+        || async {
+            let now = member_uids().await?;
+            Ok(if now.values().all(|(u, _)| u.is_some()) {
+                Seen::Done(now)
+            } else {
+                Seen::not_yet(format!("{now:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // The Placement those Works belong to: the splitter writes the new names and hands over.
+    let new = names::work_name("", "ConfigMap", ns, "settings");
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "spread", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}]}}),
+        false,
+    )
+    .await??;
+    let after = wait_for(
+        "the old Works to give way to the new ones",
+        Duration::from_secs(60),
+        || async {
+            let mut old_left = Vec::new();
+            for (cluster, _) in members {
+                let works: Api<Work> =
+                    Api::namespaced(hub.clone(), &names::cluster_namespace(cluster));
+                if works.get_opt(old).await?.is_some() {
+                    old_left.push(cluster.clone());
+                }
+            }
+            let now = member_uids().await?;
+            let handed = now.iter().all(|(cluster, (_, owner))| {
+                owner.as_deref()
+                    == Some(format!("{}/{new}", names::cluster_namespace(cluster)).as_str())
+            });
+            Ok(if old_left.is_empty() && handed {
+                Seen::Done(now)
+            } else {
+                Seen::not_yet(format!(
+                    "old Works left on {old_left:?}; member objects {now:?}"
+                ))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let uids = |m: &BTreeMap<String, (Option<String>, Option<String>)>| {
+        m.iter()
+            .map(|(c, (u, _))| (c.clone(), u.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    ensure!(
+        uids(&after) == uids(&before),
+        "renaming the Works recreated member objects: {before:?} -> {after:?}"
+    );
+    Ok(())
+}
+
 /// Deployment `web` of every member, by Cluster name: its UID, or `None` where there is none.
 async fn member_deployment_uids(
     members: &[(String, Client)],
@@ -860,6 +1101,11 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     Ok(())
 }
 
+/// The Work name of the test namespace's object `name` of `group`/`kind`.
+fn work_of(fleet: &Fleet, group: &str, kind: &str, name: &str) -> String {
+    names::work_name(group, kind, fleet.ns.name(), name)
+}
+
 async fn placed_by(fleet: &Fleet, work: &str) -> Result<Option<String>> {
     let (cluster, _) = &fleet.members[0];
     let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(cluster));
@@ -930,8 +1176,18 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
     Api::<ConfigMap>::namespaced(fleet.hub.clone(), ns)
         .create(&PostParams::default(), &cm)
         .await?;
-    wait_placed_by(&fleet, "deployment-web", "everything").await?;
-    wait_placed_by(&fleet, "configmap-settings", "everything").await?;
+    wait_placed_by(
+        &fleet,
+        &work_of(&fleet, "apps", "Deployment", "web"),
+        "everything",
+    )
+    .await?;
+    wait_placed_by(
+        &fleet,
+        &work_of(&fleet, "", "ConfigMap", "settings"),
+        "everything",
+    )
+    .await?;
     let uids = wait_for(
         "both objects in the first member",
         Duration::from_secs(60),
@@ -952,7 +1208,12 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
         json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
     )
     .await?;
-    wait_placed_by(&fleet, "deployment-web", "web-only").await?;
+    wait_placed_by(
+        &fleet,
+        &work_of(&fleet, "apps", "Deployment", "web"),
+        "web-only",
+    )
+    .await?;
     wait_for(
         "Placement everything to say web is placed by web-only",
         Duration::from_secs(60),
@@ -984,7 +1245,7 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
         "the ConfigMap to stay with the older Placement",
         Duration::from_secs(3),
         || async {
-            let by = placed_by(&fleet, "configmap-settings").await?;
+            let by = placed_by(&fleet, &work_of(&fleet, "", "ConfigMap", "settings")).await?;
             Ok(if by.as_deref() == Some("everything") {
                 Ok(())
             } else {
@@ -998,7 +1259,12 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
     placements
         .delete("web-only", &DeleteParams::default())
         .await?;
-    wait_placed_by(&fleet, "deployment-web", "everything").await?;
+    wait_placed_by(
+        &fleet,
+        &work_of(&fleet, "apps", "Deployment", "web"),
+        "everything",
+    )
+    .await?;
     ensure!(
         member_uids(&fleet).await? == uids,
         "handing objects between Placements must not recreate them in the member"
@@ -1077,7 +1343,9 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
     .map_err(|e| e.context(fleet.splitter.log()))?;
     hub_available(&deployments, 9).await?;
     let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(&stopped));
-    let stale = works.get_opt("deployment-web").await?;
+    let stale = works
+        .get_opt(&work_of(&fleet, "apps", "Deployment", "web"))
+        .await?;
     ensure!(
         stale
             .as_ref()
@@ -1101,7 +1369,9 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
                 Ok(copy) => copy,
                 Err(e) => return Ok(Seen::not_yet(format!("member not answering yet: {e}"))),
             };
-            let work = works.get_opt("deployment-web").await?;
+            let work = works
+                .get_opt(&work_of(&fleet, "apps", "Deployment", "web"))
+                .await?;
             Ok(if copy.is_none() && work.is_none() {
                 Seen::Done(())
             } else {
