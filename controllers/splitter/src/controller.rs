@@ -17,11 +17,13 @@ use flotilla_api::{
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     Preconditions,
 };
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
@@ -267,6 +269,7 @@ pub async fn run(
             Api::namespaced(client.clone(), ns),
         ),
     };
+
     let clusters = flotilla_runtime::cache::spawn_store(
         &ctx,
         Api::<Cluster>::all(client.clone()),
@@ -298,6 +301,10 @@ pub async fn run(
     let all = placements.clone();
     let neighbours = placements.clone();
     let same_namespace = placements.clone();
+    let placements_of_configmaps = placements.clone();
+    let placements_of_secrets = placements.clone();
+    let placements_of_services = placements.clone();
+    let placements_of_accounts = placements.clone();
     let by_label = placements.clone();
     let works = flotilla_runtime::cache::spawn_store(
         &ctx,
@@ -343,14 +350,25 @@ pub async fn run(
         })
         // A hub Deployment changes: the Placements of its namespace.
         .watches_stream(deployment_events, move |d: Deployment| {
-            let ns = d.namespace();
-            same_namespace
-                .state()
-                .iter()
-                .filter(|p| p.namespace() == ns)
-                .map(|p| ObjectRef::from_obj(&**p))
-                .collect::<Vec<_>>()
+            placements_in(&same_namespace, d.namespace())
         })
+        // So does any other object of the default types (metadata only: any change at all).
+        .watches_stream(
+            object_changes::<ConfigMap>(&client, namespace),
+            in_namespace_of(placements_of_configmaps),
+        )
+        .watches_stream(
+            object_changes::<Secret>(&client, namespace),
+            in_namespace_of(placements_of_secrets),
+        )
+        .watches_stream(
+            object_changes::<Service>(&client, namespace),
+            in_namespace_of(placements_of_services),
+        )
+        .watches_stream(
+            object_changes::<ServiceAccount>(&client, namespace),
+            in_namespace_of(placements_of_accounts),
+        )
         // A Work's status changes: its Placement aggregates again.
         .watches(
             Api::<Work>::all(client.clone()),
@@ -398,6 +416,48 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// The Placements of namespace `ns`.
+fn placements_in(store: &Store<Placement>, ns: Option<String>) -> Vec<ObjectRef<Placement>> {
+    store
+        .state()
+        .iter()
+        .filter(|p| p.namespace() == ns)
+        .map(|p| ObjectRef::from_obj(&**p))
+        .collect()
+}
+
+/// A mapper from an object to the Placements of its namespace.
+fn in_namespace_of<K: Resource>(
+    store: Store<Placement>,
+) -> impl Fn(K) -> Vec<ObjectRef<Placement>> + Send + Sync + 'static {
+    move |o: K| placements_in(&store, o.namespace())
+}
+
+/// Every change of an object of `K` (created, changed, deleted) in `namespace` (`None`: every
+/// namespace), from a metadata-only watch: what the splitter places must reach the members in
+/// about a second, not at the next resync.
+fn object_changes<K>(
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<PartialObjectMeta<K>> = match namespace {
+        None => Api::all(client.clone()),
+        Some(ns) => Api::namespaced(client.clone(), ns),
+    };
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::resource_version, Default::default())
 }
 
 /// The objects of a watch whose generation changed, and every deleted one (a predicate on the

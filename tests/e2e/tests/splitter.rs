@@ -861,6 +861,72 @@ async fn works_named_the_old_way_are_renamed_without_touching_the_members() -> R
     Ok(())
 }
 
+#[tokio::test]
+async fn a_new_or_edited_configmap_reaches_every_member_at_once() -> Result<()> {
+    let fleet = Fleet::start("latency").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    // Only the ConfigMap: no other Work's status changes set the splitter going by chance.
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "everything", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}]}}),
+        false,
+    )
+    .await??;
+    // Until every member has `value`; how long that took.
+    let everywhere = |value: &'static str| async move {
+        let started = std::time::Instant::now();
+        wait_for(
+            &format!("ConfigMap settings with value {value} in every member"),
+            // Far above the second it takes, far below the 60 s resync it used to wait for.
+            Duration::from_secs(15),
+            || async {
+                let mut seen = Vec::new();
+                for (cluster, client) in members {
+                    let v = Api::<ConfigMap>::namespaced(client.clone(), ns)
+                        .get_opt("settings")
+                        .await?
+                        .and_then(|c| c.data)
+                        .and_then(|d| d.get("value").cloned());
+                    if v.as_deref() != Some(value) {
+                        seen.push(format!("{cluster}: {v:?}"));
+                    }
+                }
+                Ok(if seen.is_empty() {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(seen.join(", "))
+                })
+            },
+        )
+        .await?;
+        Ok::<_, anyhow::Error>(started.elapsed())
+    };
+    // Let the Placement settle first, so that what is timed is the object's own change.
+    wait_scheduled(
+        &Api::namespaced(hub.clone(), ns),
+        "everything",
+        "be scheduled",
+        |c| c.status == "True",
+    )
+    .await?;
+    let settings = |value: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "settings", "namespace": ns}, "data": {"value": value}})
+    };
+    api::apply(hub, &settings("one"), false).await??;
+    let created = everywhere("one")
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    api::apply(hub, &settings("two"), false).await??;
+    let edited = everywhere("two")
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    eprintln!("created in {created:?}, edited in {edited:?}");
+    Ok(())
+}
+
 /// Deployment `web` of every member, by Cluster name: its UID, or `None` where there is none.
 async fn member_deployment_uids(
     members: &[(String, Client)],
