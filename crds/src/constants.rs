@@ -265,6 +265,9 @@ pub mod reasons {
     /// A selected type cannot be looked up or read right now (discovery or API error); its
     /// copies are kept as they are.
     pub const TYPE_UNREADABLE: &str = "TypeUnreadable";
+    /// The hub refused to store some of the Placement's Works (too large, an admission policy);
+    /// the others were written.
+    pub const WORK_WRITE_FAILED: &str = "WorkWriteFailed";
     /// Two Placements of equal specificity select the same object.
     pub const PLACEMENT_CONFLICT: &str = "PlacementConflict";
     /// A more specific Placement selects the object.
@@ -346,6 +349,7 @@ mod tests {
             reasons::UNSUPPORTED_TYPE,
             reasons::FORBIDDEN,
             reasons::TYPE_UNREADABLE,
+            reasons::WORK_WRITE_FAILED,
             reasons::PLACEMENT_CONFLICT,
             reasons::OVERRIDDEN,
             reasons::FAILING_OVER,

@@ -852,15 +852,34 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     // The Works as the hub has them now: what the writes return for the wanted ones (their new
     // generation, and their status at that moment), the cache for the others.
     let mut current: Vec<Work> = Vec::with_capacity(desired.len());
+    let mut failed_writes: Vec<String> = Vec::new();
     for work in desired.values() {
         let api: Api<Work> = Api::namespaced(client.clone(), &work.namespace().unwrap_or_default());
         let mut value = serde_json::to_value(work)?;
         value["apiVersion"] = json!(Work::api_version(&()));
         value["kind"] = json!(Work::kind(&()));
-        current.push(
-            api.patch(&work.name_any(), &params, &Patch::Apply(&value))
-                .await?,
-        );
+        // One Work that cannot be written (too large, refused by an admission policy) must not
+        // stall the tenant's other objects: it is reported, the rest goes on.
+        match api
+            .patch(&work.name_any(), &params, &Patch::Apply(&value))
+            .await
+        {
+            Ok(written) => current.push(written),
+            Err(e) => {
+                let a = work.annotations();
+                let source = |k: &str| a.get(k).cloned().unwrap_or_default();
+                failed_writes.push(format!(
+                    "{} {} on {}: {}",
+                    source(annotations::SOURCE_KIND),
+                    source(annotations::SOURCE_NAME),
+                    work.cluster_name().unwrap_or_default(),
+                    match &e {
+                        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+                        other => other.to_string(),
+                    }
+                ));
+            }
+        }
     }
     let written: BTreeSet<(String, String)> = current
         .iter()
@@ -1046,6 +1065,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             missing: &missing,
             unsupported: &unsupported,
             unreadable: &unreadable,
+            failed_writes: &failed_writes,
             removing: &removing(&current),
             stranded: stranded.len(),
         },
@@ -1079,13 +1099,17 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 )
                 .await;
         }
-        if !unreadable.is_empty() && before != after {
+        if (!unreadable.is_empty() || !failed_writes.is_empty()) && before != after {
             // What a user (or the admin) can fix: say so where they look.
             let reason = status["status"]["conditions"][0]["reason"]
                 .as_str()
                 .unwrap_or(reasons::TYPE_UNREADABLE)
                 .to_string();
-            let what: Vec<&str> = unreadable.iter().map(|u| u.message.as_str()).collect();
+            let what: Vec<&str> = unreadable
+                .iter()
+                .map(|u| u.message.as_str())
+                .chain(failed_writes.iter().map(String::as_str))
+                .collect();
             state
                 .ctx
                 .events
@@ -1105,8 +1129,9 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 .await;
         }
     }
-    if !unreadable.is_empty() {
-        // Soon again: RBAC granted or discovery back, the Placement recovers in seconds.
+    if !unreadable.is_empty() || !failed_writes.is_empty() {
+        // Soon again: RBAC granted, discovery back or the refusal lifted, the Placement recovers
+        // in seconds.
         return Ok(Action::requeue(UNREADABLE_RETRY));
     }
     Ok(Action::requeue(
@@ -1176,6 +1201,8 @@ struct Findings<'a> {
     unsupported: &'a [String],
     /// Selected types the splitter cannot read now (their copies are kept).
     unreadable: &'a [Unreadable],
+    /// Works the hub refused to store, as `kind name on member: why`.
+    failed_writes: &'a [String],
     /// Copies being removed from their members (Works being deleted), as `kind/name on member`.
     removing: &'a [String],
     /// Selected objects no member can take now, left running where they run.
@@ -1216,6 +1243,7 @@ fn placement_status(
         missing,
         unsupported,
         unreadable,
+        failed_writes,
         removing,
         stranded,
     } = findings;
@@ -1279,10 +1307,26 @@ fn placement_status(
             what.join("; ")
         );
     }
+    if !failed_writes.is_empty() {
+        let shown: Vec<&str> = failed_writes.iter().take(5).map(String::as_str).collect();
+        let more = failed_writes.len().saturating_sub(shown.len());
+        message = format!(
+            "{} Work(s) could not be written, the others were: {}{}; {message}",
+            failed_writes.len(),
+            shown.join("; "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
     let reason = if unreadable.iter().any(|u| u.forbidden) {
         reasons::FORBIDDEN
     } else if !unreadable.is_empty() {
         reasons::TYPE_UNREADABLE
+    } else if !failed_writes.is_empty() {
+        reasons::WORK_WRITE_FAILED
     } else if !unsupported.is_empty() {
         reasons::UNSUPPORTED_TYPE
     } else if !scheduled {
@@ -1292,7 +1336,8 @@ fn placement_status(
     } else {
         conditions::SCHEDULED
     };
-    let ok = scheduled && unsupported.is_empty() && unreadable.is_empty();
+    let ok =
+        scheduled && unsupported.is_empty() && unreadable.is_empty() && failed_writes.is_empty();
     let mut status = json!({
         "conditions": [{
             "type": conditions::SCHEDULED,

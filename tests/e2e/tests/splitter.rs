@@ -927,6 +927,110 @@ async fn a_new_or_edited_configmap_reaches_every_member_at_once() -> Result<()> 
     Ok(())
 }
 
+#[tokio::test]
+async fn a_work_the_hub_refuses_does_not_stall_the_others() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start("refused").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    // An admission policy that refuses the Works of one ConfigMap of this test, as a size limit
+    // or a site policy would.
+    let name = format!("{ns}-refuse-poison");
+    let rule = format!(
+        "!(has(object.metadata.annotations) \
+          && 'flotilla.dev/source-namespace' in object.metadata.annotations \
+          && object.metadata.annotations['flotilla.dev/source-namespace'] == '{ns}' \
+          && 'flotilla.dev/source-name' in object.metadata.annotations \
+          && object.metadata.annotations['flotilla.dev/source-name'] == 'poison')"
+    );
+    let mut policy = ClusterScopedObjects::new(&env.hub);
+    for object in [
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+               "metadata": {"name": name},
+               "spec": {"failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [{"apiGroups": ["flotilla.dev"], "apiVersions": ["*"],
+                                                                "operations": ["CREATE", "UPDATE"], "resources": ["works"]}]},
+                        "validations": [{"expression": rule, "message": "e2e: the Works of poison are refused"}]}}),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"]}}),
+    ] {
+        let (resource, _) = api::resource_of(hub, &object).await?;
+        api::apply(hub, &object, false).await??;
+        policy.add(resource, name.clone());
+    }
+    // The policy is in force once a Work like that is refused.
+    let (cluster, _) = &members[0];
+    let probe: Work = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+        "metadata": {"name": "probe", "namespace": names::cluster_namespace(cluster),
+                     "labels": {labels::CLUSTER: cluster},
+                     "annotations": {annotations::SOURCE_NAMESPACE: ns, annotations::SOURCE_NAME: "poison"}},
+        "spec": {"manifests": []}
+    }))?;
+    let works: Api<Work> = Api::namespaced(hub.clone(), &names::cluster_namespace(cluster));
+    wait_for(
+        "the admission policy to refuse the Works of poison",
+        Duration::from_secs(30),
+        || async {
+            let dry = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            Ok(match works.create(&dry, &probe).await {
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 403 => Seen::Done(()),
+                other => Seen::not_yet(format!("{:?}", other.map(|w| w.metadata.name))),
+            })
+        },
+    )
+    .await?;
+
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "configs", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+        false,
+    )
+    .await??;
+    for cm in ["poison", "fine"] {
+        api::apply(
+            hub,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "namespace": ns},
+                    "data": {"a": "b"}}),
+            false,
+        )
+        .await??;
+    }
+    wait_scheduled(&placements, "configs", "report the refused Works", |c| {
+        c.status == "False"
+            && c.reason == reasons::WORK_WRITE_FAILED
+            && c.message.contains("ConfigMap poison")
+            && c.message.contains("refused")
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    for (cluster, client) in members {
+        wait_for(
+            &format!("ConfigMap fine in {cluster} although poison is refused"),
+            Duration::from_secs(30),
+            || async {
+                Ok(
+                    match Api::<ConfigMap>::namespaced(client.clone(), ns)
+                        .get_opt("fine")
+                        .await?
+                    {
+                        Some(_) => Seen::Done(()),
+                        None => Seen::not_yet("absent"),
+                    },
+                )
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Deployment `web` of every member, by Cluster name: its UID, or `None` where there is none.
 async fn member_deployment_uids(
     members: &[(String, Client)],
