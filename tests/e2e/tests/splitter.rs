@@ -72,6 +72,17 @@ async fn wait_scheduled(
     .await
 }
 
+/// Scales the hub Deployment `web` to `n` and waits until the hub says `n` are available.
+async fn scale(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
+    hub.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": n}})),
+    )
+    .await?;
+    hub_available(hub, n).await
+}
+
 /// Waits until the hub Deployment says `n` replicas available and Available=True.
 async fn hub_available(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
     wait_for(
@@ -120,6 +131,29 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
+    /// Placement `spread`, dividing the namespace's Deployments evenly, and Deployment `web` of
+    /// `replicas`, once the hub says it is Available.
+    pub(crate) async fn spread_web(&self, replicas: i32) -> Result<Api<Deployment>> {
+        let ns = self.ns.name();
+        let placement: Placement = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": "spread"},
+            "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                     "replicaScheduling": {"type": "Divided", "division": "Even"}},
+        }))?;
+        Api::<Placement>::namespaced(self.hub.clone(), ns)
+            .create(&PostParams::default(), &placement)
+            .await?;
+        let deployments: Api<Deployment> = Api::namespaced(self.hub.clone(), ns);
+        deployments
+            .create(&PostParams::default(), &deployment(replicas)?)
+            .await?;
+        hub_available(&deployments, replicas)
+            .await
+            .map_err(|e| e.context(self.splitter.log()))?;
+        Ok(deployments)
+    }
+
     pub(crate) async fn start(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
         Self::start_with(prefix, members, &[]).await
@@ -341,14 +375,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
     );
 
     // Scale to 13: only the 3 new replicas are divided.
-    deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 13}})),
-        )
-        .await?;
-    hub_available(&deployments, 13).await?;
+    scale(&deployments, 13).await?;
     let scaled = member_replicas(members, ns.name()).await?;
     let moved: i32 = spread
         .iter()
@@ -375,14 +402,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         c.message.contains(&held)
     })
     .await?;
-    deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 16}})),
-        )
-        .await?;
-    hub_available(&deployments, 16).await?;
+    scale(&deployments, 16).await?;
     let after_cordon = member_replicas(members, ns.name()).await?;
     ensure!(
         after_cordon.get(&cordoned) == scaled.get(&cordoned),
@@ -451,14 +471,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         .await?;
 
     // Scale down to 4: replicas go in proportion to where they run.
-    deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 4}})),
-        )
-        .await?;
-    hub_available(&deployments, 4).await?;
+    scale(&deployments, 4).await?;
     let four = member_replicas(members, ns.name()).await?;
     ensure!(
         four.values().sum::<i32>() == 4,
@@ -483,42 +496,12 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
     Ok(())
 }
 
-/// The Placement (and its Works) that places `kind`/`name` on the first member, with the member
-/// object's UID.
 #[tokio::test]
 async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<()> {
     let fleet = Fleet::start("zero").await?;
-    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "spread"},
-        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
-    }))?;
-    Api::<Placement>::namespaced(hub.clone(), ns)
-        .create(&PostParams::default(), &placement)
-        .await?;
-    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
-    deployments
-        .create(&PostParams::default(), &deployment(6)?)
-        .await?;
-    hub_available(&deployments, 6)
-        .await
-        .map_err(|e| e.context(fleet.splitter.log()))?;
-    let uids = |members: &[(String, Client)]| {
-        let members = members.to_vec();
-        async move {
-            let mut out = BTreeMap::new();
-            for (cluster, client) in &members {
-                let d = Api::<Deployment>::namespaced(client.clone(), ns)
-                    .get_opt("web")
-                    .await?;
-                out.insert(cluster.clone(), d.and_then(|d| d.metadata.uid));
-            }
-            Ok::<_, anyhow::Error>(out)
-        }
-    };
-    let before = uids(members).await?;
+    let (ns, members) = (fleet.ns.name(), &fleet.members);
+    let deployments = fleet.spread_web(6).await?;
+    let before = copy_uids::<Deployment>(members, ns, "web").await?;
 
     // Scale to 0: every member's copy goes to 0 replicas, and the hub says 0 of 0.
     deployments
@@ -555,21 +538,14 @@ async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     ensure!(
-        uids(members).await? == before,
+        copy_uids::<Deployment>(members, ns, "web").await? == before,
         "scaling to 0 keeps the member copies (same UIDs): {before:?}"
     );
 
     // And back: the same copies take the replicas again.
-    deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 3}})),
-        )
-        .await?;
-    hub_available(&deployments, 3).await?;
+    scale(&deployments, 3).await?;
     ensure!(
-        uids(members).await? == before,
+        copy_uids::<Deployment>(members, ns, "web").await? == before,
         "scaling up from 0 reuses the member copies: {before:?}"
     );
     Ok(())
@@ -578,23 +554,8 @@ async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<
 #[tokio::test]
 async fn deleting_a_cluster_orphans_its_copies_and_moves_its_replicas() -> Result<()> {
     let fleet = Fleet::start("cl-delete").await?;
-    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "spread"},
-        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
-    }))?;
-    Api::<Placement>::namespaced(hub.clone(), ns)
-        .create(&PostParams::default(), &placement)
-        .await?;
-    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
-    deployments
-        .create(&PostParams::default(), &deployment(6)?)
-        .await?;
-    hub_available(&deployments, 6)
-        .await
-        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let (ns, members) = (fleet.ns.name(), &fleet.members);
+    let deployments = fleet.spread_web(6).await?;
     let (victim, victim_client) = members[2].clone();
     let member_deployments: Api<Deployment> = Api::namespaced(victim_client, ns);
     let uid = member_deployments.get("web").await?.metadata.uid;
@@ -1010,38 +971,57 @@ async fn a_work_the_hub_refuses_does_not_stall_the_others() -> Result<()> {
     })
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
-    for (cluster, client) in members {
-        wait_for(
-            &format!("ConfigMap fine in {cluster} although poison is refused"),
-            Duration::from_secs(30),
-            || async {
-                Ok(
-                    match Api::<ConfigMap>::namespaced(client.clone(), ns)
-                        .get_opt("fine")
-                        .await?
-                    {
-                        Some(_) => Seen::Done(()),
-                        None => Seen::not_yet("absent"),
-                    },
-                )
-            },
-        )
-        .await?;
-    }
+    // ... while the other ConfigMap goes everywhere.
+    in_every_member::<ConfigMap>(members, ns, "fine").await?;
     Ok(())
 }
 
-/// Deployment `web` of every member, by Cluster name: its UID, or `None` where there is none.
-async fn member_deployment_uids(
+/// Waits until object `name` of `K` exists in namespace `ns` of every member.
+async fn in_every_member<K>(members: &[(String, Client)], ns: &str, name: &str) -> Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    wait_for(
+        &format!("{} {name} in every member", K::kind(&())),
+        Duration::from_secs(30),
+        || async {
+            let missing: Vec<String> = copy_uids::<K>(members, ns, name)
+                .await?
+                .into_iter()
+                .filter_map(|(cluster, uid)| uid.is_none().then_some(cluster))
+                .collect();
+            Ok(if missing.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("missing in {missing:?}"))
+            })
+        },
+    )
+    .await
+}
+
+/// The UID of object `name` of `K` in namespace `ns` of every member, by Cluster name (`None`
+/// where there is none): unchanged UIDs mean nothing was deleted and recreated.
+async fn copy_uids<K>(
     members: &[(String, Client)],
     ns: &str,
-) -> Result<BTreeMap<String, Option<String>>> {
+    name: &str,
+) -> Result<BTreeMap<String, Option<String>>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let mut out = BTreeMap::new();
     for (cluster, client) in members {
-        let d = Api::<Deployment>::namespaced(client.clone(), ns)
-            .get_opt("web")
+        let o = Api::<K>::namespaced(client.clone(), ns)
+            .get_opt(name)
             .await?;
-        out.insert(cluster.clone(), d.and_then(|d| d.metadata.uid));
+        out.insert(cluster.clone(), o.and_then(|o| o.meta().uid.clone()));
     }
     Ok(out)
 }
@@ -1050,24 +1030,10 @@ async fn member_deployment_uids(
 async fn kubectl_replace_force_keeps_the_member_copies() -> Result<()> {
     let env = Environment::get();
     let fleet = Fleet::start("replace").await?;
-    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "spread"},
-        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
-    }))?;
-    Api::<Placement>::namespaced(hub.clone(), ns)
-        .create(&PostParams::default(), &placement)
-        .await?;
-    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
-    deployments
-        .create(&PostParams::default(), &deployment(6)?)
-        .await?;
-    let first = hub_available(&deployments, 6)
-        .await
-        .map_err(|e| e.context(fleet.splitter.log()))?;
-    let before = member_deployment_uids(members, ns).await?;
+    let (ns, members) = (fleet.ns.name(), &fleet.members);
+    let deployments = fleet.spread_web(6).await?;
+    let first = deployments.get("web").await?;
+    let before = copy_uids::<Deployment>(members, ns, "web").await?;
 
     // What a user does to change an immutable field, or to start over: delete and create under
     // the same name in one command.
@@ -1114,27 +1080,12 @@ async fn kubectl_replace_force_keeps_the_member_copies() -> Result<()> {
         second.metadata.uid != first.metadata.uid,
         "a new hub object"
     );
-    let after = member_deployment_uids(members, ns).await?;
+    let after = copy_uids::<Deployment>(members, ns, "web").await?;
     ensure!(
         after == before,
         "kubectl replace --force recreated the member copies: {before:?} -> {after:?}"
     );
     Ok(())
-}
-
-/// StatefulSet `db` of every member, by Cluster name: its UID, or `None` where there is none.
-async fn member_statefulsets(
-    members: &[(String, Client)],
-    ns: &str,
-) -> Result<BTreeMap<String, Option<String>>> {
-    let mut out = BTreeMap::new();
-    for (cluster, client) in members {
-        let s = Api::<StatefulSet>::namespaced(client.clone(), ns)
-            .get_opt("db")
-            .await?;
-        out.insert(cluster.clone(), s.and_then(|s| s.metadata.uid));
-    }
-    Ok(out)
 }
 
 #[tokio::test]
@@ -1188,24 +1139,7 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     .map_err(|e| e.context(fleet.splitter.log()))?;
     eprintln!("Forbidden reported after {:?}", started.elapsed());
     // ... while the other selected types flow.
-    for (cluster, client) in members {
-        wait_for(
-            &format!("ConfigMap settings in {cluster}"),
-            Duration::from_secs(30),
-            || async {
-                Ok(
-                    match Api::<ConfigMap>::namespaced(client.clone(), ns)
-                        .get_opt("settings")
-                        .await?
-                    {
-                        Some(_) => Seen::Done(()),
-                        None => Seen::not_yet("absent"),
-                    },
-                )
-            },
-        )
-        .await?;
-    }
+    in_every_member::<ConfigMap>(members, ns, "settings").await?;
 
     // Granted (as splitter.extraRules would): the Placement recovers within seconds.
     let mut rbac = ClusterScopedObjects::new(&env.hub);
@@ -1229,7 +1163,7 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
         "StatefulSet db in every member",
         Duration::from_secs(30),
         || async {
-            let uids = member_statefulsets(members, ns).await?;
+            let uids = copy_uids::<StatefulSet>(members, ns, "db").await?;
             Ok(if uids.values().all(Option::is_some) {
                 Seen::Done(uids)
             } else {
@@ -1259,7 +1193,7 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
         "the member StatefulSets to stay while the splitter may not read them",
         Duration::from_secs(8),
         || async {
-            let now = member_statefulsets(members, ns).await?;
+            let now = copy_uids::<StatefulSet>(members, ns, "db").await?;
             Ok(if now == placed {
                 Ok(())
             } else {
@@ -1276,6 +1210,7 @@ fn work_of(fleet: &Fleet, group: &str, kind: &str, name: &str) -> String {
     names::work_name(group, kind, fleet.ns.name(), name)
 }
 
+/// The Placement that places Work `work` on the first member (its label), if the Work exists.
 async fn placed_by(fleet: &Fleet, work: &str) -> Result<Option<String>> {
     let (cluster, _) = &fleet.members[0];
     let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(cluster));
