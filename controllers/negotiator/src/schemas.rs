@@ -265,14 +265,6 @@ mod tests {
         // What the negotiator asks: can the member take everything the hub's schema allows?
         let c = flotilla_schema::compare(&hub, &older).expect("comparable");
         assert!(!c.changes.is_empty(), "v1.37 added fields since v1.34");
-        eprintln!(
-            "v1.34.4 against v1.37.2: {}",
-            c.changes
-                .iter()
-                .map(|c| format!("{} ({:?}, {:?})", c.path, c.kind, c.verdict))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
         // Narrower, never incompatible: in the spec, fields added since (e.g. in pod templates)
         // and operators the older one does not know (tolerations' Gt and Lt).
         use flotilla_schema::{ChangeKind, Verdict};

@@ -301,10 +301,6 @@ pub async fn run(
     let all = placements.clone();
     let neighbours = placements.clone();
     let same_namespace = placements.clone();
-    let placements_of_configmaps = placements.clone();
-    let placements_of_secrets = placements.clone();
-    let placements_of_services = placements.clone();
-    let placements_of_accounts = placements.clone();
     let by_label = placements.clone();
     let works = flotilla_runtime::cache::spawn_store(
         &ctx,
@@ -349,25 +345,23 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         // A hub Deployment changes: the Placements of its namespace.
-        .watches_stream(deployment_events, move |d: Deployment| {
-            placements_in(&same_namespace, d.namespace())
-        })
+        .watches_stream(deployment_events, in_namespace_of(same_namespace.clone()))
         // So does any other object of the default types (metadata only: any change at all).
         .watches_stream(
             object_changes::<ConfigMap>(&client, namespace),
-            in_namespace_of(placements_of_configmaps),
+            in_namespace_of(same_namespace.clone()),
         )
         .watches_stream(
             object_changes::<Secret>(&client, namespace),
-            in_namespace_of(placements_of_secrets),
+            in_namespace_of(same_namespace.clone()),
         )
         .watches_stream(
             object_changes::<Service>(&client, namespace),
-            in_namespace_of(placements_of_services),
+            in_namespace_of(same_namespace.clone()),
         )
         .watches_stream(
             object_changes::<ServiceAccount>(&client, namespace),
-            in_namespace_of(placements_of_accounts),
+            in_namespace_of(same_namespace.clone()),
         )
         // A Work's status changes: its Placement aggregates again.
         .watches(
@@ -549,6 +543,20 @@ fn cluster_of(w: &Work) -> Option<String> {
     w.cluster_name().map(str::to_string)
 }
 
+/// Which copy a Work is: its hub object's UID and its member.
+fn copy_key(w: &Work) -> Option<(String, String)> {
+    Some((w.labels().get(labels::SOURCE_UID)?.clone(), cluster_of(w)?))
+}
+
+/// Whether condition `type_` of a Work is True for the Work's current spec (generation): a copy
+/// just given more replicas is not available until its member has them.
+fn holds_now(w: &Work, type_: &str) -> bool {
+    w.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .is_some_and(|c| c.status == "True" && c.observed_generation == w.metadata.generation)
+}
+
 async fn reconcile(placement: Arc<Placement>, state: Arc<Splitter>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&placement, &state).await;
@@ -652,7 +660,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
             };
             if specificity(&spec.resource_selectors, &selectable).is_none()
                 || object.metadata.deletion_timestamp.is_some()
-                || made_by_kubernetes(&ar.api_version, &ar.kind, &object).is_some()
+                || made_by_kubernetes(&ar.api_version, &ar.kind, &object)
             {
                 continue;
             }
@@ -796,7 +804,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         };
         // A member has its own (its root CA bundle, a token of its own); never the hub's.
         if object.metadata.deletion_timestamp.is_some()
-            || made_by_kubernetes(&ar.api_version, &ar.kind, &object).is_some()
+            || made_by_kubernetes(&ar.api_version, &ar.kind, &object)
             || winner(&neighbours, &selectable).is_some()
         {
             continue;
@@ -831,7 +839,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         .iter()
         .filter(|w| w.metadata.deletion_timestamp.is_none())
         .filter_map(|w| {
-            let key = (w.labels().get(labels::SOURCE_UID)?.clone(), cluster_of(w)?);
+            let key = copy_key(w)?;
             let other_name = desired.get(&key)?.name_any() != w.name_any();
             other_name.then(|| (w.name_any(), key))
         })
@@ -844,8 +852,9 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     }
     // The wanted Work of a copy whose Work has another name.
     let renamed = |w: &Work| -> Option<&Work> {
-        let key = (w.labels().get(labels::SOURCE_UID)?.clone(), cluster_of(w)?);
-        desired.get(&key).filter(|d| d.name_any() != w.name_any())
+        desired
+            .get(&copy_key(w)?)
+            .filter(|d| d.name_any() != w.name_any())
     };
 
     let params = PatchParams::apply(field_managers::SPLITTER).force();
@@ -898,16 +907,6 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
     // stays until every wanted copy of that object is available (or its Cluster is gone).
     // Available means for the Work's current spec: a copy just given more replicas is not
     // available until its member has them.
-    let available = |w: &Work| {
-        w.status
-            .as_ref()
-            .and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == conditions::AVAILABLE)
-            })
-            .is_some_and(|c| c.status == "True" && c.observed_generation == w.metadata.generation)
-    };
     for work in &existing {
         let uid = work
             .labels()
@@ -925,20 +924,12 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
         // Written in this pass (for another object of the same name, e.g. after `kubectl replace
         // --force`): the cached copy of it is stale.
         let rewritten = written.contains(&(work.namespace().unwrap_or_default(), work.name_any()));
-        let applied = |w: &Work| {
-            w.status
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED))
-                .is_some_and(|c| {
-                    c.status == "True" && c.observed_generation == w.metadata.generation
-                })
-        };
         // Under its old name: it goes once the Work that replaces it is applied.
         let replacement_pending = renamed(work).is_some_and(|new| {
             !current.iter().any(|c| {
                 c.name_any() == new.name_any()
                     && cluster_of(c) == Some(cluster.clone())
-                    && applied(c)
+                    && holds_now(c, conditions::APPLIED)
             })
         });
         let under_its_name = desired
@@ -971,7 +962,7 @@ async fn reconcile_inner(placement: &Placement, state: &Splitter) -> Result<Acti
                 current.iter().any(|w| {
                     w.labels().get(labels::SOURCE_UID) == Some(u)
                         && w.cluster_name() == Some(c.as_str())
-                        && available(w)
+                        && holds_now(w, conditions::AVAILABLE)
                 })
             });
             if !replacements_ready {

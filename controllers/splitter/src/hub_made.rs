@@ -24,31 +24,23 @@ pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 /// The Secret type the service-account token controller fills with a token of the hub.
 pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
 
-/// Why `object` (of `api_version`/`kind`) is never placed, when Kubernetes itself made it in the
-/// hub; `None` for every object a user made.
-pub fn made_by_kubernetes(
-    api_version: &str,
-    kind: &str,
-    object: &DynamicObject,
-) -> Option<&'static str> {
+/// Whether Kubernetes itself made `object` (of `api_version`/`kind`) in the hub, so that it is
+/// never placed; `false` for every object a user made.
+pub fn made_by_kubernetes(api_version: &str, kind: &str, object: &DynamicObject) -> bool {
     if api_version != "v1" {
-        return None;
+        return false;
     }
     let name = object.metadata.name.as_deref().unwrap_or_default();
     match kind {
-        "ConfigMap" if name == ROOT_CA_CONFIGMAP => Some(
-            "the hub's root CA bundle, published in every namespace; each member publishes its own",
-        ),
-        "ServiceAccount" if name == DEFAULT_SERVICE_ACCOUNT => {
-            Some("every namespace of every cluster has its own default ServiceAccount")
+        // The hub's root CA bundle, published in every namespace; each member publishes its own.
+        "ConfigMap" => name == ROOT_CA_CONFIGMAP,
+        // Every namespace of every cluster has its own.
+        "ServiceAccount" => name == DEFAULT_SERVICE_ACCOUNT,
+        // A token of a hub ServiceAccount, signed by the hub; members issue their own.
+        "Secret" => {
+            object.data.get("type").and_then(Value::as_str) == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
         }
-        "Secret"
-            if object.data.get("type").and_then(Value::as_str)
-                == Some(SERVICE_ACCOUNT_TOKEN_TYPE) =>
-        {
-            Some("a token of a hub ServiceAccount, signed by the hub; members issue their own")
-        }
-        _ => None,
+        _ => false,
     }
 }
 
@@ -166,10 +158,7 @@ mod tests {
         ];
         for o in made {
             let kind = o["kind"].as_str().expect("kind").to_string();
-            assert!(
-                made_by_kubernetes("v1", &kind, &object(o.clone())).is_some(),
-                "{o}"
-            );
+            assert!(made_by_kubernetes("v1", &kind, &object(o.clone())), "{o}");
         }
         let users = [
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}),
@@ -180,15 +169,12 @@ mod tests {
         ];
         for o in users {
             let kind = o["kind"].as_str().expect("kind").to_string();
-            assert!(
-                made_by_kubernetes("v1", &kind, &object(o.clone())).is_none(),
-                "{o}"
-            );
+            assert!(!made_by_kubernetes("v1", &kind, &object(o.clone())), "{o}");
         }
         // Same names in another group are someone else's.
         let custom = object(json!({"apiVersion": "example.com/v1", "kind": "ConfigMap",
                                    "metadata": {"name": "kube-root-ca.crt"}}));
-        assert!(made_by_kubernetes("example.com/v1", "ConfigMap", &custom).is_none());
+        assert!(!made_by_kubernetes("example.com/v1", "ConfigMap", &custom));
     }
 
     fn managed(fields: Value) -> Vec<ManagedFieldsEntry> {
