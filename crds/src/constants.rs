@@ -277,6 +277,14 @@ pub mod reasons {
     /// The Cluster is being deleted: it takes no work, and its Works are registration's to
     /// remove (Orphan for push mode).
     pub const CLUSTER_DELETING: &str = "ClusterDeleting";
+
+    // Placement: Applied and Available
+    /// Every copy is applied (Applied) or available (Available) for its current spec.
+    pub const ALL_COPIES: &str = "AllCopies";
+    /// Some copies are not applied (Applied) or not available (Available) yet.
+    pub const WAITING_FOR_COPIES: &str = "WaitingForCopies";
+    /// The Placement places nothing.
+    pub const NOTHING_PLACED: &str = "NothingPlaced";
 }
 
 #[cfg(test)]
@@ -354,6 +362,9 @@ mod tests {
             reasons::OVERRIDDEN,
             reasons::FAILING_OVER,
             reasons::CLUSTER_DELETING,
+            reasons::ALL_COPIES,
+            reasons::WAITING_FOR_COPIES,
+            reasons::NOTHING_PLACED,
         ];
         for s in all {
             assert!(is_camel_case(s), "{s:?} is not CamelCase");

@@ -325,9 +325,10 @@ pub struct Failover {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementStatus {
-    /// `Scheduled` (every selected object has a decision; reasons such as `NoClusterSelected`,
-    /// `NoEligibleCluster`, `UnsupportedType`, `PlacementConflict`), `Applied` and `Available`
-    /// (summed over the copies).
+    /// `Scheduled` (every selected object has a decision; reasons such as `NoEligibleCluster`,
+    /// `UnsupportedType`, `PlacementConflict`, `Forbidden`, `TypeUnreadable`,
+    /// `WorkWriteFailed`), `Applied` and `Available` (every copy applied, available; the message
+    /// counts them and names the first that are not).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -336,13 +337,81 @@ pub struct PlacementStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_objects: Option<i32>,
 
-    /// One decision per selected object.
+    /// Counts over every copy (one Work per object and member) the Placement places.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<CopyCounts>,
+
+    /// Per member: how many copies it has, how many of them are applied and available, and the
+    /// replicas of divided workloads it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["cluster"]
+    ))]
+    pub clusters: Vec<ClusterSummary>,
+
+    /// Decisions of selected objects, at most 100 members' worth in all (an object on three
+    /// members counts three): objects with something to report (excluded members, copies not
+    /// yet applied or available, placed by another Placement) first, then the others by name.
+    /// The status stays small for any number of objects; see `omittedDecisions`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend(
         "x-kubernetes-list-type" = "map",
         "x-kubernetes-list-map-keys" = ["apiVersion", "kind", "name"]
     ))]
     pub decisions: Vec<ObjectDecision>,
+
+    /// How many selected objects have a decision not listed in `decisions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_decisions: Option<i32>,
+}
+
+/// Counts over a Placement's copies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyCounts {
+    /// Copies placed (one per object and member).
+    pub placed: i32,
+
+    /// Copies whose member applied the current spec.
+    pub applied: i32,
+
+    /// Copies available in their member for the current spec.
+    pub available: i32,
+
+    /// Copies being removed from members (their Works are being deleted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub removing: i32,
+
+    /// Copies no longer wanted but kept for now: on a failed member until their replacements
+    /// are available, of a type that cannot be read now, or of an object no member can take.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kept: i32,
+}
+
+/// One member's share of a Placement.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSummary {
+    /// Name of the Cluster.
+    pub cluster: String,
+
+    /// Copies placed on it.
+    pub placed: i32,
+
+    /// Of those, applied for the current spec.
+    pub applied: i32,
+
+    /// Of those, available for the current spec.
+    pub available: i32,
+
+    /// Replicas of divided workloads it runs, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Where one object goes, and why not elsewhere.

@@ -2,7 +2,11 @@
 //!
 //! | module | does |
 //! |---|---|
-//! | [`controller`] | the Placement controller: Works per object and member, failover, hub status |
+//! | [`controller`] | the Placement controller: each pass observes, plans, executes and reports |
+//! | [`observe`] | what a pass reads: caches, and a fresh list of the selected objects |
+//! | [`plan`] | pure: the Works to write and delete (and those kept, and why), the decisions |
+//! | [`execute`] | the plan's writes (only what differs) and deletions (with preconditions) |
+//! | [`report`] | the Placement's bounded status, the divided Deployments' status, Events |
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
@@ -17,9 +21,13 @@ pub mod compatibility;
 pub mod controller;
 pub mod division;
 pub mod eligibility;
+pub mod execute;
 pub mod hub_made;
+pub mod observe;
+pub mod plan;
 pub mod references;
 pub mod render;
+pub mod report;
 pub mod specificity;
 
 use clap::Args;

@@ -1,0 +1,103 @@
+//! Execution: the plan's writes and deletions, and nothing else. Only Works that differ from the
+//! hub's are written (the plan compared them with the cache), several at a time; a Work the hub
+//! refuses is reported and the others go on; deletions carry the `uid` and `resourceVersion` the
+//! plan decided on, so a Work changed or re-created since is left for the next pass.
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use flotilla_api::{Work, annotations, field_managers};
+
+use crate::controller::Error;
+use crate::plan::{CopyKey, Deletion, Plan};
+use crate::report::Outcome;
+
+/// How many Works one pass writes or deletes at the same time.
+pub const PARALLEL_WRITES: usize = 16;
+
+/// Writes and deletes what `plan` says.
+pub async fn execute(client: &kube::Client, plan: &Plan) -> Result<Outcome, Error> {
+    // Owned values: a stream of borrowed items would not be `Send` for every lifetime.
+    let writes: Vec<(CopyKey, Work)> = plan
+        .writes
+        .iter()
+        .filter_map(|key| Some((key.clone(), plan.wanted.get(key)?.clone())))
+        .collect();
+    let results: Vec<_> = stream::iter(writes)
+        .map(|(key, work)| write(client.clone(), key, work))
+        .buffer_unordered(PARALLEL_WRITES)
+        .try_collect()
+        .await?;
+    let mut outcome = Outcome::default();
+    for (key, work, result) in results {
+        match result {
+            Ok(written) => {
+                outcome.written.insert(key, written);
+            }
+            // One Work that cannot be written (too large, refused by an admission policy) must
+            // not stall the tenant's other objects: it is reported, the rest goes on.
+            Err(e) => outcome.failed_writes.push(refused(&work, &e)),
+        }
+    }
+    outcome.failed_writes.sort();
+
+    stream::iter(plan.deletes.clone())
+        .map(|d| delete(client.clone(), d))
+        .buffer_unordered(PARALLEL_WRITES)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(outcome)
+}
+
+/// `kind name on member: why` of a Work the hub refused.
+fn refused(work: &Work, e: &kube::Error) -> String {
+    let a = work.annotations();
+    let source = |k: &str| a.get(k).cloned().unwrap_or_default();
+    format!(
+        "{} {} on {}: {}",
+        source(annotations::SOURCE_KIND),
+        source(annotations::SOURCE_NAME),
+        work.cluster_name().unwrap_or_default(),
+        match e {
+            kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+            other => other.to_string(),
+        }
+    )
+}
+
+/// Writes one Work (server-side apply); the hub's answer, whatever it is, goes to the outcome.
+async fn write(
+    client: kube::Client,
+    key: CopyKey,
+    work: Work,
+) -> Result<(CopyKey, Work, Result<Work, kube::Error>), Error> {
+    let api: Api<Work> = Api::namespaced(client, &work.namespace().unwrap_or_default());
+    let mut value = serde_json::to_value(&work)?;
+    value["apiVersion"] = json!(Work::api_version(&()));
+    value["kind"] = json!(Work::kind(&()));
+    let params = PatchParams::apply(field_managers::SPLITTER).force();
+    let result = api
+        .patch(&work.name_any(), &params, &Patch::Apply(&value))
+        .await;
+    Ok((key, work, result))
+}
+
+async fn delete(client: kube::Client, d: Deletion) -> Result<(), Error> {
+    let api: Api<Work> = Api::namespaced(client, &d.namespace);
+    // Only the Work this decision was made on: changed since (409), the next pass decides.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: d.uid.clone(),
+            resource_version: d.resource_version.clone(),
+        }),
+        ..DeleteParams::background()
+    };
+    tracing::debug!(namespace = %d.namespace, name = %d.name, why = ?d.why, "deleting Work");
+    match api.delete(&d.name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,604 @@
+//! Reporting: what a pass planned and did, as the status of the Placement and of the divided
+//! hub Deployments. The statuses are computed by pure functions of the plan and the Works as the
+//! hub has them after the writes; the Placement's status stays small for any number of objects
+//! (counts, one summary per member, a bounded list of decisions).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use flotilla_api::condition::ConditionStatus;
+use flotilla_api::placement::{ClusterSummary, CopyCounts, ObjectDecision};
+use flotilla_api::{Placement, Work, annotations, conditions, field_managers, reasons};
+use flotilla_runtime::Context;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::aggregate::{copy_of, deployment_status, max_unavailable};
+use crate::observe::resource;
+use crate::plan::{CopyKey, Divided, Keep, Observation, Plan, holds_now, key_of};
+
+/// At most this many member entries (`clusters` and `excluded` of every decision, at least one
+/// per decision) are listed in a Placement's `decisions`.
+pub const DECISION_ENTRIES: usize = 100;
+
+/// At most this many items of a list are named in a condition message; the rest are counted.
+pub const NAMED: usize = 5;
+
+/// What executing a plan did.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// The Works written, as the hub returned them.
+    pub written: BTreeMap<CopyKey, Work>,
+    /// Works the hub refused to store, as `kind name on member: why`.
+    pub failed_writes: Vec<String>,
+}
+
+/// The Works of a pass as the hub has them after its writes.
+pub struct Current<'a> {
+    plan: &'a Plan,
+    written: &'a BTreeMap<CopyKey, Work>,
+    by_name: BTreeMap<(String, String), &'a Work>,
+}
+
+impl<'a> Current<'a> {
+    pub fn new(plan: &'a Plan, outcome: &'a Outcome, cache: &'a [Arc<Work>]) -> Self {
+        Self {
+            plan,
+            written: &outcome.written,
+            by_name: cache.iter().map(|w| (key_of(w), &**w)).collect(),
+        }
+    }
+
+    /// The Work of a wanted copy: as written in this pass, or as cached.
+    pub fn work(&self, key: &CopyKey) -> Option<&'a Work> {
+        if let Some(w) = self.written.get(key) {
+            return Some(w);
+        }
+        let wanted = self.plan.wanted.get(key)?;
+        self.by_name.get(&key_of(wanted)).copied()
+    }
+
+    /// Every cached Work being deleted.
+    fn removing(&self) -> impl Iterator<Item = &'a Work> + '_ {
+        self.by_name
+            .values()
+            .copied()
+            .filter(|w| w.metadata.deletion_timestamp.is_some())
+    }
+}
+
+/// `kind/name on member` of a Work.
+fn describe(w: &Work) -> String {
+    let a = w.annotations();
+    let get = |k: &str| a.get(k).map_or("?", String::as_str);
+    format!(
+        "{}/{} on {}",
+        get(annotations::SOURCE_KIND),
+        get(annotations::SOURCE_NAME),
+        w.cluster_name().unwrap_or("?")
+    )
+}
+
+/// `a, b, c and 7 more` of the first [`NAMED`] items.
+fn named(items: &[String], separator: &str) -> String {
+    let shown: Vec<&str> = items.iter().take(NAMED).map(String::as_str).collect();
+    let more = items.len().saturating_sub(shown.len());
+    if more > 0 {
+        format!("{} and {more} more", shown.join(separator))
+    } else {
+        shown.join(separator)
+    }
+}
+
+fn condition_of(work: Option<&Work>, type_: &str) -> ConditionStatus {
+    let Some(c) = work
+        .and_then(|w| w.status.as_ref())
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+    else {
+        return ConditionStatus::Unknown;
+    };
+    ConditionStatus::parse(&c.status)
+}
+
+/// The hub Deployment's aggregated status from its copies.
+pub fn divided_status(d: &Divided, current: &Current<'_>, now: &str) -> Value {
+    let uid = d.object.metadata.uid.clone().unwrap_or_default();
+    let copies: Vec<_> = d
+        .division
+        .iter()
+        // Copies of the division; at 0 replicas only when the Deployment is at 0.
+        .filter(|(_, n)| **n > 0 || d.total == 0)
+        .filter_map(|(c, _)| {
+            let w = current.work(&(uid.clone(), c.clone()))?;
+            Some(copy_of(w, c, d.object.metadata.generation))
+        })
+        .collect();
+    deployment_status(
+        d.object.metadata.generation,
+        d.total,
+        max_unavailable(&d.object.data["spec"], d.total),
+        &copies,
+        &d.division,
+        now,
+    )
+}
+
+/// The Placement's status: conditions, counts, per-member summaries and bounded decisions.
+pub fn placement_status(
+    placement: &Placement,
+    plan: &Plan,
+    outcome: &Outcome,
+    current: &Current<'_>,
+    now: &str,
+) -> Value {
+    let findings = &plan.findings;
+    let selection = &plan.selection;
+
+    // Counts, per member and in all; the copies not applied or available, by name.
+    let mut per_cluster: BTreeMap<&str, ClusterSummary> = selection
+        .candidates
+        .iter()
+        .map(|c| {
+            (
+                c.cluster.as_str(),
+                ClusterSummary {
+                    cluster: c.cluster.clone(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+    let mut counts = CopyCounts::default();
+    let (mut not_applied, mut not_available) = (Vec::new(), Vec::new());
+    for (key, wanted) in &plan.wanted {
+        let work = current.work(key);
+        let applied = work.is_some_and(|w| holds_now(w, conditions::APPLIED));
+        let available = work.is_some_and(|w| holds_now(w, conditions::AVAILABLE));
+        let summary = per_cluster
+            .entry(key.1.as_str())
+            .or_insert_with(|| ClusterSummary {
+                cluster: key.1.clone(),
+                ..Default::default()
+            });
+        summary.placed += 1;
+        counts.placed += 1;
+        if applied {
+            summary.applied += 1;
+            counts.applied += 1;
+        } else {
+            not_applied.push(describe(wanted));
+        }
+        if available {
+            summary.available += 1;
+            counts.available += 1;
+        } else {
+            not_available.push(describe(wanted));
+        }
+    }
+    for d in &plan.divisions {
+        for (cluster, n) in &d.division {
+            if let Some(s) = per_cluster.get_mut(cluster.as_str()) {
+                *s.replicas.get_or_insert(0) += i64::from(*n);
+            }
+        }
+    }
+    let removing: Vec<String> = current.removing().map(describe).collect();
+    counts.removing = i32::try_from(removing.len()).unwrap_or(i32::MAX);
+    counts.kept = i32::try_from(
+        plan.kept
+            .values()
+            .filter(|k| **k != Keep::Terminating)
+            .count(),
+    )
+    .unwrap_or(i32::MAX);
+
+    let message = scheduled_message(plan, outcome, &counts, &removing);
+    let reason = if findings.unreadable.iter().any(|u| u.forbidden) {
+        reasons::FORBIDDEN
+    } else if !findings.unreadable.is_empty() {
+        reasons::TYPE_UNREADABLE
+    } else if !outcome.failed_writes.is_empty() {
+        reasons::WORK_WRITE_FAILED
+    } else if !findings.unsupported.is_empty() {
+        reasons::UNSUPPORTED_TYPE
+    } else if selection.candidates.is_empty() {
+        reasons::NO_ELIGIBLE_CLUSTER
+    } else if !findings.conflicts.is_empty() {
+        reasons::PLACEMENT_CONFLICT
+    } else {
+        conditions::SCHEDULED
+    };
+    let scheduled = !selection.candidates.is_empty()
+        && findings.unsupported.is_empty()
+        && findings.unreadable.is_empty()
+        && outcome.failed_writes.is_empty();
+    let generation = placement.metadata.generation;
+    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+        json!({
+            "type": type_,
+            "status": if ok { "True" } else { "False" },
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": generation,
+        })
+    };
+    let copies_condition = |type_: &str, done: i32, missing: &[String], verb: &str| {
+        if counts.placed == 0 {
+            condition(
+                type_,
+                true,
+                reasons::NOTHING_PLACED,
+                "no copies placed".into(),
+            )
+        } else if missing.is_empty() {
+            condition(
+                type_,
+                true,
+                reasons::ALL_COPIES,
+                format!("{done}/{} copies {verb}", counts.placed),
+            )
+        } else {
+            condition(
+                type_,
+                false,
+                reasons::WAITING_FOR_COPIES,
+                format!(
+                    "{done}/{} copies {verb}; not yet: {}",
+                    counts.placed,
+                    named(missing, ", ")
+                ),
+            )
+        }
+    };
+
+    let (decisions, omitted) = bounded_decisions(plan, current);
+    let mut status = json!({
+        "conditions": [
+            condition(conditions::SCHEDULED, scheduled, reason, message),
+            copies_condition(conditions::APPLIED, counts.applied, &not_applied, "applied"),
+            copies_condition(conditions::AVAILABLE, counts.available, &not_available, "available"),
+        ],
+        "selectedObjects": plan.decisions.len(),
+        "copies": counts,
+        "clusters": per_cluster.into_values().collect::<Vec<_>>(),
+        "decisions": decisions,
+    });
+    if omitted > 0 {
+        status["omittedDecisions"] = json!(omitted);
+    }
+    let old = placement
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok());
+    keep_condition_times(&mut status, old.as_ref());
+    json!({
+        "apiVersion": Placement::api_version(&()),
+        "kind": Placement::kind(&()),
+        "status": status,
+    })
+}
+
+/// The `Scheduled` message: what is placed where, and everything that stands in the way.
+fn scheduled_message(
+    plan: &Plan,
+    outcome: &Outcome,
+    counts: &CopyCounts,
+    removing: &[String],
+) -> String {
+    let findings = &plan.findings;
+    let selection = &plan.selection;
+    let overridden = plan
+        .decisions
+        .iter()
+        .filter(|(_, d)| d.overridden_by.is_some())
+        .count();
+    let placed_objects: BTreeSet<&str> = plan.wanted.keys().map(|(u, _)| u.as_str()).collect();
+    let mut message = format!(
+        "{} Work(s) for {} object(s) on {} member(s)",
+        counts.placed,
+        placed_objects.len(),
+        selection.candidates.len()
+    );
+    if overridden > 0 {
+        message.push_str(&format!(
+            "; {overridden} selected object(s) placed by a more specific or older Placement"
+        ));
+    }
+    for e in selection.held.iter().chain(&selection.excluded) {
+        message.push_str(&format!("; {}: {}", e.cluster, e.message));
+    }
+    if !findings.conflicts.is_empty() {
+        message.push_str(&format!("; {}", named(&findings.conflicts, "; ")));
+    }
+    if findings.stranded > 0 {
+        message.push_str(&format!(
+            "; {} selected object(s) no member can take now are left running where they run",
+            findings.stranded
+        ));
+    }
+    let elsewhere = plan
+        .kept
+        .values()
+        .filter(|k| **k == Keep::ClusterElsewhere)
+        .count();
+    if elsewhere > 0 {
+        message.push_str(&format!(
+            "; {elsewhere} copy(ies) on Clusters outside this splitter's --cluster-selector are left as they are"
+        ));
+    }
+    if !removing.is_empty() {
+        message.push_str(&format!(
+            "; removing {} copy(ies) from members: {}",
+            removing.len(),
+            named(removing, ", ")
+        ));
+    }
+    if !findings.missing.is_empty() {
+        message.push_str(&format!(
+            "; referred to by placed workloads but missing on the hub: {}",
+            named(&findings.missing, ", ")
+        ));
+    }
+    if !findings.unsupported.is_empty() {
+        message = format!(
+            "resource selectors name types the hub does not place: {}; {message}",
+            findings.unsupported.join(", ")
+        );
+    }
+    if !findings.unreadable.is_empty() {
+        let what: Vec<&str> = findings
+            .unreadable
+            .iter()
+            .map(|u| u.message.as_str())
+            .collect();
+        message = format!(
+            "selected types cannot be read now, their copies are kept as they are: {}; {message}",
+            what.join("; ")
+        );
+    }
+    if !outcome.failed_writes.is_empty() {
+        message = format!(
+            "{} Work(s) could not be written, the others were: {}; {message}",
+            outcome.failed_writes.len(),
+            named(&outcome.failed_writes, "; ")
+        );
+    }
+    message
+}
+
+/// The decisions listed in the status, with what each copy reports, and how many were left
+/// out: those with something to report first, then by kind and name, up to
+/// [`DECISION_ENTRIES`] member entries.
+fn bounded_decisions(plan: &Plan, current: &Current<'_>) -> (Vec<ObjectDecision>, usize) {
+    let mut all: Vec<(bool, ObjectDecision)> = plan
+        .decisions
+        .iter()
+        .map(|(uid, d)| {
+            let mut d = d.clone();
+            for c in &mut d.clusters {
+                let work = current.work(&(uid.clone(), c.cluster.clone()));
+                c.applied = Some(condition_of(work, conditions::APPLIED));
+                c.available = Some(condition_of(work, conditions::AVAILABLE));
+            }
+            let notable = d.overridden_by.is_some()
+                || !d.excluded.is_empty()
+                || d.clusters.iter().any(|c| {
+                    c.applied != Some(ConditionStatus::True)
+                        || c.available != Some(ConditionStatus::True)
+                });
+            (notable, d)
+        })
+        .collect();
+    all.sort_by(|(a, x), (b, y)| {
+        b.cmp(a)
+            .then_with(|| (&x.kind, &x.name).cmp(&(&y.kind, &y.name)))
+    });
+    let total = all.len();
+    let mut entries = 0;
+    let listed: Vec<ObjectDecision> = all
+        .into_iter()
+        .map(|(_, d)| d)
+        .take_while(|d| {
+            entries += (d.clusters.len() + d.excluded.len()).max(1);
+            entries <= DECISION_ENTRIES
+        })
+        .collect();
+    let omitted = total - listed.len();
+    (listed, omitted)
+}
+
+/// Writes the status of every divided Deployment and of the Placement, where it says something
+/// new, and the Events that go with a change: `Placed` on a Deployment whose distribution
+/// changed, `Rescheduled` on the Placement, and a Warning for what a user or the admin can fix.
+pub async fn report(
+    ctx: &Context,
+    obs: &Observation,
+    plan: &Plan,
+    outcome: &Outcome,
+) -> Result<(), kube::Error> {
+    let placement = &*obs.placement;
+    let ns = placement.namespace().unwrap_or_default();
+    let current = Current::new(plan, outcome, &obs.works);
+    let now = Timestamp::now().to_string();
+    let params = PatchParams::apply(field_managers::SPLITTER).force();
+    let deployments = resource("apps", "v1", "Deployment", "deployments");
+    for d in &plan.divisions {
+        let old = d.object.data.get("status");
+        let mut status = divided_status(d, &current, &now);
+        keep_condition_times(&mut status, old);
+        if old.is_some_and(|o| same_ignoring_times(o, &status)) {
+            continue;
+        }
+        let placed_before = old.and_then(|o| condition_message(o, conditions::PLACED));
+        let placed_now = condition_message(&status, conditions::PLACED);
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &deployments);
+        api.patch_status(
+            &d.object.name_any(),
+            &params,
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "status": status})),
+        )
+        .await?;
+        if let Some(message) = placed_now
+            && placed_before.as_ref() != Some(&message)
+        {
+            let reference = d.object.object_ref(&deployments);
+            ctx.events
+                .normal_ref(&reference, conditions::PLACED, "Place", message)
+                .await;
+        }
+    }
+
+    let status = placement_status(placement, plan, outcome, &current, &now);
+    let old = placement
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok());
+    if old
+        .as_ref()
+        .is_some_and(|old| same_ignoring_times(old, &status["status"]))
+    {
+        return Ok(());
+    }
+    Api::<Placement>::namespaced(ctx.client.clone(), &ns)
+        .patch_status(&placement.name_any(), &params, &Patch::Apply(&status))
+        .await?;
+    let message = |s: Option<&Value>| s.and_then(|s| condition_message(s, conditions::SCHEDULED));
+    let (before, after) = (message(old.as_ref()), message(Some(&status["status"])));
+    if old.is_none() || before == after {
+        return Ok(());
+    }
+    // Which members take, keep or lose work changed: say so where users look.
+    ctx.events
+        .normal(
+            placement,
+            "Rescheduled",
+            "Place",
+            after.clone().unwrap_or_default(),
+        )
+        .await;
+    let findings = &plan.findings;
+    if !findings.unreadable.is_empty() || !outcome.failed_writes.is_empty() {
+        let reason = status["status"]["conditions"][0]["reason"]
+            .as_str()
+            .unwrap_or(reasons::TYPE_UNREADABLE)
+            .to_string();
+        let what: Vec<String> = findings
+            .unreadable
+            .iter()
+            .map(|u| u.message.clone())
+            .chain(outcome.failed_writes.iter().cloned())
+            .collect();
+        ctx.events
+            .warning(placement, &reason, "Place", named(&what, "; "))
+            .await;
+    }
+    if !findings.conflicts.is_empty() {
+        ctx.events
+            .warning(
+                placement,
+                reasons::PLACEMENT_CONFLICT,
+                "Place",
+                named(&findings.conflicts, "; "),
+            )
+            .await;
+    }
+    Ok(())
+}
+
+/// The `message` of condition `type_` in a status object.
+pub fn condition_message(status: &Value, type_: &str) -> Option<String> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["message"].as_str())
+        .map(str::to_string)
+}
+
+const TIME_FIELDS: [&str; 2] = ["lastTransitionTime", "lastUpdateTime"];
+
+/// Carries the times of `old`'s conditions over to `new`'s: `lastTransitionTime` while the
+/// status is the same, `lastUpdateTime` while nothing of the condition changed. A status that
+/// says the same thing is then equal to the one written before.
+pub fn keep_condition_times(new: &mut Value, old: Option<&Value>) {
+    let Some(old_conditions) = old.and_then(|o| o["conditions"].as_array()) else {
+        return;
+    };
+    let Some(conditions) = new["conditions"].as_array_mut() else {
+        return;
+    };
+    for c in conditions {
+        let Some(before) = old_conditions.iter().find(|o| o["type"] == c["type"]) else {
+            continue;
+        };
+        if before["status"] != c["status"] {
+            continue;
+        }
+        let unchanged = ["reason", "message"].iter().all(|k| before[k] == c[k]);
+        for field in TIME_FIELDS {
+            let keep = field == "lastTransitionTime" || unchanged;
+            if keep && let Some(t) = before.get(field) {
+                c[field] = t.clone();
+            }
+        }
+    }
+}
+
+/// Whether two status objects are equal apart from condition times.
+pub fn same_ignoring_times(a: &Value, b: &Value) -> bool {
+    fn strip(v: &Value) -> Value {
+        let mut v = v.clone();
+        if let Some(cs) = v["conditions"].as_array_mut() {
+            for c in cs {
+                if let Some(o) = c.as_object_mut() {
+                    for f in TIME_FIELDS {
+                        o.remove(f);
+                    }
+                }
+            }
+        }
+        v
+    }
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_that_says_the_same_keeps_its_times_and_is_not_written_again() {
+        let old = json!({"replicas": 3, "conditions": [
+            {"type": "Available", "status": "True", "reason": "R", "message": "m",
+             "lastTransitionTime": "t0", "lastUpdateTime": "t0"}]});
+        let mut same = json!({"replicas": 3, "conditions": [
+            {"type": "Available", "status": "True", "reason": "R", "message": "m",
+             "lastTransitionTime": "t1", "lastUpdateTime": "t1"}]});
+        keep_condition_times(&mut same, Some(&old));
+        assert_eq!(same, old);
+        assert!(same_ignoring_times(&old, &same));
+
+        let mut reworded = json!({"replicas": 3, "conditions": [
+            {"type": "Available", "status": "True", "reason": "R", "message": "m2",
+             "lastTransitionTime": "t1", "lastUpdateTime": "t1"}]});
+        keep_condition_times(&mut reworded, Some(&old));
+        assert_eq!(reworded["conditions"][0]["lastTransitionTime"], "t0");
+        assert_eq!(reworded["conditions"][0]["lastUpdateTime"], "t1");
+        assert!(!same_ignoring_times(&old, &reworded));
+
+        let mut flipped = json!({"conditions": [
+            {"type": "Available", "status": "False", "lastTransitionTime": "t1"}]});
+        keep_condition_times(&mut flipped, Some(&old));
+        assert_eq!(flipped["conditions"][0]["lastTransitionTime"], "t1");
+    }
+
+    #[test]
+    fn lists_name_the_first_few_and_count_the_rest() {
+        let items: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+        assert_eq!(named(&items[..2], ", "), "c0, c1");
+        assert_eq!(named(&items, ", "), "c0, c1, c2, c3, c4 and 3 more");
+    }
+}
