@@ -107,6 +107,9 @@ async fn hub_available(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
     .await
 }
 
+/// A Cluster label that takes a Cluster out of the test splitter's `--cluster-selector` only.
+const SPLITTER_OUT: &str = "e2e.flotilla.dev/splitter-out";
+
 /// Three push-mode members registered for one test (Clusters with the test's own label), the
 /// registration controller, the syncer and the splitter scoped to them and to the test's
 /// namespace.
@@ -230,6 +233,10 @@ impl Fleet {
             None => ns.name().to_string(),
         };
         let mut split = common.to_vec();
+        // The splitter alone leaves out Clusters labelled SPLITTER_OUT: a Cluster that leaves
+        // the splitter's selector while registration and the syncer still serve it.
+        let split_selector = format!("{selector},{SPLITTER_OUT}!=true");
+        split[5] = split_selector.as_str();
         split.extend(["--namespace", namespaces.as_str()]);
         let mut release = None;
         let splitter_kubeconfig;
@@ -1492,5 +1499,119 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
     hub_available(&deployments, 9).await?;
     drop(fleet);
     drop(scratch);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_that_leaves_the_splitters_selector_keeps_its_copies() -> Result<()> {
+    let fleet = Fleet::start("relabel").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "configs", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+        false,
+    )
+    .await??;
+    let settings = |value: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "settings", "namespace": ns}, "data": {"value": value}})
+    };
+    api::apply(hub, &settings("one"), false).await??;
+    in_every_member::<ConfigMap>(members, ns, "settings").await?;
+    let before = copy_uids::<ConfigMap>(members, ns, "settings").await?;
+
+    // The first member leaves the splitter's selector (registration and the syncer still serve
+    // it): the splitter no longer places there, and leaves what is there alone.
+    let (out, _) = &members[0];
+    fleet
+        .clusters
+        .patch(
+            out,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {SPLITTER_OUT: "true"}}})),
+        )
+        .await?;
+    // An edit reaches the other members; the one outside keeps its copy as it was.
+    api::apply(hub, &settings("two"), false).await??;
+    wait_for(
+        "the edit in the members the splitter serves",
+        Duration::from_secs(30),
+        || async {
+            let mut behind = Vec::new();
+            for (cluster, client) in &members[1..] {
+                let value = Api::<ConfigMap>::namespaced(client.clone(), ns)
+                    .get_opt("settings")
+                    .await?
+                    .and_then(|c| c.data)
+                    .and_then(|d| d.get("value").cloned());
+                if value.as_deref() != Some("two") {
+                    behind.push(format!("{cluster}: {value:?}"));
+                }
+            }
+            Ok(if behind.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(behind.join(", "))
+            })
+        },
+    )
+    .await?;
+    let works: Api<Work> = Api::namespaced(hub.clone(), &names::cluster_namespace(out));
+    let work = works
+        .get_opt(&work_of(&fleet, "", "ConfigMap", "settings"))
+        .await?;
+    assert!(
+        work.as_ref()
+            .is_some_and(|w| w.metadata.deletion_timestamp.is_none()),
+        "the Work on {out} is kept: {:?}\n{}",
+        work.map(|w| w.metadata),
+        fleet.splitter.log()
+    );
+    assert_eq!(
+        copy_uids::<ConfigMap>(members, ns, "settings").await?,
+        before,
+        "no member copy was deleted"
+    );
+    wait_scheduled(&placements, "configs", "report the copy left alone", |c| {
+        c.message
+            .contains("outside this splitter's --cluster-selector")
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    // Back in the selector: the copy is brought up to date, not re-created.
+    fleet
+        .clusters
+        .patch(
+            out,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {SPLITTER_OUT: null}}})),
+        )
+        .await?;
+    let (_, client) = &members[0];
+    wait_for(
+        "the edit in the member back in the selector",
+        Duration::from_secs(30),
+        || async {
+            let value = Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt("settings")
+                .await?
+                .and_then(|c| c.data)
+                .and_then(|d| d.get("value").cloned());
+            Ok(if value.as_deref() == Some("two") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{value:?}"))
+            })
+        },
+    )
+    .await?;
+    assert_eq!(
+        copy_uids::<ConfigMap>(members, ns, "settings").await?,
+        before
+    );
     Ok(())
 }
