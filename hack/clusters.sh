@@ -57,6 +57,9 @@ Commands:
   env                  print the export lines for tests and tools (FLOTILLA_HUB_KUBECONFIG, ...)
   stop-member NAME     stop a member's processes: its apiserver becomes unreachable
   start-member NAME    start a stopped member again; its data (kept in etcd) is intact
+  pause-member NAME    pause a member's apiserver (SIGSTOP): it accepts connections and never
+                       answers, as a hung apiserver does
+  resume-member NAME   let a paused member's apiserver run again (SIGCONT)
   add-member NAME [--version VERSION]
                        add one more member to the running environment (default version:
                        ${KUBERNETES_VERSION})
@@ -694,6 +697,22 @@ cmd_start_member() {
   log "member ${name} started"
 }
 
+cmd_pause_member() {
+  local name="${1:?pause-member needs a member name}"
+  load_conf
+  member_exists "${name}" || die "no member named '${name}' in ${RUN_DIR} (members: $(members | xargs))"
+  signal_proc "${name}.apiserver" STOP || die "the apiserver of ${name} is not running"
+  log "member ${name} paused: its apiserver on 127.0.0.1:$(cluster_port "${name}") accepts connections and never answers"
+}
+
+cmd_resume_member() {
+  local name="${1:?resume-member needs a member name}"
+  load_conf
+  member_exists "${name}" || die "no member named '${name}' in ${RUN_DIR} (members: $(members | xargs))"
+  signal_proc "${name}.apiserver" CONT || die "the apiserver of ${name} is not running"
+  log "member ${name} resumed"
+}
+
 cmd_add_member() {
   local name="${1:?add-member needs a name}"; shift
   [[ "${name}" =~ ^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$ ]] \
@@ -753,6 +772,8 @@ case "${COMMAND}" in
   env) cmd_env ;;
   stop-member) with_lock cmd_stop_member "$@" ;;
   start-member) with_lock cmd_start_member "$@" ;;
+  pause-member) with_lock cmd_pause_member "$@" ;;
+  resume-member) with_lock cmd_resume_member "$@" ;;
   add-member) with_lock cmd_add_member "$@" ;;
   remove-member) with_lock cmd_remove_member "$@" ;;
   *) usage >&2; die "unknown command '${COMMAND}'" ;;

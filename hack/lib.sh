@@ -79,12 +79,21 @@ start_proc() { # name binary args...
   echo "${pid} ${st}" >"${PIDS}/${name}"
 }
 
+signal_proc() { # name signal: e.g. STOP to pause a process (it hangs, holding its sockets), CONT
+  local f="${PIDS}/$1" pid st
+  proc_alive "$1" || return 1
+  read -r pid st <"${f}"
+  kill "-$2" "${pid}"
+}
+
 stop_proc() { # name
   local f="${PIDS}/$1" pid st
   [[ -f "${f}" ]] || return 0
   read -r pid st <"${f}" || true
   if proc_alive "$1"; then
     kill -TERM "${pid}" 2>/dev/null || true
+    # A paused process (see signal_proc) only acts on TERM once it runs again.
+    kill -CONT "${pid}" 2>/dev/null || true
     for _ in $(seq 100); do
       proc_alive "$1" || break
       sleep 0.1

@@ -17,7 +17,7 @@ use flotilla_api::condition::{Verdict, set_condition};
 use flotilla_api::{
     ApiResourceImport, ApiResourceSpec, conditions, field_managers, labels, names, reasons,
 };
-use flotilla_runtime::ErrorCategory;
+use flotilla_runtime::{ErrorCategory, MemberClient};
 use flotilla_schema::Limits;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -124,14 +124,19 @@ impl Drop for MemberReader {
 }
 
 impl MemberReader {
-    /// Starts watching the member's CRDs; `on_change` is called for every CRD added, changed or
-    /// deleted (the initial list included). The watch stops when the reader is dropped.
-    pub fn start(cluster: &str, client: Client, on_change: impl Fn() + Send + 'static) -> Self {
+    /// Starts watching the member's CRDs (with `client.watches`; reads use `client.requests`);
+    /// `on_change` is called for every CRD added, changed or deleted (the initial list
+    /// included). The watch stops when the reader is dropped.
+    pub fn start(
+        cluster: &str,
+        client: MemberClient,
+        on_change: impl Fn() + Send + 'static,
+    ) -> Self {
         let (crds, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
             watcher(
-                Api::<CustomResourceDefinition>::all(client.clone()),
+                Api::<CustomResourceDefinition>::all(client.watches.clone()),
                 watcher::Config::default(),
             ),
         )
@@ -158,7 +163,7 @@ impl MemberReader {
             }
         });
         Self {
-            client,
+            client: client.requests,
             crds,
             builtins: Mutex::default(),
             watch,

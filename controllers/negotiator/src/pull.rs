@@ -98,7 +98,12 @@ pub async fn run(ctx: Context, args: PullImporterArgs) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &args.hub_credential_namespace);
     let changed = Arc::new(Notify::new());
     let notify = changed.clone();
-    let reader = MemberReader::start(&cluster, ctx.client.clone(), move || notify.notify_one());
+    // In the member itself: its own in-cluster client for both.
+    let own = flotilla_runtime::MemberClient {
+        requests: ctx.client.clone(),
+        watches: ctx.client.clone(),
+    };
+    let reader = MemberReader::start(&cluster, own, move || notify.notify_one());
     let namespace = names::cluster_namespace(&cluster);
     while let Some((hub, credential)) = hub_client(&ctx, &secrets, &args).await {
         tracing::info!(

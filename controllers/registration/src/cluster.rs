@@ -244,7 +244,7 @@ async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
         }
     };
     let started = Instant::now();
-    let outcome = probe(&client, PROBE_TIMEOUT).await;
+    let outcome = probe(&client.requests, PROBE_TIMEOUT).await;
     state
         .probe_duration
         .with_label_values(&[name.as_str()])

@@ -29,7 +29,7 @@ pub use cli::{LogFormat, RuntimeArgs};
 pub use error::ErrorCategory;
 pub use events::Events;
 pub use leader::{LeaderElector, LeaseConfig};
-pub use member_client::{MemberClientError, MemberClients};
+pub use member_client::{MemberClient, MemberClientError, MemberClients};
 pub use metrics::Metrics;
 pub use server::Health;
 

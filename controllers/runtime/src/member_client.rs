@@ -260,6 +260,46 @@ pub async fn client_from_kubeconfig(
     Client::try_from(config).map_err(|e| invalid(format!("cannot build a client: {e}")))
 }
 
+/// How long a request to a member may go unanswered. A member whose apiserver stops answering
+/// (hung, paused, a network that drops packets) then fails each request within this time instead
+/// of holding the caller forever.
+pub const MEMBER_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The clients of one member: `requests` for reads and writes, bounded by
+/// [`MEMBER_REQUEST_TIMEOUT`]; `watches` for long-lived watches, which kube's watcher keeps alive
+/// (and restarts) on its own and which a response timeout would cut.
+#[derive(Clone)]
+pub struct MemberClient {
+    pub requests: Client,
+    pub watches: Client,
+}
+
+/// Both clients of a member from a checked kubeconfig.
+pub async fn member_client_from_kubeconfig(
+    kubeconfig: Kubeconfig,
+    secret: &str,
+    key: &str,
+) -> Result<MemberClient, MemberClientError> {
+    let invalid = |reason: String| MemberClientError::InvalidKubeconfig {
+        secret: secret.into(),
+        key: key.into(),
+        reason,
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid(redact_config_error(&e.to_string())))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    let watches = Client::try_from(config.clone())
+        .map_err(|e| invalid(format!("cannot build a client: {e}")))?;
+    config.read_timeout = Some(MEMBER_REQUEST_TIMEOUT);
+    config.write_timeout = Some(MEMBER_REQUEST_TIMEOUT);
+    // Counted from each request, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    let requests =
+        Client::try_from(config).map_err(|e| invalid(format!("cannot build a client: {e}")))?;
+    Ok(MemberClient { requests, watches })
+}
+
 /// A client from the kubeconfig in `key` of the Secret `namespace/name` (e.g. a pull-mode agent's
 /// hub credential), with the Secret's resourceVersion, so a caller can notice a rotation.
 pub async fn client_from_secret(
@@ -287,7 +327,7 @@ fn redact_config_error(message: &str) -> String {
 
 struct Cached {
     fingerprint: u64,
-    client: Client,
+    client: MemberClient,
 }
 
 /// One client per member, rebuilt when the member's kubeconfig Secret changes and dropped when
@@ -302,14 +342,14 @@ impl MemberClients {
         Self::default()
     }
 
-    /// The client of `cluster`, from the kubeconfig in `key` of `secret`. Returns the cached
-    /// client while the kubeconfig is unchanged.
+    /// The clients of `cluster`, from the kubeconfig in `key` of `secret`. Returns the cached
+    /// clients while the kubeconfig is unchanged.
     pub async fn client_for(
         &self,
         cluster: &str,
         secret: &Secret,
         key: &str,
-    ) -> Result<Client, MemberClientError> {
+    ) -> Result<MemberClient, MemberClientError> {
         let bytes = secret_bytes(secret, key)?;
         let mut hasher = DefaultHasher::new();
         (secret_name(secret), key, bytes).hash(&mut hasher);
@@ -320,7 +360,7 @@ impl MemberClients {
             return Ok(cached.client.clone());
         }
         let kubeconfig = kubeconfig_from_secret(secret, key)?;
-        let client = client_from_kubeconfig(kubeconfig, &secret_name(secret), key).await?;
+        let client = member_client_from_kubeconfig(kubeconfig, &secret_name(secret), key).await?;
         tracing::debug!(cluster, "built a client for the member");
         self.lock().insert(
             cluster.to_string(),

@@ -55,6 +55,12 @@ pub struct SyncerArgs {
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub concurrency: u16,
 
+    /// How many Works of one member are reconciled at the same time, at most (0: half of
+    /// --concurrency). A member that is slow or stops answering then holds only this many, and
+    /// the others go on; its further Works wait a second and try again.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub member_concurrency: u16,
+
     /// Pull mode: run in the member named by --cluster-name, serve only its Works, and reach the
     /// hub with the credential the registration agent keeps in --hub-credential-secret. The
     /// runtime's --kubeconfig (or in-cluster config) is then the member's.
@@ -111,6 +117,16 @@ pub struct SyncerArgs {
     /// push-mode Clusters.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     pub cluster_selector: String,
+}
+
+impl SyncerArgs {
+    /// `--member-concurrency`, with its default resolved.
+    pub fn per_member(&self) -> usize {
+        match self.member_concurrency {
+            0 => usize::from(self.concurrency / 2).max(1),
+            n => usize::from(n),
+        }
+    }
 }
 
 /// Runs the syncer's controllers until `ctx.shutdown`.

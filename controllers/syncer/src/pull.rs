@@ -109,6 +109,7 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
                 cluster: cluster.clone(),
                 member: Member {
                     client: ctx.client.clone(),
+                    watch_client: ctx.client.clone(),
                     key: "in-cluster".into(),
                 },
             }),

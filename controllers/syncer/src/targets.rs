@@ -33,10 +33,14 @@ pub enum Unavailable {
 /// reconciliation).
 const CLIENT_TTL: Duration = Duration::from_secs(10);
 
-/// A client for a member, and what identifies it (the Secret and its resourceVersion).
+/// The clients of a member, and what identifies them (the Secret and its resourceVersion).
 #[derive(Clone)]
 pub struct Member {
+    /// For reads and writes: each request is bounded by a timeout, so a member that stops
+    /// answering fails its requests instead of holding them.
     pub client: Client,
+    /// For the member's watches (long-lived, kept alive by kube's watcher).
+    pub watch_client: Client,
     pub key: String,
 }
 
@@ -206,7 +210,8 @@ impl Targets {
             .await
             .map_err(|e| Unavailable::NoClient(name.into(), e.to_string()))?;
         let member = Member {
-            client,
+            client: client.requests,
+            watch_client: client.watches,
             key: flotilla_runtime::member_client::secret_version_key(
                 &namespace,
                 &reference.name,
@@ -224,5 +229,77 @@ impl Targets {
     /// The member a Work namespace belongs to.
     pub fn cluster_of_namespace(namespace: &str) -> Option<&str> {
         names::cluster_from_namespace(namespace)
+    }
+}
+
+/// How many Works of one member are reconciled at the same time, at most: a member that is slow
+/// or stops answering holds only its share of the syncer's concurrency, never all of it.
+pub struct MemberSlots {
+    limit: usize,
+    in_flight: Mutex<HashMap<String, usize>>,
+}
+
+/// One reconciliation of a member's Work in flight; released when dropped.
+pub struct MemberSlot<'a> {
+    slots: &'a MemberSlots,
+    cluster: String,
+}
+
+impl MemberSlots {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            in_flight: Mutex::default(),
+        }
+    }
+
+    /// A slot for member `cluster`, unless it already has `limit` in flight.
+    pub fn try_take(&self, cluster: &str) -> Option<MemberSlot<'_>> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let n = in_flight.entry(cluster.to_string()).or_default();
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(MemberSlot {
+            slots: self,
+            cluster: cluster.to_string(),
+        })
+    }
+}
+
+impl Drop for MemberSlot<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .slots
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = in_flight.get_mut(&self.cluster) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&self.cluster);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn a_member_gets_at_most_its_share_and_a_released_slot_is_free_again() {
+        let slots = MemberSlots::new(2);
+        let a1 = slots.try_take("a").expect("first");
+        let _a2 = slots.try_take("a").expect("second");
+        assert!(slots.try_take("a").is_none(), "a third for the same member");
+        assert!(
+            slots.try_take("b").is_some(),
+            "another member is not held up"
+        );
+        drop(a1);
+        assert!(slots.try_take("a").is_some());
+        assert!(MemberSlots::new(0).try_take("a").is_some(), "at least one");
     }
 }

@@ -34,7 +34,7 @@ use crate::manifest::prepare;
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::shard::{self, ShardConfig, Shards};
 use crate::status::{Verdict, manifest_status, same_ignoring_times, work_conditions};
-use crate::targets::{ClusterLifecycle, Serving, Targets, Unavailable};
+use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
 use crate::watches::{MemberWatches, Use};
 
 /// Why a reconciliation failed.
@@ -70,7 +70,12 @@ struct Syncer {
     namespaces: NamespaceCache,
     watches: MemberWatches,
     tracking: Arc<Tracking>,
+    /// Per member, the Works reconciled right now (bounded by `--member-concurrency`).
+    slots: MemberSlots,
 }
+
+/// How soon a Work waits for its member to have a free slot.
+const MEMBER_BUSY_RETRY: Duration = Duration::from_secs(1);
 
 impl Syncer {
     fn appliers(&self) -> Appliers<'_> {
@@ -241,6 +246,7 @@ pub async fn serve(
 
     let state = Arc::new(Syncer {
         ctx: ctx.clone(),
+        slots: MemberSlots::new(args.per_member()),
         args,
         hub,
         targets,
@@ -348,12 +354,17 @@ impl Drop for InFlight {
 async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error> {
     let started = Instant::now();
     let key = ObjectRef::from_obj(&*work);
-    let member_change = state.tracking.take_member_change(&key);
     let namespace = work.namespace().unwrap_or_default();
     let Some(cluster) = names::cluster_from_namespace(&namespace).map(str::to_string) else {
         // Not in a flotilla-cluster-<name> namespace: not a Work for any member.
         return Ok(Action::await_change());
     };
+    let Some(_slot) = state.slots.try_take(&cluster) else {
+        // This member already has its share of the syncer's concurrency (it may be slow, or not
+        // answering): the other members' Works go first.
+        return Ok(Action::requeue(MEMBER_BUSY_RETRY));
+    };
+    let member_change = state.tracking.take_member_change(&key);
     if state.targets.serving(&cluster) != Serving::Yes
         && !may_let_go(&work, &cluster, &state).await?
     {
@@ -600,7 +611,7 @@ async fn apply(
         let uses: Vec<Use<'_>> = resources
             .iter()
             .map(|resource| Use {
-                client: &member.client,
+                client: &member.watch_client,
                 client_key: &member.key,
                 resource,
             })

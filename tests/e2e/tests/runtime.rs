@@ -375,7 +375,13 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
 
     apply(std::fs::read_to_string(&members[0].kubeconfig)?).await?;
     let secret = secrets.get("member").await?;
-    let nodes = node_names(clients.client_for("m", &secret, "kubeconfig").await?).await?;
+    let nodes = node_names(
+        clients
+            .client_for("m", &secret, "kubeconfig")
+            .await?
+            .requests,
+    )
+    .await?;
     ensure!(
         nodes
             .iter()
@@ -388,7 +394,13 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
     // The Secret now points at another member: the cached client is rebuilt.
     apply(std::fs::read_to_string(&members[1].kubeconfig)?).await?;
     let secret = secrets.get("member").await?;
-    let nodes = node_names(clients.client_for("m", &secret, "kubeconfig").await?).await?;
+    let nodes = node_names(
+        clients
+            .client_for("m", &secret, "kubeconfig")
+            .await?
+            .requests,
+    )
+    .await?;
     ensure!(
         nodes
             .iter()

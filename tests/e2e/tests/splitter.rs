@@ -166,13 +166,13 @@ impl Fleet {
     /// renders it), so that what the chart does not grant shows up.
     pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], true, false).await
+        Self::start_full(prefix, members, &[], &[], true, false).await
     }
 
     /// With a second namespace served by the same splitter: two teams on one hub.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], false, true).await
+        Self::start_full(prefix, members, &[], &[], false, true).await
     }
 
     /// With the given members and more flags for the registration controller.
@@ -181,13 +181,32 @@ impl Fleet {
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
     ) -> Result<Self> {
-        Self::start_full(prefix, members_info, registration_flags, false, false).await
+        Self::start_full(prefix, members_info, registration_flags, &[], false, false).await
+    }
+
+    /// With the given members and more flags for the registration controller and the syncer.
+    pub(crate) async fn start_with_flags(
+        prefix: &str,
+        members_info: Vec<ClusterInfo>,
+        registration_flags: &[&str],
+        syncer_flags: &[&str],
+    ) -> Result<Self> {
+        Self::start_full(
+            prefix,
+            members_info,
+            registration_flags,
+            syncer_flags,
+            false,
+            false,
+        )
+        .await
     }
 
     async fn start_full(
         prefix: &str,
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
+        syncer_flags: &[&str],
         chart_splitter: bool,
         two_teams: bool,
     ) -> Result<Self> {
@@ -223,6 +242,7 @@ impl Fleet {
             "--kubeconfig-secret-namespace",
             ns.name(),
         ]);
+        sync.extend(syncer_flags);
         let other = if two_teams {
             Some(TestNamespace::create(&format!("{prefix}-b"), &all).await?)
         } else {
@@ -1613,5 +1633,102 @@ async fn a_cluster_that_leaves_the_splitters_selector_keeps_its_copies() -> Resu
         copy_uids::<ConfigMap>(members, ns, "settings").await?,
         before
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_member_that_hangs_never_delays_the_others() -> Result<()> {
+    let env = Environment::get();
+    // A member of its own to pause; dropped (removed) after the fleet.
+    let scratch = ScratchMember::add(&env, "hang").await?;
+    let mut infos = env.require_members(2)?[..2].to_vec();
+    infos.push(scratch.info.clone());
+    // Few workers: a hung member that held them all would show at once.
+    let fleet = Fleet::start_with_flags(
+        "hang",
+        infos,
+        // The Cluster stays Ready while it hangs: what is tested is the syncer, not failover.
+        &["--grace-period", "120s"],
+        &["--concurrency", "2"],
+    )
+    .await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "configs", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+        false,
+    )
+    .await??;
+    let config = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": ns}, "data": {"a": "b"}})
+    };
+    api::apply(hub, &config("first"), false).await??;
+    in_every_member::<ConfigMap>(members, ns, "first").await?;
+
+    // The member's apiserver hangs: it takes connections and never answers.
+    env.clusters_sh(&["pause-member", &scratch.info.name])
+        .await?;
+    // (If the test fails here, removing the scratch member stops the paused processes too.)
+    let names: Vec<String> = (0..12).map(|i| format!("later-{i}")).collect();
+    for name in &names {
+        api::apply(hub, &config(name), false).await??;
+    }
+    let live = &members[..2];
+    let started = std::time::Instant::now();
+    // About a second here; a syncer whose workers wait on the hung member takes far longer.
+    wait_for(
+        &format!(
+            "every ConfigMap in the live members, with {} hung",
+            scratch.info.name
+        ),
+        Duration::from_secs(10),
+        || async {
+            let mut missing = Vec::new();
+            for (cluster, client) in live {
+                let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+                for name in &names {
+                    if api.get_opt(name).await?.is_none() {
+                        missing.push(format!("{name} in {cluster}"));
+                    }
+                }
+            }
+            Ok(if missing.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("missing {missing:?}"))
+            })
+        },
+    )
+    .await?;
+    eprintln!(
+        "12 ConfigMaps in the live members {:?} after the member hung",
+        started.elapsed()
+    );
+    env.clusters_sh(&["resume-member", &scratch.info.name])
+        .await?;
+    // Back: it catches up.
+    let (_, back) = &members[2];
+    wait_for(
+        "the resumed member to have every ConfigMap",
+        Duration::from_secs(90),
+        || async {
+            let api = Api::<ConfigMap>::namespaced(back.clone(), ns);
+            let mut missing = Vec::new();
+            for name in names.iter().chain(std::iter::once(&"first".to_string())) {
+                if api.get_opt(name).await?.is_none() {
+                    missing.push(name.clone());
+                }
+            }
+            Ok(if missing.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("missing {missing:?}"))
+            })
+        },
+    )
+    .await?;
     Ok(())
 }
