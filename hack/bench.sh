@@ -15,15 +15,23 @@
 #            toleration): from stopping a member until its Cluster is not Ready (detection) and
 #            until the hub Deployment is Available again without it (movement).
 #
+#   user     The user's path: N ConfigMaps (default 1000) created, edited and deleted on the hub
+#            under a Placement that places them on the M members, against the same client doing
+#            the same straight in the members in parallel (the baseline): seconds until every
+#            member agrees and until the Placement reports every copy; the hub's API requests
+#            per object; 50 single edits (write to last member, p50/p99); the splitter's and the
+#            syncer's RSS per placed object × member.
+#
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
+#        hack/bench.sh user [--members M] [--count N] [--concurrency C]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
 WHAT="${1:-}"; shift || true
-[[ "${WHAT}" == syncer || "${WHAT}" == splitter ]] \
-  || die "usage: hack/bench.sh syncer|splitter [options] (see --help)"
+[[ "${WHAT}" == syncer || "${WHAT}" == splitter || "${WHAT}" == user ]] \
+  || die "usage: hack/bench.sh syncer|splitter|user [options] (see --help)"
 MEMBERS=3
 COUNT=1000
 CONCURRENCY=32
@@ -54,7 +62,7 @@ cleanup() {
 log "== building (release)"
 "${HACK_DIR}/build-tools.sh" >/dev/null
 cargo build --release --quiet -p flotilla-syncer -p flotilla-registration -p flotilla-splitter \
-  --bins --example bench_load --example bench_place
+  --bins --example bench_load --example bench_place --example bench_user
 "${CL[@]}" down >/dev/null 2>&1 || true
 trap cleanup EXIT
 log "== starting hub + ${MEMBERS} members"
@@ -99,6 +107,10 @@ sleep 5
 
 if [[ "${WHAT}" == splitter ]]; then
   source "${HACK_DIR}/bench-splitter.sh"
+  exit 0
+fi
+if [[ "${WHAT}" == user ]]; then
+  source "${HACK_DIR}/bench-user.sh"
   exit 0
 fi
 

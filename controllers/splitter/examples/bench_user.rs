@@ -1,0 +1,262 @@
+//! The load of `hack/bench.sh user`: the user's path. N ConfigMaps are created, edited and
+//! deleted, once straight in every member (the baseline: the same client, the same concurrency,
+//! all members in parallel) and once on the hub under a Placement that places them on every
+//! member. Each phase is timed until every member agrees, and on the hub also until the
+//! Placement reports every copy applied (or, after deletion, none placed). Then 50 single edits
+//! of one object on the hub, each timed from the write until the last member has it.
+//!
+//! Usage: bench_user <direct|hub-create|hub-edit|hub-delete|hub-single> <namespace> <count>
+//!        <concurrency> <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
+//! `direct` runs create, edit and delete straight in the members; each `hub-*` runs one phase on
+//! the hub (so that the caller can read memory and API metrics between phases), where the
+//! namespace must exist with Placement `user` selecting ConfigMaps labelled `bench=user`.
+//! Prints `phase <name> <seconds until the members agree> <seconds until the Placement agrees>`
+//! per phase, and for `hub-single` `single <p50> <p99> <max>` (seconds; the objects must exist).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use flotilla_api::Placement;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::json;
+
+async fn client(path: &str) -> Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {path}"))?;
+    let mut config =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.read_timeout = Some(Duration::from_secs(60));
+    Ok(Client::try_from(config)?)
+}
+
+fn configmap(namespace: &str, i: usize, version: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": format!("bench-{i}"), "namespace": namespace,
+                        "labels": {"bench": "user"}},
+           "data": {"version": version, "payload": "x".repeat(256)}})
+}
+
+async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How many bench-* ConfigMaps of `namespace` a cluster has, and how many at `version`.
+async fn count(client: &Client, namespace: &str, version: &str) -> Result<(usize, usize)> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let items = api
+        .list(&ListParams::default().labels("bench=user"))
+        .await?
+        .items;
+    let at = items
+        .iter()
+        .filter(|c| {
+            c.data
+                .as_ref()
+                .and_then(|d| d.get("version"))
+                .map(String::as_str)
+                == Some(version)
+        })
+        .count();
+    Ok((items.len(), at))
+}
+
+/// Waits until every member has exactly `n` objects, all at `version` (n = 0: none).
+async fn members_agree(
+    members: &[(String, Client)],
+    namespace: &str,
+    n: usize,
+    version: &str,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let mut done = true;
+        for (_, c) in members {
+            let (total, at) = count(c, namespace, version).await?;
+            done &= total == n && at == n;
+        }
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the members did not agree within 15 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until Placement `user` reports `placed` copies, every one applied, for its latest
+/// observation of the objects.
+async fn placement_agrees(hub: &Client, namespace: &str, placed: i32) -> Result<()> {
+    let api: Api<Placement> = Api::namespaced(hub.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let status = api.get("user").await?.status.unwrap_or_default();
+        let copies = status.copies.unwrap_or_default();
+        let applied = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Applied" && c.status == "True");
+        if copies.placed == placed && copies.applied == placed && copies.removing == 0 && applied
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the Placement did not report {placed} applied copies within 15 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Applies (or deletes) bench-0 … bench-(n-1) in every cluster of `targets`.
+async fn write_all(
+    targets: &[Client],
+    namespace: &str,
+    n: usize,
+    concurrency: usize,
+    version: Option<&str>,
+) -> Result<()> {
+    let params = PatchParams::apply("flotilla-bench").force();
+    let writes = targets
+        .iter()
+        .flat_map(|c| (0..n).map(move |i| (c.clone(), i)));
+    stream::iter(writes)
+        .map(|(c, i)| {
+            let params = params.clone();
+            async move {
+                let api: Api<ConfigMap> = Api::namespaced(c, namespace);
+                let name = format!("bench-{i}");
+                match version {
+                    Some(v) => api
+                        .patch(&name, &params, &Patch::Apply(configmap(namespace, i, v)))
+                        .await
+                        .map(|_| ()),
+                    None => match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => Ok(()),
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                        Err(e) => Err(e),
+                    },
+                }
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, mode, namespace, n, concurrency, hub, members] = args.as_slice() else {
+        bail!(
+            "usage: bench_user <direct|hub> <namespace> <count> <concurrency> <hub-kubeconfig> <member>=<kubeconfig>,..."
+        );
+    };
+    let n: usize = n.parse()?;
+    let concurrency: usize = concurrency.parse()?;
+    let hub = client(hub).await?;
+    let mut member_clients = Vec::new();
+    for pair in members.split(',') {
+        let (name, path) = pair.split_once('=').context("member=kubeconfig")?;
+        member_clients.push((name.to_string(), client(path).await?));
+    }
+    let copies = i32::try_from(n * member_clients.len())?;
+    let phases: Vec<(&str, Option<&str>, usize, i32)> = match mode.as_str() {
+        "direct" | "hub-create" => vec![("create", Some("v1"), n, copies)],
+        "hub-edit" => vec![("edit", Some("v2"), n, copies)],
+        "hub-delete" => vec![("delete", None, 0, 0)],
+        "hub-single" => vec![],
+        other => bail!("unknown mode {other}"),
+    };
+    let on_hub = mode != "direct";
+    let phases = if on_hub {
+        phases
+    } else {
+        vec![
+            ("create", Some("v1"), n, copies),
+            ("edit", Some("v2"), n, copies),
+            ("delete", None, 0, 0),
+        ]
+    };
+    let targets: Vec<Client> = if on_hub {
+        vec![hub.clone()]
+    } else {
+        for (_, c) in &member_clients {
+            ensure_namespace(c, namespace).await?;
+        }
+        member_clients.iter().map(|(_, c)| c.clone()).collect()
+    };
+    for (phase, version, expected, placed) in phases {
+        let started = Instant::now();
+        write_all(&targets, namespace, n, concurrency, version).await?;
+        members_agree(&member_clients, namespace, expected, version.unwrap_or("-")).await?;
+        let members_done = started.elapsed().as_secs_f64();
+        let placement_done = if on_hub {
+            placement_agrees(&hub, namespace, placed).await?;
+            format!("{:.2}", started.elapsed().as_secs_f64())
+        } else {
+            "-".into()
+        };
+        println!("phase {phase} {members_done:.2} {placement_done}");
+    }
+    if mode != "hub-single" {
+        return Ok(());
+    }
+
+    // Single edits of one object among the n that exist (and are settled).
+    let api: Api<ConfigMap> = Api::namespaced(hub.clone(), namespace);
+    let params = PatchParams::apply("flotilla-bench").force();
+    let mut times = Vec::new();
+    for edit in 1..=50 {
+        let version = format!("s{edit}");
+        let started = Instant::now();
+        api.patch(
+            "bench-0",
+            &params,
+            &Patch::Apply(configmap(namespace, 0, &version)),
+        )
+        .await?;
+        let mut pending: Vec<&Client> = member_clients.iter().map(|(_, c)| c).collect();
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for c in pending {
+                let cm = Api::<ConfigMap>::namespaced(c.clone(), namespace)
+                    .get("bench-0")
+                    .await?;
+                let at = cm.data.as_ref().and_then(|d| d.get("version")) == Some(&version);
+                if !at {
+                    still.push(c);
+                }
+            }
+            pending = still;
+            if started.elapsed() > Duration::from_secs(120) {
+                bail!("single edit {edit} did not reach every member within 120 s");
+            }
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        times.push(started.elapsed().as_secs_f64());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
+    println!(
+        "single {:.3} {:.3} {:.3}",
+        at(0.5),
+        at(0.99),
+        times[times.len() - 1]
+    );
+    Ok(())
+}

@@ -1,0 +1,69 @@
+# Sourced by `hack/bench.sh user` once the environment, the registration controller and the
+# syncer run (see hack/bench.sh for the variables it sets). Not meant to be run on its own.
+
+"${TARGET}/flotilla-splitter" --kubeconfig "${HUB}" --leader-elect=false \
+  --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/splitter.log" 2>&1 &
+SPLITTER_PID="$!"
+PIDS+=("${SPLITTER_PID}")
+k create namespace bench-user >/dev/null
+k apply --server-side -f - >/dev/null <<EOF2
+apiVersion: flotilla.dev/v1alpha1
+kind: Placement
+metadata: {name: user, namespace: bench-user}
+spec:
+  resourceSelectors: [{apiVersion: v1, kind: ConfigMap, labelSelector: {matchLabels: {bench: user}}}]
+EOF2
+sleep 5
+
+rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+# Every request the hub's apiserver has served so far (apiserver_request_total, all verbs).
+hub_requests() {
+  k get --raw /metrics | awk '/^apiserver_request_total\{/ {n += $NF} END {printf "%d", n}'
+}
+user() { "${TARGET}/examples/bench_user" "$1" "$2" "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}"; }
+per_object() { awk -v a="$1" -v b="$2" -v n="${COUNT}" 'BEGIN {printf "%.1f", (b - a) / n}'; }
+
+log "== baseline: ${COUNT} ConfigMaps created, edited and deleted straight in each of ${MEMBERS} members"
+DIRECT="$(user direct bench-user-direct)"
+d_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${DIRECT}"; }
+
+SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
+SYNCER_IDLE="$(rss "${SYNCER_PID}")"
+declare -A MEMBERS_S PLACEMENT_S CALLS
+for phase in create edit; do
+  log "== hub: ${phase} ${COUNT} ConfigMaps under a Placement (copies on ${MEMBERS} members)"
+  before="$(hub_requests)"
+  read -r _ _ MEMBERS_S[${phase}] PLACEMENT_S[${phase}] < <(user "hub-${phase}" bench-user)
+  CALLS[${phase}]="$(per_object "${before}" "$(hub_requests)")"
+  if [[ "${phase}" == create ]]; then
+    sleep 10
+    SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
+    SYNCER_LOADED="$(rss "${SYNCER_PID}")"
+  fi
+done
+log "== hub: 50 single edits of one ConfigMap among ${COUNT}"
+read -r _ P50 P99 PMAX < <(user hub-single bench-user)
+log "== hub: delete ${COUNT} ConfigMaps"
+before="$(hub_requests)"
+read -r _ _ MEMBERS_S[delete] PLACEMENT_S[delete] < <(user hub-delete bench-user)
+CALLS[delete]="$(per_object "${before}" "$(hub_requests)")"
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+kib_per_copy() { awk -v s="$1" -v i="$2" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.1f", (s - i) * 1024 / n}'; }
+echo
+echo "| phase (${COUNT} ConfigMaps, ${MEMBERS} members, concurrency ${CONCURRENCY}) | direct: members agree, s | hub: members agree, s | ratio | hub: Placement reports every copy, s | hub API requests per object |"
+echo "|---|---:|---:|---:|---:|---:|"
+for phase in create edit delete; do
+  echo "| ${phase} | $(d_time "${phase}") | ${MEMBERS_S[${phase}]} | $(ratio "${MEMBERS_S[${phase}]}" "$(d_time "${phase}")") | ${PLACEMENT_S[${phase}]} | ${CALLS[${phase}]} |"
+done
+echo
+echo "| 50 single edits on the hub, write to last member | s |"
+echo "|---|---:|"
+echo "| p50 | ${P50} |"
+echo "| p99 | ${P99} |"
+echo "| max | ${PMAX} |"
+echo
+echo "| controller RSS | idle, MiB | ${COUNT} × ${MEMBERS} copies placed, MiB | KiB per placed object × member |"
+echo "|---|---:|---:|---:|"
+echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") |"
+echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") |"
