@@ -16,6 +16,33 @@ EOF2
 sleep 5
 
 rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+# CPU seconds (user + system) used so far by the processes of each component: where the time of
+# a phase goes on a machine whose cores every process shares.
+TICKS="$(getconf CLK_TCK)"
+cpu_of() { # pid...
+  local p total=0
+  for p in "$@"; do
+    [[ -r "/proc/${p}/stat" ]] || continue
+    total=$((total + $(awk '{print $14 + $15}' "/proc/${p}/stat")))
+  done
+  awk -v t="${total}" -v hz="${TICKS}" 'BEGIN {printf "%.1f", t / hz}'
+}
+pid_of() { awk '{print $1}' "${RUN}/pids/$1" 2>/dev/null; }
+COMPONENTS=(hub-apiserver etcd member-apiservers splitter syncer)
+cpu_snapshot() {
+  local members=() m
+  for m in "${MEMBER_LIST[@]}"; do members+=("$(pid_of "${m%%=*}.apiserver")"); done
+  echo "$(cpu_of "$(pid_of hub.apiserver)") $(cpu_of "$(pid_of etcd)") $(cpu_of "${members[@]}") $(cpu_of "${SPLITTER_PID}") $(cpu_of "${SYNCER_PID}")"
+}
+declare -A CPU
+cpu_phase() { # phase before after
+  local -a b a
+  read -r -a b <<<"$2"; read -r -a a <<<"$3"
+  local i
+  for i in "${!COMPONENTS[@]}"; do
+    CPU[$1,${COMPONENTS[$i]}]="$(awk -v x="${a[$i]}" -v y="${b[$i]}" 'BEGIN {printf "%.1f", x - y}')"
+  done
+}
 # Every request the hub's apiserver has served so far (apiserver_request_total, all verbs).
 hub_requests() {
   k get --raw /metrics | awk '/^apiserver_request_total\{/ {n += $NF} END {printf "%d", n}'
@@ -24,7 +51,9 @@ user() { "${TARGET}/examples/bench_user" "$1" "$2" "${COUNT}" "${CONCURRENCY}" "
 per_object() { awk -v a="$1" -v b="$2" -v n="${COUNT}" 'BEGIN {printf "%.1f", (b - a) / n}'; }
 
 log "== baseline: ${COUNT} ConfigMaps created, edited and deleted straight in each of ${MEMBERS} members"
+cpu_before="$(cpu_snapshot)"
 DIRECT="$(user direct bench-user-direct)"
+cpu_phase direct "${cpu_before}" "$(cpu_snapshot)"
 d_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${DIRECT}"; }
 
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
@@ -33,19 +62,24 @@ declare -A MEMBERS_S PLACEMENT_S CALLS
 for phase in create edit; do
   log "== hub: ${phase} ${COUNT} ConfigMaps under a Placement (copies on ${MEMBERS} members)"
   before="$(hub_requests)"
+  cpu_before="$(cpu_snapshot)"
   read -r _ _ MEMBERS_S[${phase}] PLACEMENT_S[${phase}] < <(user "hub-${phase}" bench-user)
+  cpu_phase "${phase}" "${cpu_before}" "$(cpu_snapshot)"
   CALLS[${phase}]="$(per_object "${before}" "$(hub_requests)")"
   if [[ "${phase}" == create ]]; then
     sleep 10
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
     SYNCER_LOADED="$(rss "${SYNCER_PID}")"
+    STATUS_BYTES="$(k -n bench-user get placement user -o json | wc -c)"
   fi
 done
 log "== hub: 50 single edits of one ConfigMap among ${COUNT}"
 read -r _ P50 P99 PMAX < <(user hub-single bench-user)
 log "== hub: delete ${COUNT} ConfigMaps"
 before="$(hub_requests)"
+cpu_before="$(cpu_snapshot)"
 read -r _ _ MEMBERS_S[delete] PLACEMENT_S[delete] < <(user hub-delete bench-user)
+cpu_phase delete "${cpu_before}" "$(cpu_snapshot)"
 CALLS[delete]="$(per_object "${before}" "$(hub_requests)")"
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
@@ -67,3 +101,11 @@ echo "| controller RSS | idle, MiB | ${COUNT} × ${MEMBERS} copies placed, MiB |
 echo "|---|---:|---:|---:|"
 echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") |"
 echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") |"
+echo
+echo "| CPU seconds during the phase | direct (create+edit+delete) | hub create | hub edit | hub delete |"
+echo "|---|---:|---:|---:|---:|"
+for c in "${COMPONENTS[@]}"; do
+  echo "| ${c} | ${CPU[direct,${c}]} | ${CPU[create,${c}]} | ${CPU[edit,${c}]} | ${CPU[delete,${c}]} |"
+done
+echo
+echo "The Placement with ${COUNT} objects × ${MEMBERS} copies placed: ${STATUS_BYTES} bytes (\`kubectl get -o json\`)."

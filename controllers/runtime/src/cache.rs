@@ -45,7 +45,7 @@ where
     }
 }
 
-/// Watches `api` (with `config`) into a cache until the controllers stop. Returns the cache's
+/// Watches `api` (with `config`) into a cache (without `managedFields`) until the controllers stop. Returns the cache's
 /// reader at once; the watch runs in the background and retries with backoff, logging failures.
 pub fn spawn_store<K>(ctx: &Context, api: Api<K>, config: watcher::Config) -> Store<K>
 where
@@ -70,7 +70,12 @@ where
     F: Fn(&K) + Send + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
+    // No controller reads `managedFields` off a cache, and they are often most of an object
+    // that several writers server-side apply (a Work: the splitter's spec, the syncer's status).
+    let events = watcher(api, config).modify(|o| {
+        o.meta_mut().managed_fields = None;
+    });
+    let stream = reflector::reflector(writer, events)
         .default_backoff()
         .touched_objects();
     let shutdown = ctx.shutdown.clone();

@@ -107,8 +107,7 @@ async fn placement_agrees(hub: &Client, namespace: &str, placed: i32) -> Result<
             .conditions
             .iter()
             .any(|c| c.type_ == "Applied" && c.status == "True");
-        if copies.placed == placed && copies.applied == placed && copies.removing == 0 && applied
-        {
+        if copies.placed == placed && copies.applied == placed && copies.removing == 0 && applied {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -156,12 +156,13 @@ impl Splitter {
 }
 
 /// Runs the Placement controller of `namespace` (`None`: every namespace), placing on the
-/// Clusters `cluster_selector` selects, until `ctx.shutdown`.
+/// Clusters `args.cluster_selector` selects, until `ctx.shutdown`.
 pub async fn run(
     ctx: Context,
     namespace: Option<&str>,
-    cluster_selector: &str,
+    args: &crate::SplitterArgs,
 ) -> anyhow::Result<()> {
+    let cluster_selector = args.cluster_selector.as_str();
     let client = ctx.client.clone();
     let cluster_watch = flotilla_runtime::cache::selected(cluster_selector);
     let (placements_api, deployments_api): (Api<Placement>, Api<Deployment>) = match namespace {
@@ -225,6 +226,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(|i| i.metadata.managed_fields = None)
     .reflect(import_writer)
     .applied_objects()
     .predicate_filter(import_inputs, Default::default());
@@ -322,7 +324,11 @@ pub async fn run(
     controller
         // Events close together make one pass: a delete and a create under the same name
         // (`kubectl replace --force`) are seen as the replacement they are, never as a deletion.
-        .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE))
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .debounce(DEBOUNCE)
+                .concurrency(args.concurrency),
+        )
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, state)
         .for_each(|r| async move {

@@ -41,9 +41,15 @@ pub struct SplitterArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAMESPACE")]
     pub namespace: Vec<String>,
 
-    /// Only place on Clusters with these labels (a label selector); empty: every Cluster.
+    /// Only place on Clusters with these labels (a label selector); empty: every Cluster. The
+    /// Works on a Cluster outside the selector are left as they are (another splitter may serve
+    /// it).
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     pub cluster_selector: String,
+
+    /// How many Placements (per --namespace) are worked on at the same time.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub concurrency: u16,
 }
 
 /// Runs the controllers of `flotilla-splitter` until `ctx.shutdown` is cancelled.
@@ -55,11 +61,11 @@ pub async fn run(ctx: Context, args: SplitterArgs) -> anyhow::Result<()> {
         .filter(|n| !n.is_empty())
         .collect();
     if namespaces.is_empty() {
-        return controller::run(ctx, None, &args.cluster_selector).await;
+        return controller::run(ctx, None, &args).await;
     }
     let runs = namespaces
         .iter()
-        .map(|ns| controller::run(ctx.clone(), Some(ns.as_str()), &args.cluster_selector));
+        .map(|ns| controller::run(ctx.clone(), Some(ns.as_str()), &args));
     futures::future::try_join_all(runs).await?;
     Ok(())
 }

@@ -252,7 +252,7 @@ pub fn up_to_date(wanted: &Work, hub: &Work) -> bool {
             .finalizers()
             .iter()
             .all(|f| hub.finalizers().contains(f))
-        && serde_json::to_value(&wanted.spec).ok() == serde_json::to_value(&hub.spec).ok()
+        && wanted.spec == hub.spec
 }
 
 /// Plans one pass of `obs.placement`.

@@ -215,6 +215,8 @@ pub async fn serve(
     let seen = tracking.clone();
     let work_events = watcher(hub.works.clone(), watcher::Config::default())
         .default_backoff()
+        // Not read by the syncer, and most of a Work's size.
+        .modify(|w| w.metadata.managed_fields = None)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(spec_or_lifecycle, Default::default())
