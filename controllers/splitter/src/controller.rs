@@ -212,12 +212,18 @@ pub async fn run(
     let all = placements.clone();
     let neighbours = placements.clone();
     let same_namespace = placements.clone();
-    let by_label = placements.clone();
-    let works = flotilla_runtime::cache::spawn_store(
+    // Works, cached; the same watch starts a pass of a Work's Placement when the Work changes in
+    // what the Placement reads (conditions, the member's status of the object, its lifecycle),
+    // so the hub sends every Work event to the splitter once.
+    let works_cell: Arc<std::sync::OnceLock<Store<Work>>> = Arc::default();
+    let work_changed = work_trigger(placements.clone(), works_cell.clone(), triggers.clone());
+    let works = flotilla_runtime::cache::spawn_store_with(
         &ctx,
         Api::<Work>::all(client.clone()),
         watcher::Config::default().labels(labels::PLACEMENT),
+        work_changed,
     );
+    let _ = works_cell.set(works.clone());
     // The negotiator's verdicts on the members' APIs: cached for the per-object check, and a
     // changed verdict looks at every Placement again.
     let (imports, import_writer) = reflector::store::<ApiResourceImport>();
@@ -274,27 +280,6 @@ pub async fn run(
         .watches_stream(
             object_changes::<ServiceAccount>(&client, namespace),
             in_namespace_of(same_namespace.clone()),
-        )
-        // A Work changes in what the Placement reports (conditions, the member's status of
-        // the object) or is deleted: its Placement looks again.
-        .watches_stream(
-            watcher(
-                Api::<Work>::all(client.clone()),
-                watcher::Config::default().labels(labels::PLACEMENT),
-            )
-            .default_backoff()
-            .touched_objects()
-            .predicate_filter(work_inputs, Default::default()),
-            move |w: Work| {
-                let name = w.labels().get(labels::PLACEMENT).cloned();
-                let ns = w.annotations().get(annotations::SOURCE_NAMESPACE).cloned();
-                by_label
-                    .state()
-                    .iter()
-                    .filter(|p| Some(p.name_any()) == name && p.namespace() == ns)
-                    .map(|p| ObjectRef::from_obj(&**p))
-                    .collect::<Vec<_>>()
-            },
         )
         // Objects of the custom types Placements select (watched once a pass finds the type).
         .reconcile_on(triggered);
@@ -457,6 +442,39 @@ fn error_policy(p: Arc<Placement>, e: &Error, _s: Arc<Splitter>) -> Action {
     })
 }
 
+/// Starts a pass of a Work's Placement when the Work was deleted or changed in what the
+/// Placement reads ([`work_inputs`]); called by the Work cache after it took the change.
+fn work_trigger(
+    placements: Store<Placement>,
+    works: Arc<std::sync::OnceLock<Store<Work>>>,
+    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+) -> impl Fn(&Work) + Send + 'static {
+    let seen: Mutex<HashMap<String, u64>> = Mutex::default();
+    move |w: &Work| {
+        let uid = w.uid().unwrap_or_default();
+        let gone = works
+            .get()
+            .is_some_and(|s| s.get(&ObjectRef::from_obj(w)).is_none());
+        {
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if gone {
+                seen.remove(&uid);
+            } else if let Some(h) = work_inputs(w)
+                && seen.insert(uid, h) == Some(h)
+            {
+                return;
+            }
+        }
+        let name = w.labels().get(labels::PLACEMENT);
+        let ns = w.annotations().get(annotations::SOURCE_NAMESPACE);
+        for p in placements.state() {
+            if Some(&p.name_any()) == name && p.namespace().as_ref() == ns {
+                let _ = triggers.unbounded_send(ObjectRef::from_obj(&*p));
+            }
+        }
+    }
+}
+
 /// What of a Work its Placement reads: its spec's generation, whether it is being deleted, its
 /// conditions (not their times) and what the member reports of the object (not its
 /// resourceVersion, which changes with every write in the member).
@@ -465,6 +483,7 @@ fn work_inputs(work: &Work) -> Option<u64> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     work.metadata.generation.hash(&mut h);
     work.metadata.deletion_timestamp.is_some().hash(&mut h);
+    work.finalizers().len().hash(&mut h);
     if let Some(status) = &work.status {
         for c in &status.conditions {
             (&c.type_, &c.status, &c.reason, c.observed_generation).hash(&mut h);
