@@ -33,7 +33,10 @@ pub async fn execute(client: &kube::Client, plan: &Plan) -> Result<Outcome, Erro
     let mut outcome = Outcome::default();
     for (key, work, result) in results {
         match result {
-            Ok(written) => {
+            Ok(mut written) => {
+                // Only its generation and status are read (for the report).
+                written.metadata.managed_fields = None;
+                written.spec.manifests.clear();
                 outcome.written.insert(key, written);
             }
             // One Work that cannot be written (too large, refused by an admission policy) must

@@ -169,3 +169,73 @@ async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Re
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn an_edit_of_a_custom_object_reaches_every_member_in_seconds() -> Result<()> {
+    let fleet = Fleet::start("split-crd").await?;
+    let group = format!("w{}.e2e.flotilla.dev", random_suffix());
+    let widget_crd = crd(&group, "Widget", json!({"size": {"type": "integer"}}));
+    install_crd(&fleet.hub, &widget_crd).await?;
+    for (_, client) in &fleet.members {
+        install_crd(client, &widget_crd).await?;
+    }
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "widgets"},
+        "spec": {"resourceSelectors": [{"apiVersion": format!("{group}/v1"), "kind": "Widget"}]},
+    }))?;
+    Api::<Placement>::namespaced(fleet.hub.clone(), fleet.ns.name())
+        .create(&PostParams::default(), &placement)
+        .await?;
+    let widgets = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&group, "v1", "Widget"),
+        "widgets",
+    );
+    let widget = |size: i64| {
+        json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+               "metadata": {"name": "gadget", "namespace": fleet.ns.name()},
+               "spec": {"size": size}})
+    };
+    // Until every member has the Widget at `size`; how long that took.
+    let everywhere = |size: i64| {
+        let (fleet, widgets) = (&fleet, &widgets);
+        async move {
+            let started = std::time::Instant::now();
+            wait_for(
+                &format!("Widget gadget of size {size} in every member"),
+                // About a second; far below the 60 s resync an unwatched type waits for.
+                Duration::from_secs(15),
+                || async {
+                    let mut behind = Vec::new();
+                    for (cluster, client) in &fleet.members {
+                        let api: Api<DynamicObject> =
+                            Api::namespaced_with(client.clone(), fleet.ns.name(), widgets);
+                        let seen = api
+                            .get_opt("gadget")
+                            .await?
+                            .and_then(|w| w.data["spec"]["size"].as_i64());
+                        if seen != Some(size) {
+                            behind.push(format!("{cluster}: {seen:?}"));
+                        }
+                    }
+                    Ok(if behind.is_empty() {
+                        Seen::Done(())
+                    } else {
+                        Seen::not_yet(behind.join(", "))
+                    })
+                },
+            )
+            .await
+            .map_err(|e| e.context(fleet.splitter.log()))?;
+            Ok::<_, anyhow::Error>(started.elapsed())
+        }
+    };
+    flotilla_e2e::api::apply(&fleet.hub, &widget(1), false).await??;
+    let created = everywhere(1).await?;
+    // Let the first pass's Work status changes settle, so that only the edit starts a pass.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    flotilla_e2e::api::apply(&fleet.hub, &widget(2), false).await??;
+    let edited = everywhere(2).await?;
+    eprintln!("Widget created everywhere in {created:?}, edited in {edited:?}");
+    Ok(())
+}
