@@ -55,9 +55,10 @@ pub struct SyncerArgs {
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub concurrency: u16,
 
-    /// How many Works of one member are reconciled at the same time, at most (0: half of
-    /// --concurrency). A member that is slow or stops answering then holds only this many, and
-    /// the others go on; its further Works wait a second and try again.
+    /// How many Works of one member are reconciled at the same time, at most (0: three quarters
+    /// of --concurrency, and at least one place left for the others). A member that is slow or
+    /// stops answering then holds only this many; its further Works wait behind them, and the
+    /// other members' Works go on.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub member_concurrency: u16,
 
@@ -122,8 +123,9 @@ pub struct SyncerArgs {
 impl SyncerArgs {
     /// `--member-concurrency`, with its default resolved.
     pub fn per_member(&self) -> usize {
+        let total = usize::from(self.concurrency).max(1);
         match self.member_concurrency {
-            0 => usize::from(self.concurrency / 2).max(1),
+            0 => total.saturating_sub((total / 4).max(1)).max(1),
             n => usize::from(n),
         }
     }

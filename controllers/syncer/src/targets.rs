@@ -1,7 +1,7 @@
 //! The member clusters this syncer serves, and their clients.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flotilla_api::{Cluster, SyncMode, conditions, names};
@@ -10,6 +10,7 @@ use flotilla_runtime::member_client::{MemberClientError, read_secret};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Why a member cannot be written to right now. Nothing is ever deleted because of it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -232,55 +233,60 @@ impl Targets {
     }
 }
 
-/// How many Works of one member are reconciled at the same time, at most: a member that is slow
-/// or stops answering holds only its share of the syncer's concurrency, never all of it.
+/// How many Works are reconciled at the same time: at most `per_member` of one member, and at
+/// most `total` in all. A Work first waits for its member's share, then for the common one, so
+/// the Works of a member that is slow or stops answering queue behind each other and never take
+/// the places of the other members' Works.
 pub struct MemberSlots {
-    limit: usize,
-    in_flight: Mutex<HashMap<String, usize>>,
+    per_member: usize,
+    total: Arc<Semaphore>,
+    members: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-/// One reconciliation of a member's Work in flight; released when dropped.
-pub struct MemberSlot<'a> {
-    slots: &'a MemberSlots,
-    cluster: String,
+/// One reconciliation of a member's Work under way; its places are given back when dropped.
+pub struct MemberSlot {
+    _member: OwnedSemaphorePermit,
+    _total: OwnedSemaphorePermit,
 }
 
 impl MemberSlots {
-    pub fn new(limit: usize) -> Self {
+    pub fn new(total: usize, per_member: usize) -> Self {
         Self {
-            limit: limit.max(1),
-            in_flight: Mutex::default(),
+            per_member: per_member.clamp(1, total.max(1)),
+            total: Arc::new(Semaphore::new(total.max(1))),
+            members: Mutex::default(),
         }
     }
 
-    /// A slot for member `cluster`, unless it already has `limit` in flight.
-    pub fn try_take(&self, cluster: &str) -> Option<MemberSlot<'_>> {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        let n = in_flight.entry(cluster.to_string()).or_default();
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(MemberSlot {
-            slots: self,
-            cluster: cluster.to_string(),
-        })
-    }
-}
-
-impl Drop for MemberSlot<'_> {
-    fn drop(&mut self) {
-        let mut in_flight = self
-            .slots
-            .in_flight
+    /// Waits for a place for a Work of member `cluster`.
+    pub async fn take(&self, cluster: &str) -> MemberSlot {
+        let member = self
+            .members
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = in_flight.get_mut(&self.cluster) {
-            *n -= 1;
-            if *n == 0 {
-                in_flight.remove(&self.cluster);
-            }
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cluster.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_member)))
+            .clone();
+        // Neither semaphore is ever closed.
+        let member = member.acquire_owned().await.expect("never closed");
+        let total = self
+            .total
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        MemberSlot {
+            _member: member,
+            _total: total,
         }
+    }
+
+    /// Forgets member `cluster` (it went away); Works under way keep their places.
+    pub fn forget(&self, cluster: &str) {
+        self.members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(cluster);
     }
 }
 
@@ -288,18 +294,34 @@ impl Drop for MemberSlot<'_> {
 mod slot_tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_member_gets_at_most_its_share_and_never_the_others_places() {
+        let slots = Arc::new(MemberSlots::new(3, 2));
+        let _a1 = slots.take("a").await;
+        let _a2 = slots.take("a").await;
+        // A third Work of `a` waits for `a`'s share, without taking the last common place ...
+        let waiting = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.take("a").await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        // ... which another member's Work gets at once.
+        let b = tokio::time::timeout(std::time::Duration::from_secs(1), slots.take("b")).await;
+        assert!(b.is_ok(), "b waited behind a");
+        drop(_a1);
+        tokio::time::timeout(std::time::Duration::from_secs(1), async {
+            drop(b);
+            waiting.await
+        })
+        .await
+        .expect("a's third Work gets the place given back")
+        .expect("task");
+    }
+
     #[test]
-    fn a_member_gets_at_most_its_share_and_a_released_slot_is_free_again() {
-        let slots = MemberSlots::new(2);
-        let a1 = slots.try_take("a").expect("first");
-        let _a2 = slots.try_take("a").expect("second");
-        assert!(slots.try_take("a").is_none(), "a third for the same member");
-        assert!(
-            slots.try_take("b").is_some(),
-            "another member is not held up"
-        );
-        drop(a1);
-        assert!(slots.try_take("a").is_some());
-        assert!(MemberSlots::new(0).try_take("a").is_some(), "at least one");
+    fn the_share_is_at_least_one_and_at_most_everything() {
+        assert_eq!(MemberSlots::new(2, 0).per_member, 1);
+        assert_eq!(MemberSlots::new(2, 5).per_member, 2);
     }
 }

@@ -70,12 +70,10 @@ struct Syncer {
     namespaces: NamespaceCache,
     watches: MemberWatches,
     tracking: Arc<Tracking>,
-    /// Per member, the Works reconciled right now (bounded by `--member-concurrency`).
+    /// The Works reconciled right now: `--concurrency` in all, `--member-concurrency` of one
+    /// member.
     slots: MemberSlots,
 }
-
-/// How soon a Work waits for its member to have a free slot.
-const MEMBER_BUSY_RETRY: Duration = Duration::from_secs(1);
 
 impl Syncer {
     fn appliers(&self) -> Appliers<'_> {
@@ -88,6 +86,7 @@ impl Syncer {
 
     /// Drops everything kept for member `cluster`: its watches, client and caches.
     fn forget_cluster(&self, cluster: &str) {
+        self.slots.forget(cluster);
         self.watches.forget_cluster(cluster);
         self.targets.forget(cluster);
         self.namespaces.forget_cluster(cluster);
@@ -230,9 +229,9 @@ pub async fn serve(
     let by_cluster = works.clone();
     let controller = Controller::for_stream(work_events, works)
         .with_config(
-            controller::Config::default()
-                .debounce(args.debounce)
-                .concurrency(args.concurrency),
+            // The controller itself runs every Work it may; `slots` bounds the work done, per
+            // member and in all, so that one member's Works never hold the places of another's.
+            controller::Config::default().debounce(args.debounce),
         )
         .watches_stream(cluster_events, move |cluster: Cluster| {
             let namespace = names::cluster_namespace(&cluster.name_any());
@@ -248,7 +247,7 @@ pub async fn serve(
 
     let state = Arc::new(Syncer {
         ctx: ctx.clone(),
-        slots: MemberSlots::new(args.per_member()),
+        slots: MemberSlots::new(usize::from(args.concurrency), args.per_member()),
         args,
         hub,
         targets,
@@ -361,11 +360,9 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
         // Not in a flotilla-cluster-<name> namespace: not a Work for any member.
         return Ok(Action::await_change());
     };
-    let Some(_slot) = state.slots.try_take(&cluster) else {
-        // This member already has its share of the syncer's concurrency (it may be slow, or not
-        // answering): the other members' Works go first.
-        return Ok(Action::requeue(MEMBER_BUSY_RETRY));
-    };
+    // A place of this member's share of the syncer's concurrency, then a common one: while a
+    // member is slow or does not answer, its Works wait behind each other, not before others.
+    let _slot = state.slots.take(&cluster).await;
     let member_change = state.tracking.take_member_change(&key);
     if state.targets.serving(&cluster) != Serving::Yes
         && !may_let_go(&work, &cluster, &state).await?

@@ -286,7 +286,7 @@ async fn every_example_applies_and_reads_back() -> Result<()> {
 }
 
 /// Runs the tools' `kubectl` against the hub.
-async fn kubectl(env: &Environment, args: &[&str]) -> Result<String> {
+pub(crate) async fn kubectl(env: &Environment, args: &[&str]) -> Result<String> {
     let bin = std::env::var_os("FLOTILLA_TOOLS_BIN")
         .map(|dir| std::path::PathBuf::from(dir).join("kubectl"))
         .unwrap_or_else(|| "kubectl".into());
