@@ -241,23 +241,54 @@ fn check_kubeconfig(k: &Kubeconfig) -> Result<(), Problem> {
     }
 }
 
-/// Builds a client from a checked kubeconfig, with timeouts suited to a member that may be
-/// unreachable.
+/// A client configuration from a checked kubeconfig, with a connect timeout suited to a
+/// server that may be unreachable, and the client it makes.
+struct Checked<'a> {
+    config: Config,
+    secret: &'a str,
+    key: &'a str,
+}
+
+impl<'a> Checked<'a> {
+    async fn new(
+        kubeconfig: Kubeconfig,
+        secret: &'a str,
+        key: &'a str,
+    ) -> Result<Self, MemberClientError> {
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Self::invalid(secret, key, redact_config_error(&e.to_string())))?;
+        config.connect_timeout = Some(Duration::from_secs(5));
+        Ok(Self {
+            config,
+            secret,
+            key,
+        })
+    }
+
+    fn invalid(secret: &str, key: &str, reason: String) -> MemberClientError {
+        MemberClientError::InvalidKubeconfig {
+            secret: secret.into(),
+            key: key.into(),
+            reason,
+        }
+    }
+
+    fn client(&self) -> Result<Client, MemberClientError> {
+        Client::try_from(self.config.clone()).map_err(|e| {
+            Self::invalid(self.secret, self.key, format!("cannot build a client: {e}"))
+        })
+    }
+}
+
+/// Builds a client from a checked kubeconfig, with a connect timeout suited to a server that may
+/// be unreachable (and no response timeout: it may watch).
 pub async fn client_from_kubeconfig(
     kubeconfig: Kubeconfig,
     secret: &str,
     key: &str,
 ) -> Result<Client, MemberClientError> {
-    let invalid = |reason: String| MemberClientError::InvalidKubeconfig {
-        secret: secret.into(),
-        key: key.into(),
-        reason,
-    };
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| invalid(redact_config_error(&e.to_string())))?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    Client::try_from(config).map_err(|e| invalid(format!("cannot build a client: {e}")))
+    Checked::new(kubeconfig, secret, key).await?.client()
 }
 
 /// How long a request to a member may go unanswered. A member whose apiserver stops answering
@@ -280,23 +311,13 @@ pub async fn member_client_from_kubeconfig(
     secret: &str,
     key: &str,
 ) -> Result<MemberClient, MemberClientError> {
-    let invalid = |reason: String| MemberClientError::InvalidKubeconfig {
-        secret: secret.into(),
-        key: key.into(),
-        reason,
-    };
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| invalid(redact_config_error(&e.to_string())))?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    let watches = Client::try_from(config.clone())
-        .map_err(|e| invalid(format!("cannot build a client: {e}")))?;
-    config.read_timeout = Some(MEMBER_REQUEST_TIMEOUT);
-    config.write_timeout = Some(MEMBER_REQUEST_TIMEOUT);
+    let mut checked = Checked::new(kubeconfig, secret, key).await?;
+    let watches = checked.client()?;
+    checked.config.read_timeout = Some(MEMBER_REQUEST_TIMEOUT);
+    checked.config.write_timeout = Some(MEMBER_REQUEST_TIMEOUT);
     // Counted from each request, not from when its pooled connection went idle.
-    config.reset_reader_on_write = true;
-    let requests =
-        Client::try_from(config).map_err(|e| invalid(format!("cannot build a client: {e}")))?;
+    checked.config.reset_reader_on_write = true;
+    let requests = checked.client()?;
     Ok(MemberClient { requests, watches })
 }
 
