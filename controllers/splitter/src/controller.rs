@@ -291,6 +291,10 @@ pub async fn run(
         _ = async {
             flotilla_runtime::cache::wait_until_synced(&clusters).await;
             flotilla_runtime::cache::wait_until_synced(&works).await;
+            // Nor before every Cluster is known: one not seen yet would look deleted.
+            if let Some(all) = &all_clusters {
+                flotilla_runtime::cache::wait_until_synced(all).await;
+            }
         } => {}
     }
     ctx.health.set_caches_synced(true);
