@@ -19,29 +19,27 @@ pub const PARALLEL_WRITES: usize = 16;
 
 /// Writes and deletes what `plan` says.
 pub async fn execute(client: &kube::Client, plan: &Plan) -> Result<Outcome, Error> {
-    // Owned values: a stream of borrowed items would not be `Send` for every lifetime.
-    let writes: Vec<(CopyKey, Work)> = plan
-        .writes
-        .iter()
-        .filter_map(|key| Some((key.clone(), plan.wanted.get(key)?.clone())))
-        .collect();
-    let results: Vec<_> = stream::iter(writes)
+    // Owned keys: a stream of borrowed items would not be `Send` for every lifetime. Each Work
+    // is cloned only while it is written, and what comes back is kept lean.
+    let keys: Vec<CopyKey> = plan.writes.iter().cloned().collect();
+    let results: Vec<_> = stream::iter(keys)
+        .filter_map(|key| {
+            let work = plan.wanted.get(&key).cloned();
+            std::future::ready(work.map(|w| (key, w)))
+        })
         .map(|(key, work)| write(client.clone(), key, work))
         .buffer_unordered(PARALLEL_WRITES)
         .try_collect()
         .await?;
     let mut outcome = Outcome::default();
-    for (key, work, result) in results {
+    for (key, result) in results {
         match result {
-            Ok(mut written) => {
-                // Only its generation and status are read (for the report).
-                written.metadata.managed_fields = None;
-                written.spec.manifests.clear();
+            Ok(written) => {
                 outcome.written.insert(key, written);
             }
             // One Work that cannot be written (too large, refused by an admission policy) must
             // not stall the tenant's other objects: it is reported, the rest goes on.
-            Err(e) => outcome.failed_writes.push(refused(&work, &e)),
+            Err(refusal) => outcome.failed_writes.push(refusal),
         }
     }
     outcome.failed_writes.sort();
@@ -70,21 +68,31 @@ fn refused(work: &Work, e: &kube::Error) -> String {
     )
 }
 
-/// Writes one Work (server-side apply); the hub's answer, whatever it is, goes to the outcome.
+/// Writes one Work (server-side apply). The hub's answer, whatever it is, goes to the outcome:
+/// the Work as written, without what the report never reads (its managed fields and
+/// manifests), or why it was refused.
 async fn write(
     client: kube::Client,
     key: CopyKey,
     work: Work,
-) -> Result<(CopyKey, Work, Result<Work, kube::Error>), Error> {
+) -> Result<(CopyKey, Result<Work, String>), Error> {
     let api: Api<Work> = Api::namespaced(client, &work.namespace().unwrap_or_default());
     let mut value = serde_json::to_value(&work)?;
     value["apiVersion"] = json!(Work::api_version(&()));
     value["kind"] = json!(Work::kind(&()));
     let params = PatchParams::apply(field_managers::SPLITTER).force();
-    let result = api
+    let result = match api
         .patch(&work.name_any(), &params, &Patch::Apply(&value))
-        .await;
-    Ok((key, work, result))
+        .await
+    {
+        Ok(mut written) => {
+            written.metadata.managed_fields = None;
+            written.spec.manifests.clear();
+            Ok(written)
+        }
+        Err(e) => Err(refused(&work, &e)),
+    };
+    Ok((key, result))
 }
 
 async fn delete(client: kube::Client, d: Deletion) -> Result<(), Error> {

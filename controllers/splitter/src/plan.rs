@@ -186,7 +186,8 @@ pub struct Findings {
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub selection: Selection,
-    /// Every wanted Work, by copy.
+    /// Every wanted Work, by copy; those not in `writes` without their manifests (the hub has
+    /// them as wanted, or is deleting them).
     pub wanted: BTreeMap<CopyKey, Work>,
     /// The copies whose wanted Work differs from the hub's (or is not there): to write.
     pub writes: BTreeSet<CopyKey>,
@@ -255,6 +256,55 @@ pub fn up_to_date(wanted: &Work, hub: &Work) -> bool {
         && wanted.spec == hub.spec
 }
 
+/// Takes each wanted Work as it is rendered: names the Work it replaces (a copy written under an
+/// older name is renamed by handing over: the new Work names the old one, the syncer lets it
+/// take over the member objects, and the old Work goes once the new one is applied), compares
+/// it with the hub's Work of the same name, and keeps it whole only when it must be written.
+struct Wanting<'a> {
+    by_name: BTreeMap<(String, String), &'a Work>,
+    /// The names of the live Works of each copy.
+    names: BTreeMap<CopyKey, Vec<String>>,
+}
+
+impl<'a> Wanting<'a> {
+    fn new(existing: &[&'a Work]) -> Self {
+        let mut names: BTreeMap<CopyKey, Vec<String>> = BTreeMap::new();
+        for w in existing {
+            if w.metadata.deletion_timestamp.is_none()
+                && let Some(key) = copy_key(w)
+            {
+                names.entry(key).or_default().push(w.name_any());
+            }
+        }
+        Self {
+            by_name: existing.iter().map(|w| (key_of(w), *w)).collect(),
+            names,
+        }
+    }
+
+    fn want(&self, out: &mut Plan, key: CopyKey, mut work: Work) {
+        if let Some(old) = self
+            .names
+            .get(&key)
+            .and_then(|names| names.iter().find(|n| **n != work.name_any()))
+        {
+            work.annotations_mut()
+                .insert(annotations::REPLACES.to_string(), old.clone());
+        }
+        let hub = self.by_name.get(&key_of(&work));
+        // A Work being deleted is written again once it is gone (its deletion starts a pass).
+        let deleting = hub.is_some_and(|h| h.metadata.deletion_timestamp.is_some());
+        if !deleting && !hub.is_some_and(|h| up_to_date(&work, h)) {
+            out.writes.insert(key.clone());
+        } else {
+            // Not written: the manifest is not needed again, and a pass of many objects
+            // would otherwise hold a second copy of each.
+            work.spec.manifests.clear();
+        }
+        out.wanted.insert(key, work);
+    }
+}
+
 /// Plans one pass of `obs.placement`.
 pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     let placement = &*obs.placement;
@@ -281,6 +331,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         recheck_after: selection.recheck_after,
         ..Plan::default()
     };
+    let wanting = Wanting::new(&existing);
+    let by_name = &wanting.by_name;
     let mut followed: BTreeMap<Reference, BTreeSet<String>> = BTreeMap::new();
     // Copies whose member cannot take the object (Rule 5: checked per object).
     let mut incompatible: BTreeSet<CopyKey> = BTreeSet::new();
@@ -419,7 +471,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     continue;
                 }
                 let work = render(&object, cluster, divisible.then_some(*n), &name, spec)?;
-                out.wanted.insert((uid.clone(), cluster.clone()), work);
+                wanting.want(&mut out, (uid.clone(), cluster.clone()), work);
                 decision.clusters.push(ClusterDecision {
                     cluster: cluster.clone(),
                     replicas: divisible.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
@@ -478,10 +530,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             ..Default::default()
         };
         for cluster in on {
-            out.wanted.insert(
-                (uid.clone(), cluster.clone()),
-                render(&object, &cluster, None, &name, spec)?,
-            );
+            let work = render(&object, &cluster, None, &name, spec)?;
+            wanting.want(&mut out, (uid.clone(), cluster.clone()), work);
             decision.clusters.push(ClusterDecision {
                 cluster,
                 ..Default::default()
@@ -490,35 +540,6 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         out.decisions.push((uid, decision));
     }
 
-    // A copy whose Work has another name (written before names held the namespace and group)
-    // is renamed by handing over: the new Work names the old one, the syncer lets it take over
-    // the member objects, and the old Work goes once the new one is applied.
-    for w in &existing {
-        if w.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        if let Some(key) = copy_key(w)
-            && let Some(work) = out.wanted.get_mut(&key)
-            && work.name_any() != w.name_any()
-        {
-            work.annotations_mut()
-                .insert(annotations::REPLACES.to_string(), w.name_any());
-        }
-    }
-
-    // What to write: what differs from the hub's Work of the same name.
-    let by_name: BTreeMap<(String, String), &Work> =
-        existing.iter().map(|w| (key_of(w), *w)).collect();
-    for (key, work) in &out.wanted {
-        let hub = by_name.get(&key_of(work));
-        // A Work being deleted is written again once it is gone (its deletion starts a pass).
-        if hub.is_some_and(|h| h.metadata.deletion_timestamp.is_some()) {
-            continue;
-        }
-        if !hub.is_some_and(|h| up_to_date(work, h)) {
-            out.writes.insert(key.clone());
-        }
-    }
     let wanted_names: BTreeSet<(String, String)> = out.wanted.values().map(key_of).collect();
     // The wanted copies whose Work is on the hub as wanted and that the member reports applied
     // (available) for that spec.

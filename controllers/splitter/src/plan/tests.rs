@@ -207,6 +207,10 @@ fn a_work_the_hub_already_has_as_wanted_is_not_written_again() {
     .expect("plan");
     assert!(again.writes.is_empty(), "{:?}", again.writes);
     assert!(again.deletes.is_empty());
+    assert!(
+        again.wanted.values().all(|w| w.spec.manifests.is_empty()),
+        "a Work not to be written is kept without its manifest"
+    );
 
     // One object edited: its three copies are written, nothing else.
     let edited = vec![
@@ -216,6 +220,12 @@ fn a_work_the_hub_already_has_as_wanted_is_not_written_again() {
     let after_edit = plan(&mk_observation(placement, three(), edited, works)).expect("plan");
     assert_eq!(after_edit.writes.len(), 3);
     assert!(after_edit.writes.iter().all(|(uid, _)| uid == "ua"));
+    assert!(
+        after_edit
+            .writes
+            .iter()
+            .all(|k| after_edit.wanted[k].spec.manifests[0].data["data"]["k"] == "2")
+    );
 }
 
 #[test]
@@ -588,14 +598,16 @@ proptest! {
                     .get(&uid)
                     .is_some_and(|o| o.labels().get("placed").map(String::as_str) == Some("no")),
                 Removal::Moved => {
-                    let replacements: Vec<&Work> =
-                        p.wanted.iter().filter(|((u, _), _)| *u == uid).map(|(_, w)| w).collect();
+                    let replacements: Vec<(&CopyKey, &Work)> =
+                        p.wanted.iter().filter(|((u, _), _)| *u == uid).collect();
                     let member_fine = clusters.iter().any(|c| c.name_any() == cluster
                         && c.status.as_ref().is_some_and(|s| s.conditions.iter()
                             .any(|c| c.type_ == "Ready" && c.status == "True")));
-                    !replacements.is_empty() && (member_fine || replacements.iter().all(|r| {
-                        works.iter().any(|h| key_of(h) == key_of(r)
-                            && up_to_date(r, h) && holds_now(h, conditions::AVAILABLE))
+                    // A replacement is available when the hub has it as wanted (not to be
+                    // written) and its member reports it available.
+                    !replacements.is_empty() && (member_fine || replacements.iter().all(|(k, r)| {
+                        !p.writes.contains(*k) && works.iter().any(|h| key_of(h) == key_of(r)
+                            && holds_now(h, conditions::AVAILABLE))
                     }))
                 }
                 Removal::Renamed => false,
