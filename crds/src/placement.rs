@@ -10,6 +10,16 @@ use crate::cluster::{Taint, TaintEffect};
 use crate::common::{ConflictPolicy, DeletePolicy, IgnoreFields, patterns};
 use crate::condition::ConditionStatus;
 
+/// The types a Placement places when its `resourceSelectors` name none, as (group, version, kind,
+/// plural): what the splitter places and the negotiator imports by default.
+pub const DEFAULT_TYPES: [(&str, &str, &str, &str); 5] = [
+    ("apps", "v1", "Deployment", "deployments"),
+    ("", "v1", "ConfigMap", "configmaps"),
+    ("", "v1", "Secret", "secrets"),
+    ("", "v1", "Service", "services"),
+    ("", "v1", "ServiceAccount", "serviceaccounts"),
+];
+
 /// Which objects of the namespace go to which member clusters, and how.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(

@@ -20,15 +20,8 @@ pub struct ResourceType {
     pub kind: String,
 }
 
-/// The types imported even when no Placement names any: what the splitter places by default,
-/// with their plurals.
-pub const DEFAULT_TYPES: [(&str, &str, &str, &str); 5] = [
-    ("apps", "v1", "Deployment", "deployments"),
-    ("", "v1", "ConfigMap", "configmaps"),
-    ("", "v1", "Secret", "secrets"),
-    ("", "v1", "Service", "services"),
-    ("", "v1", "ServiceAccount", "serviceaccounts"),
-];
+/// The types imported even when no Placement names any: what the splitter places by default.
+pub use flotilla_api::placement::DEFAULT_TYPES;
 
 impl ResourceType {
     pub fn new(group: &str, version: &str, kind: &str) -> Self {

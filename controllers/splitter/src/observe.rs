@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use flotilla_api::placement::ResourceSelector;
+use flotilla_api::placement::{DEFAULT_TYPES, ResourceSelector};
 use flotilla_api::{Placement, annotations, labels, names};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -16,15 +16,6 @@ use kube::{Api, ResourceExt};
 use crate::controller::Splitter;
 use crate::plan::{Listed, Observation, Unreadable, import_name};
 use crate::references::references;
-
-/// The types placed when a Placement selects none explicitly.
-pub const DEFAULT_TYPES: [(&str, &str, &str, &str); 5] = [
-    ("apps", "v1", "Deployment", "deployments"),
-    ("", "v1", "ConfigMap", "configmaps"),
-    ("", "v1", "Secret", "secrets"),
-    ("", "v1", "Service", "services"),
-    ("", "v1", "ServiceAccount", "serviceaccounts"),
-];
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)

@@ -320,12 +320,6 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .collect();
     let existing: Vec<&Work> = obs.works.iter().map(|w| &**w).collect();
-    let live = |uid: &str, cluster: &str| {
-        existing.iter().any(|w| {
-            copy_key(w).is_some_and(|(u, c)| u == uid && c == cluster)
-                && w.metadata.deletion_timestamp.is_none()
-        })
-    };
 
     let mut out = Plan {
         recheck_after: selection.recheck_after,
@@ -333,6 +327,12 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     };
     let wanting = Wanting::new(&existing);
     let by_name = &wanting.by_name;
+    // Whether a copy has a Work that is not being deleted.
+    let live = |uid: &str, cluster: &str| {
+        wanting
+            .names
+            .contains_key(&(uid.to_string(), cluster.to_string()))
+    };
     let mut followed: BTreeMap<Reference, BTreeSet<String>> = BTreeMap::new();
     // Copies whose member cannot take the object (Rule 5: checked per object).
     let mut incompatible: BTreeSet<CopyKey> = BTreeSet::new();

@@ -1670,22 +1670,7 @@ async fn a_member_that_hangs_never_delays_the_others() -> Result<()> {
             scratch.info.name
         ),
         Duration::from_secs(10),
-        || async {
-            let mut missing = Vec::new();
-            for (cluster, client) in live {
-                let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
-                for name in &names {
-                    if api.get_opt(name).await?.is_none() {
-                        missing.push(format!("{name} in {cluster}"));
-                    }
-                }
-            }
-            Ok(if missing.is_empty() {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("missing {missing:?}"))
-            })
-        },
+        || async { missing_configmaps(live, ns, &names).await },
     )
     .await?;
     eprintln!(
@@ -1695,24 +1680,12 @@ async fn a_member_that_hangs_never_delays_the_others() -> Result<()> {
     env.clusters_sh(&["resume-member", &scratch.info.name])
         .await?;
     // Back: it catches up.
-    let (_, back) = &members[2];
+    let mut all = names.clone();
+    all.push("first".into());
     wait_for(
         "the resumed member to have every ConfigMap",
         Duration::from_secs(90),
-        || async {
-            let api = Api::<ConfigMap>::namespaced(back.clone(), ns);
-            let mut missing = Vec::new();
-            for name in names.iter().chain(std::iter::once(&"first".to_string())) {
-                if api.get_opt(name).await?.is_none() {
-                    missing.push(name.clone());
-                }
-            }
-            Ok(if missing.is_empty() {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("missing {missing:?}"))
-            })
-        },
+        || async { missing_configmaps(&members[2..], ns, &all).await },
     )
     .await?;
     Ok(())
@@ -1752,4 +1725,26 @@ async fn settings_everywhere(
         },
     )
     .await
+}
+
+/// Done once every member of `members` has every ConfigMap of `names` in namespace `ns`.
+async fn missing_configmaps(
+    members: &[(String, Client)],
+    ns: &str,
+    names: &[String],
+) -> Result<Seen<()>> {
+    let mut missing = Vec::new();
+    for (cluster, client) in members {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+        for name in names {
+            if api.get_opt(name).await?.is_none() {
+                missing.push(format!("{name} in {cluster}"));
+            }
+        }
+    }
+    Ok(if missing.is_empty() {
+        Seen::Done(())
+    } else {
+        Seen::not_yet(format!("missing {missing:?}"))
+    })
 }
