@@ -47,6 +47,22 @@ cpu_phase() { # phase before after
 hub_requests() {
   k get --raw /metrics | awk '/^apiserver_request_total\{/ {n += $NF} END {printf "%d", n}'
 }
+# The same, by verb, resource and subresource: "verb resource[/subresource] count" lines.
+hub_requests_by() {
+  k get --raw /metrics | awk '/^apiserver_request_total\{/ {
+      verb = res = sub_ = ""
+      if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
+      if (match($0, /resource="[^"]*"/)) res = substr($0, RSTART + 10, RLENGTH - 11)
+      if (match($0, /subresource="[^"]*"/)) sub_ = substr($0, RSTART + 13, RLENGTH - 14)
+      key = verb " " (res == "" ? "-" : res) (sub_ == "" ? "" : "/" sub_)
+      n[key] += $NF
+    } END { for (k in n) print k, n[k] }'
+}
+# Requests of each verb and resource between two hub_requests_by snapshots, most first.
+requests_between() { # before after
+  awk 'NR == FNR {b[$1 " " $2] = $3; next} {d = $3 - b[$1 " " $2]; if (d > 0) print d, $1, $2}' \
+    <(echo "$1") <(echo "$2") | sort -rn
+}
 user() { "${TARGET}/examples/bench_user" "$1" "$2" "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}"; }
 per_object() { awk -v a="$1" -v b="$2" -v n="${COUNT}" 'BEGIN {printf "%.1f", (b - a) / n}'; }
 
@@ -58,14 +74,22 @@ d_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${DIRECT}"; }
 
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
-declare -A MEMBERS_S PLACEMENT_S CALLS
+declare -A MEMBERS_S PLACEMENT_S CALLS BY
 for phase in create edit; do
   log "== hub: ${phase} ${COUNT} ConfigMaps under a Placement (copies on ${MEMBERS} members)"
   before="$(hub_requests)"
+  by_before="$(hub_requests_by)"
   cpu_before="$(cpu_snapshot)"
+  profiling=""
+  if [[ -n "${PROFILE_DIR}" ]]; then
+    k get --raw "/debug/pprof/profile?seconds=20" >"${PROFILE_DIR}/hub-${phase}.pprof" &
+    profiling="$!"
+  fi
   read -r _ _ MEMBERS_S[${phase}] PLACEMENT_S[${phase}] < <(user "hub-${phase}" bench-user)
   cpu_phase "${phase}" "${cpu_before}" "$(cpu_snapshot)"
   CALLS[${phase}]="$(per_object "${before}" "$(hub_requests)")"
+  BY[${phase}]="$(requests_between "${by_before}" "$(hub_requests_by)")"
+  [[ -z "${profiling}" ]] || wait "${profiling}" || log "no profile of the hub's ${phase}"
   if [[ "${phase}" == create ]]; then
     sleep 10
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
@@ -109,3 +133,10 @@ for c in "${COMPONENTS[@]}"; do
 done
 echo
 echo "The Placement with ${COUNT} objects × ${MEMBERS} copies placed: ${STATUS_BYTES} bytes (\`kubectl get -o json\`)."
+echo
+echo "| hub requests during the phase (most frequent) | create | edit |"
+echo "|---|---:|---:|"
+while read -r _ verb resource; do
+  count_in() { awk -v v="${verb}" -v r="${resource}" '$2 == v && $3 == r {print $1}' <<<"$1"; }
+  echo "| ${verb} ${resource} | $(count_in "${BY[create]}") | $(count_in "${BY[edit]}") |"
+done < <(head -n 8 <<<"${BY[create]}")

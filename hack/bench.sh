@@ -20,23 +20,33 @@
 #            the same straight in the members in parallel (the baseline): seconds until every
 #            member agrees and until the Placement reports every copy; the hub's API requests
 #            per object; 50 single edits (write to last member, p50/p99); the splitter's and the
-#            syncer's RSS per placed object × member.
+#            syncer's RSS per placed object × member. With --profile DIR, a CPU profile of the
+#            hub's apiserver over the first 20 s of the hub's create and edit phases is written to
+#            DIR/hub-<phase>.pprof (read it with `go tool pprof -top DIR/hub-create.pprof`).
+#
+#   envelopes
+#            What the hub pays per object for Works of 1, 10 and 100 manifests: N objects
+#            (default 1000) for each of the M members written as Works into namespaces of no
+#            member, then one status per Work as the syncer writes it, then both again with every
+#            object changed; the hub apiserver's CPU seconds, requests and wall time for each size.
 #
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
-#        hack/bench.sh user [--members M] [--count N] [--concurrency C]
+#        hack/bench.sh user [--members M] [--count N] [--concurrency C] [--profile DIR]
+#        hack/bench.sh envelopes [--members M] [--count N] [--concurrency C]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
 WHAT="${1:-}"; shift || true
-[[ "${WHAT}" == syncer || "${WHAT}" == splitter || "${WHAT}" == user ]] \
-  || die "usage: hack/bench.sh syncer|splitter|user [options] (see --help)"
+[[ "${WHAT}" =~ ^(syncer|splitter|user|envelopes)$ ]] \
+  || die "usage: hack/bench.sh syncer|splitter|user|envelopes [options] (see --help)"
 MEMBERS=3
 COUNT=1000
 CONCURRENCY=32
 REPLICAS=30
 RUNS=5
+PROFILE_DIR=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --members) MEMBERS="$2"; shift 2 ;;
@@ -44,6 +54,7 @@ while [[ $# -gt 0 ]]; do
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --replicas) REPLICAS="$2"; shift 2 ;;
     --runs) RUNS="$2"; shift 2 ;;
+    --profile) PROFILE_DIR="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1'" ;;
   esac
@@ -66,6 +77,7 @@ cargo build --release --quiet -p flotilla-syncer -p flotilla-registration -p flo
 "${CL[@]}" down >/dev/null 2>&1 || true
 trap cleanup EXIT
 log "== starting hub + ${MEMBERS} members"
+[[ -z "${PROFILE_DIR}" ]] || export FLOTILLA_HUB_PROFILING=true
 "${CL[@]}" up --members "${MEMBERS}" >/dev/null
 ENV_LINES="$("${CL[@]}" env)" || die "no environment to describe"
 eval "${ENV_LINES}"
@@ -111,6 +123,23 @@ if [[ "${WHAT}" == splitter ]]; then
 fi
 if [[ "${WHAT}" == user ]]; then
   source "${HACK_DIR}/bench-user.sh"
+  exit 0
+fi
+if [[ "${WHAT}" == envelopes ]]; then
+  TICKS="$(getconf CLK_TCK)"
+  hub_ticks() { awk '{print $14 + $15}' "/proc/$(awk '{print $1}' "${RUN}/pids/hub.apiserver")/stat"; }
+  echo
+  echo "| manifests per Work (${COUNT} objects × ${MEMBERS} members, written and given a status twice) | Works | hub requests | hub apiserver CPU, s | hub CPU per object × member, ms | wall, s |"
+  echo "|---:|---:|---:|---:|---:|---:|"
+  for bundle in 1 10 100; do
+    log "== ${COUNT} objects per member as Works of ${bundle} manifest(s)"
+    before="$(hub_ticks)"
+    read -r _ requests wall < <("${TARGET}/examples/bench_load" "envelopes-${bundle}" bench-envelopes \
+      "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
+    cpu="$(awk -v a="${before}" -v b="$(hub_ticks)" -v hz="${TICKS}" 'BEGIN {printf "%.1f", (b - a) / hz}')"
+    per="$(awk -v c="${cpu}" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.2f", c * 1000 / n}')"
+    echo "| ${bundle} | $((requests / 4)) | ${requests} | ${cpu} | ${per} | ${wall} |"
+  done
   exit 0
 fi
 

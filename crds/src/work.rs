@@ -70,18 +70,22 @@ use crate::names;
 pub struct WorkSpec {
     /// The objects to apply to the member, complete Kubernetes objects (apiVersion, kind,
     /// metadata with a name, and the rest), stripped of hub-only metadata. Namespaced objects are
-    /// applied in their `metadata.namespace`, which is created in the member when missing.
+    /// applied in their `metadata.namespace`, which is created in the member when missing. An
+    /// object whose manifest is removed from the list is deleted from the member like those of
+    /// a deleted Work (per `deletePolicy`), unless another Work of the member names it: that
+    /// Work takes it over as it is.
     #[schemars(schema_with = "manifests_schema")]
     pub manifests: Vec<DynamicObject>,
 
-    /// What happens to the member objects when the Work is deleted: `Delete` (default; the Work
-    /// goes only once they are gone) or `Orphan` (they stay, unmanaged).
+    /// What happens to the member objects when the Work is deleted, or their manifests are
+    /// removed from it: `Delete` (default; a deleted Work goes only once they are gone) or
+    /// `Orphan` (they stay, unmanaged).
     #[serde(default)]
     pub delete_policy: DeletePolicy,
 
-    /// What happens when a manifest names an object that exists in the member but was not created
-    /// by Flotilla: `Abort` (default: leave it, report `Applied=False, reason=Conflict`) or
-    /// `Adopt` (take it over).
+    /// What happens when a manifest names an object that exists in the member and is not this
+    /// Work's — not created by Flotilla, or held by another Work that still names it: `Abort`
+    /// (default: leave it, report `Applied=False, reason=Conflict`) or `Adopt` (take it over).
     #[serde(default)]
     pub conflict_policy: ConflictPolicy,
 
@@ -129,6 +133,13 @@ pub struct WorkStatus {
         "x-kubernetes-list-map-keys" = ["ordinal"]
     ))]
     pub manifests: Vec<ManifestStatus>,
+
+    /// Objects this Work applied whose manifests it no longer has: the syncer deletes them from
+    /// the member (unless `deletePolicy` is `Orphan`, or another Work of the member now holds
+    /// them) and lists them here until they are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub removing: Vec<ManifestIdentity>,
 }
 
 /// The observed state of one manifest's object in the member.

@@ -6,8 +6,13 @@
 //! `hub-only` writes the same Works into namespaces of no member (`flotilla-cluster-<member>-idle`)
 //! and does not wait: the cost of the Work envelopes alone.
 //!
-//! Usage: bench_load <direct|works|hub-only> <namespace> <count> <concurrency> <hub-kubeconfig>
-//!        <member>=<kubeconfig>[,<member>=<kubeconfig>...]
+//! `envelopes-<B>` writes the same objects into namespaces of no member
+//! (`flotilla-cluster-<member>-b<B>`) as Works of B manifests each, then one status per Work as
+//! the syncer writes it (conditions and one entry per manifest), then both again with every
+//! object changed: what the hub pays per object when Works carry one object or many.
+//!
+//! Usage: bench_load <direct|works|hub-only|envelopes-B> <namespace> <count> <concurrency>
+//!        <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
 //! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
 
 use std::time::{Duration, Instant};
@@ -29,9 +34,90 @@ async fn client(path: &str) -> Result<Client> {
 }
 
 fn configmap(namespace: &str, i: usize) -> serde_json::Value {
+    versioned_configmap(namespace, i, 0)
+}
+
+fn versioned_configmap(namespace: &str, i: usize, version: usize) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": format!("bench-{i}"), "namespace": namespace},
-           "data": {"index": i.to_string(), "payload": "x".repeat(256)}})
+           "data": {"index": i.to_string(), "version": version.to_string(),
+                    "payload": "x".repeat(256)}})
+}
+
+/// `envelopes-<B>`: every member's `count` objects as Works of `bundle` manifests in a namespace
+/// of no member, each Work written and given a status, twice (the second time every object
+/// changed). Returns the number of hub requests made.
+async fn envelopes(
+    hub: &Client,
+    members: &[(String, Client)],
+    namespace: &str,
+    count: usize,
+    bundle: usize,
+    concurrency: usize,
+) -> Result<usize> {
+    let params = PatchParams::apply("flotilla-bench").force();
+    let mut works = Vec::new();
+    for (member, _) in members {
+        let ns = flotilla_api::names::cluster_namespace(&format!("{member}-b{bundle}"));
+        ensure_namespace(hub, &ns).await?;
+        for first in (0..count).step_by(bundle) {
+            works.push((ns.clone(), first, (first + bundle).min(count)));
+        }
+    }
+    let mut requests = 0;
+    for version in 0..2 {
+        for status in [false, true] {
+            stream::iter(works.iter().cloned())
+                .map(|(ns, first, end)| {
+                    let (hub, params) = (hub.clone(), params.clone());
+                    async move {
+                        let api: Api<flotilla_api::Work> = Api::namespaced(hub, &ns);
+                        let name = format!("bench-{first}");
+                        if status {
+                            let entries: Vec<_> = (first..end)
+                                .map(|i| json!({
+                                    "ordinal": i - first,
+                                    "identity": {"group": "", "version": "v1", "kind": "ConfigMap",
+                                                 "namespace": namespace, "name": format!("bench-{i}")},
+                                    "resourceVersion": (1000 + i + version).to_string(),
+                                }))
+                                .collect();
+                            let condition = |type_: &str, status: &str, reason: &str| json!({
+                                "type": type_, "status": status, "reason": reason,
+                                "message": format!("{} manifests", end - first),
+                                "lastTransitionTime": "2026-12-01T00:00:00Z",
+                                "observedGeneration": version + 1,
+                            });
+                            api.patch_status(&name, &params, &Patch::Apply(json!({
+                                "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+                                "status": {
+                                    "conditions": [condition("Applied", "True", "Applied"),
+                                                   condition("Available", "True", "Available"),
+                                                   condition("Degraded", "False", "Healthy")],
+                                    "manifests": entries,
+                                },
+                            })))
+                            .await
+                        } else {
+                            let manifests: Vec<_> = (first..end)
+                                .map(|i| versioned_configmap(namespace, i, version))
+                                .collect();
+                            api.patch(&name, &params, &Patch::Apply(json!({
+                                "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+                                "metadata": {"name": name},
+                                "spec": {"manifests": manifests},
+                            })))
+                            .await
+                        }
+                    }
+                })
+                .buffer_unordered(concurrency)
+                .try_collect::<Vec<_>>()
+                .await?;
+            requests += works.len();
+        }
+    }
+    Ok(requests)
 }
 
 async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
@@ -156,7 +242,21 @@ async fn main() -> Result<()> {
                 .try_collect::<Vec<_>>()
                 .await?;
         }
-        other => bail!("unknown mode {other}: direct or works"),
+        envelope if envelope.starts_with("envelopes-") => {
+            let bundle: usize = envelope["envelopes-".len()..].parse()?;
+            let requests = envelopes(
+                &hub,
+                &member_clients,
+                namespace,
+                count,
+                bundle.max(1),
+                concurrency,
+            )
+            .await?;
+            println!("{mode} {requests} {:.2}", started.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        other => bail!("unknown mode {other}: direct, works, hub-only or envelopes-<B>"),
     }
     let written = started.elapsed();
     if mode != "hub-only" {

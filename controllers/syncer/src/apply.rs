@@ -14,7 +14,11 @@ use kube::discovery::{self, Scope};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::manifest::{Prepared, belongs_to, is_managed};
+use flotilla_api::Work;
+use futures::FutureExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::manifest::{Prepared, belongs_to, is_managed, lists};
 use crate::watches::MemberWatches;
 
 /// What happened to one manifest.
@@ -173,7 +177,7 @@ async fn ensure_namespace(client: &Client, name: &str) -> Result<(), kube::Error
     }
 }
 
-fn describe(id: &ManifestIdentity) -> String {
+pub fn describe(id: &ManifestIdentity) -> String {
     let group = if id.group.is_empty() {
         String::new()
     } else {
@@ -197,6 +201,40 @@ pub struct Appliers<'a> {
     pub discovery: &'a DiscoveryCache,
     pub namespaces: &'a NamespaceCache,
     pub watches: &'a MemberWatches,
+    /// The Works this syncer serves, to tell whether an object's Work still holds it.
+    pub works: &'a Store<Work>,
+}
+
+/// The Work a member object belongs to, as `(namespace, name)`, from its `flotilla.dev/work`.
+fn owner_of(existing: &DynamicObject) -> Option<(&str, &str)> {
+    existing
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::WORK)?
+        .split_once('/')
+}
+
+/// Whether the Work that owns `existing` (object `id` in the member) has let go of it: that Work
+/// is in the namespace of `work_ref` (so this syncer sees it) and, once the cache of Works is
+/// complete, is gone or names the object no more. Its object may then be taken over instead of
+/// deleted and created again.
+pub fn owner_let_go(
+    works: &Store<Work>,
+    existing: &DynamicObject,
+    id: &ManifestIdentity,
+    work_ref: &str,
+) -> bool {
+    let Some((namespace, name)) = owner_of(existing) else {
+        return false;
+    };
+    let same_namespace = work_ref.split_once('/').map(|(ns, _)| ns) == Some(namespace);
+    if !same_namespace || works.wait_until_ready().now_or_never().is_none() {
+        return false;
+    }
+    works
+        .get(&ObjectRef::new(name).within(namespace))
+        .is_none_or(|owner| !lists(&owner, id))
 }
 
 /// The Work a manifest is applied for: its `<namespace>/<name>`, the Work it replaces (its
@@ -209,14 +247,16 @@ pub struct WorkRef<'a> {
 }
 
 /// Whether Work `work_ref` may write `existing`, an object already in the member; the error
-/// completes "<object> ...". With `Abort`, only objects Flotilla created for this Work, or for
-/// the Work it replaces (a renamed Work takes over without deleting and recreating them); with
+/// completes "<object> ...". With `Abort`, only objects Flotilla created for this Work, for the
+/// Work it replaces (a renamed Work takes over without deleting and recreating them), or for a
+/// Work that let go of them (`owner_let_go`: an object moved from one Work to another); with
 /// `Adopt`, any.
 pub fn may_write(
     existing: &DynamicObject,
     work_ref: &str,
     replaces: Option<&str>,
     policy: ConflictPolicy,
+    owner_let_go: bool,
 ) -> Result<(), String> {
     if policy == ConflictPolicy::Adopt {
         return Ok(());
@@ -224,7 +264,10 @@ pub fn may_write(
     if !is_managed(existing) {
         return Err("exists in the member and was not created by Flotilla; it is left untouched (set conflictPolicy: Adopt to take it over)".into());
     }
-    if belongs_to(existing, work_ref) || replaces.is_some_and(|r| belongs_to(existing, r)) {
+    if belongs_to(existing, work_ref)
+        || replaces.is_some_and(|r| belongs_to(existing, r))
+        || owner_let_go
+    {
         return Ok(());
     }
     let owner = existing
@@ -290,7 +333,8 @@ pub async fn apply_manifest(
     if !known {
         match api.get_opt(&id.name).await {
             Ok(Some(existing)) => {
-                if let Err(why) = may_write(&existing, work_ref, replaces, policy) {
+                let let_go = owner_let_go(shared.works, &existing, id, work_ref);
+                if let Err(why) = may_write(&existing, work_ref, replaces, policy, let_go) {
                     return (
                         Some(resource),
                         Outcome::Conflict(format!("{} {why}", describe(id))),
@@ -406,27 +450,33 @@ mod tests {
     #[test]
     fn a_work_writes_its_own_objects_and_those_of_the_work_it_replaces() {
         let abort = ConflictPolicy::Abort;
-        assert_eq!(may_write(&owned_by(NEW), NEW, None, abort), Ok(()));
-        assert_eq!(may_write(&owned_by(OLD), NEW, Some(OLD), abort), Ok(()));
+        assert_eq!(may_write(&owned_by(NEW), NEW, None, abort, false), Ok(()));
+        assert_eq!(
+            may_write(&owned_by(OLD), NEW, Some(OLD), abort, false),
+            Ok(())
+        );
         // The old Work does not take it back: it replaces nothing.
-        let back = may_write(&owned_by(NEW), OLD, None, abort).expect_err("conflict");
+        let back = may_write(&owned_by(NEW), OLD, None, abort, false).expect_err("conflict");
         assert!(back.contains(NEW), "{back}");
-        // Another Work's object stays another's, whatever this one replaces.
+        // Another Work's object stays another's, whatever this one replaces...
         let other = "flotilla-cluster-m1/configmap-team-b-settings-9876543210";
-        assert!(may_write(&owned_by(other), NEW, Some(OLD), abort).is_err());
+        assert!(may_write(&owned_by(other), NEW, Some(OLD), abort, false).is_err());
+        // ... until that Work lets go of it.
+        assert_eq!(may_write(&owned_by(other), NEW, None, abort, true), Ok(()));
     }
 
     #[test]
     fn objects_flotilla_did_not_create_need_adopt() {
         let foreign = member_object(json!({}), json!({}));
-        let why = may_write(&foreign, NEW, Some(OLD), ConflictPolicy::Abort).expect_err("conflict");
+        let why =
+            may_write(&foreign, NEW, Some(OLD), ConflictPolicy::Abort, true).expect_err("conflict");
         assert!(why.contains("not created by Flotilla"), "{why}");
         assert_eq!(
-            may_write(&foreign, NEW, None, ConflictPolicy::Adopt),
+            may_write(&foreign, NEW, None, ConflictPolicy::Adopt, false),
             Ok(())
         );
         assert_eq!(
-            may_write(&owned_by(OLD), NEW, None, ConflictPolicy::Adopt),
+            may_write(&owned_by(OLD), NEW, None, ConflictPolicy::Adopt, false),
             Ok(())
         );
     }

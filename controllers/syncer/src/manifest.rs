@@ -173,6 +173,50 @@ fn parse_path(path: &str) -> Vec<String> {
     segments
 }
 
+/// What makes two identities the same object whatever the API version they name it by: group,
+/// kind, namespace (a namespaced manifest without one is applied in `default`) and name.
+fn same_object(a: &ManifestIdentity, b: &ManifestIdentity) -> bool {
+    let ns = |id: &ManifestIdentity| id.namespace.clone().unwrap_or_else(|| "default".into());
+    a.group == b.group && a.kind == b.kind && a.name == b.name && ns(a) == ns(b)
+}
+
+/// The objects `work` applied before (its status) or is still removing that none of its
+/// manifests names any more: those to remove from the member. Nothing while a manifest cannot
+/// be read (it may name one of them).
+pub fn removed(work: &Work) -> Vec<ManifestIdentity> {
+    let Ok(current) = prepare(work)
+        .into_iter()
+        .map(|p| p.map(|p| p.identity))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return Vec::new();
+    };
+    let Some(status) = &work.status else {
+        return Vec::new();
+    };
+    let mut out: Vec<ManifestIdentity> = Vec::new();
+    for id in status
+        .manifests
+        .iter()
+        .map(|m| &m.identity)
+        .chain(&status.removing)
+    {
+        if !current.iter().any(|c| same_object(c, id)) && !out.iter().any(|o| same_object(o, id)) {
+            out.push(id.clone());
+        }
+    }
+    out
+}
+
+/// Whether one of `work`'s manifests names object `id`.
+pub fn lists(work: &Work, id: &ManifestIdentity) -> bool {
+    work.spec
+        .manifests
+        .iter()
+        .filter_map(ManifestIdentity::of)
+        .any(|m| same_object(&m, id))
+}
+
 /// Whether an object found in a member was put there by Flotilla (it carries the managed label).
 pub fn is_managed(object: &DynamicObject) -> bool {
     object
@@ -284,6 +328,97 @@ mod tests {
             c["data"]["replicas"], "1",
             "rules apply only to matching manifests"
         );
+    }
+
+    fn configmap(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "shop"}})
+    }
+
+    fn id(name: &str, namespace: Option<&str>) -> ManifestIdentity {
+        ManifestIdentity {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: None,
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+        }
+    }
+
+    fn with_status(
+        mut w: Work,
+        applied: &[ManifestIdentity],
+        removing: &[ManifestIdentity],
+    ) -> Work {
+        w.status = Some(flotilla_api::WorkStatus {
+            manifests: applied
+                .iter()
+                .enumerate()
+                .map(|(i, identity)| flotilla_api::ManifestStatus {
+                    ordinal: i32::try_from(i).expect("small"),
+                    identity: identity.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            removing: removing.to_vec(),
+            ..Default::default()
+        });
+        w
+    }
+
+    #[test]
+    fn what_a_work_applied_and_no_longer_names_is_removed() {
+        let (a, b, c) = (
+            id("a", Some("shop")),
+            id("b", Some("shop")),
+            id("c", Some("shop")),
+        );
+        let w = with_status(
+            work(vec![configmap("a")], vec![]),
+            &[a.clone(), b.clone()],
+            &[c.clone()],
+        );
+        assert_eq!(removed(&w), vec![b, c]);
+        // Nothing without a status, and nothing that is still named (whatever its version).
+        assert!(removed(&work(vec![configmap("a")], vec![])).is_empty());
+        let mut other_version = a.clone();
+        other_version.version = "v2".into();
+        let w = with_status(
+            work(vec![configmap("a")], vec![]),
+            &[other_version],
+            &[a.clone()],
+        );
+        assert!(removed(&w).is_empty());
+    }
+
+    #[test]
+    fn a_namespaced_manifest_without_namespace_is_the_object_in_default() {
+        let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+        let w = with_status(
+            work(vec![manifest], vec![]),
+            &[id("a", Some("default"))],
+            &[],
+        );
+        assert!(removed(&w).is_empty());
+    }
+
+    #[test]
+    fn nothing_is_removed_while_a_manifest_cannot_be_read() {
+        let unreadable = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
+        let w = with_status(
+            work(vec![unreadable], vec![]),
+            &[id("a", Some("shop"))],
+            &[],
+        );
+        assert!(removed(&w).is_empty());
+    }
+
+    #[test]
+    fn a_work_lists_the_objects_its_manifests_name() {
+        let w = work(vec![configmap("a")], vec![]);
+        assert!(lists(&w, &id("a", Some("shop"))));
+        assert!(!lists(&w, &id("a", Some("other"))));
+        assert!(!lists(&w, &id("b", Some("shop"))));
     }
 
     #[test]

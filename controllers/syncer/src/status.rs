@@ -367,6 +367,7 @@ mod tests {
                         .into_condition(Timestamp::from_second(secs).expect("time"), Some(1)),
                 ],
                 manifests: vec![s],
+                removing: vec![],
             }
         };
         assert!(same_ignoring_times(&at(1), &at(2)));

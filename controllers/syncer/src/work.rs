@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::condition::set_condition;
 use flotilla_api::{
-    Cluster, DeletePolicy, Work, WorkStatus, annotations, conditions, field_managers, finalizers,
-    names, reasons,
+    Cluster, DeletePolicy, ManifestIdentity, Work, WorkStatus, annotations, conditions,
+    field_managers, finalizers, names, reasons,
 };
 use flotilla_runtime::{Context, ErrorCategory, Events};
 use futures::channel::mpsc;
@@ -29,8 +29,9 @@ use tracing::Instrument;
 use crate::SyncerArgs;
 use crate::apply::{
     Appliers, DiscoveryCache, NamespaceCache, Outcome, WorkRef, apply_manifest, delete_manifest,
+    describe,
 };
-use crate::manifest::prepare;
+use crate::manifest::{lists, prepare, removed};
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::shard::{self, ShardConfig, Shards};
 use crate::status::{Verdict, manifest_status, same_ignoring_times, work_conditions};
@@ -70,6 +71,8 @@ struct Syncer {
     namespaces: NamespaceCache,
     watches: MemberWatches,
     tracking: Arc<Tracking>,
+    /// Every Work this syncer watches (the controller's cache).
+    works: reflector::Store<Work>,
     /// The Works reconciled right now: `--concurrency` in all, `--member-concurrency` of one
     /// member.
     slots: MemberSlots,
@@ -81,6 +84,7 @@ impl Syncer {
             discovery: &self.discovery,
             namespaces: &self.namespaces,
             watches: &self.watches,
+            works: &self.works,
         }
     }
 
@@ -227,6 +231,7 @@ pub async fn serve(
 
     let index = works.clone();
     let by_cluster = works.clone();
+    let cached = works.clone();
     let controller = Controller::for_stream(work_events, works)
         .with_config(
             // The controller itself runs every Work it may; `slots` bounds the work done, per
@@ -255,6 +260,7 @@ pub async fn serve(
         namespaces: NamespaceCache::default(),
         watches: MemberWatches::new(member_events, tracking.clone(), ctx.shutdown.clone()),
         tracking,
+        works: cached,
     });
 
     if let Some(shards) = shards.filter(|_| state.args.shard_by_cluster) {
@@ -436,14 +442,21 @@ fn error_policy(work: Arc<Work>, error: &Error, _state: Arc<Syncer>) -> Action {
     Action::requeue(retry)
 }
 
+/// What the syncer observed of a Work's objects: their status, and the objects it no longer
+/// names that are still being removed from the member.
+struct Observed {
+    manifests: Vec<flotilla_api::ManifestStatus>,
+    removing: Vec<ManifestIdentity>,
+}
+
 /// Writes the Work's status: the given verdicts (merged into the current conditions so that
-/// unchanged conditions keep their transition time) and, when given, the manifests' status.
-/// Writes nothing when that changes nothing but times; returns whether it wrote.
+/// unchanged conditions keep their transition time) and, when given, what was observed of its
+/// objects. Writes nothing when that changes nothing but times; returns whether it wrote.
 async fn write_status(
     work: &Work,
     cluster: &str,
     verdicts: &[Verdict],
-    manifests: Option<Vec<flotilla_api::ManifestStatus>>,
+    observed: Option<Observed>,
     state: &Syncer,
 ) -> Result<bool, Error> {
     let now = Timestamp::now();
@@ -455,9 +468,14 @@ async fn write_status(
             v.into_condition(now, work.metadata.generation),
         );
     }
+    let (manifests, removing) = match observed {
+        Some(o) => (o.manifests, o.removing),
+        None => (old.manifests.clone(), old.removing.clone()),
+    };
     let new = WorkStatus {
         conditions,
-        manifests: manifests.unwrap_or_else(|| old.manifests.clone()),
+        manifests,
+        removing,
     };
     let writes = &state.tracking.metrics().status_writes;
     if work.status.is_some() && same_ignoring_times(&old, &new) {
@@ -468,18 +486,99 @@ async fn write_status(
         state.hub.client.clone(),
         &work.namespace().unwrap_or_default(),
     );
+    // Fields left out are no longer the syncer's, and go: an empty `removing` is not kept.
+    let mut status = json!({ "conditions": new.conditions, "manifests": new.manifests });
+    if !new.removing.is_empty() {
+        status["removing"] = json!(new.removing);
+    }
     api.patch_status(
         &work.name_any(),
         &PatchParams::apply(field_managers::SYNCER).force(),
         &Patch::Apply(json!({
             "apiVersion": Work::api_version(&()),
             "kind": Work::kind(&()),
-            "status": { "conditions": new.conditions, "manifests": new.manifests },
+            "status": status,
         })),
     )
     .await?;
     writes.with_label_values(&[cluster, "written"]).inc();
     Ok(true)
+}
+
+/// Removes from the member the objects `work` applied and names no more (`removed`): deleted
+/// when they are still this Work's, left when `deletePolicy` is `Orphan` or another Work of the
+/// member names them now (it takes them over). Returns those still being deleted, or that could
+/// not be deleted now (tried again on the next reconciliation).
+async fn prune(
+    work: &Work,
+    cluster: &str,
+    client: &Client,
+    state: &Syncer,
+) -> Vec<ManifestIdentity> {
+    let candidates = removed(work);
+    if candidates.is_empty() || work.spec.delete_policy == DeletePolicy::Orphan {
+        return Vec::new();
+    }
+    let work_ref = work_ref(work);
+    let namespace = work.namespace();
+    let mut remaining = Vec::new();
+    let mut deleting = Vec::new();
+    for id in candidates {
+        let held_elsewhere = state.works.state().iter().any(|other| {
+            other.namespace() == namespace
+                && other.name_any() != work.name_any()
+                && other.metadata.deletion_timestamp.is_none()
+                && lists(other, &id)
+        });
+        if held_elsewhere {
+            continue;
+        }
+        match delete_manifest(&state.discovery, cluster, client, &id, &work_ref).await {
+            Ok(true) => {}
+            Ok(false) => {
+                deleting.push(describe(&id));
+                remaining.push(id);
+            }
+            Err(e) => {
+                tracing::warn!(work = %work_ref, error = %e, "could not remove an object the Work no longer names");
+                remaining.push(id);
+            }
+        }
+    }
+    let fresh: Vec<&String> = deleting
+        .iter()
+        .filter(|d| {
+            !work
+                .status
+                .iter()
+                .flat_map(|s| &s.removing)
+                .any(|r| describe(r) == **d)
+        })
+        .collect();
+    if !fresh.is_empty() {
+        let shown: Vec<&str> = fresh.iter().take(5).map(|d| d.as_str()).collect();
+        let more = fresh.len().saturating_sub(shown.len());
+        state
+            .hub
+            .events
+            .normal(
+                work,
+                "Pruning",
+                "Delete",
+                format!(
+                    "deleting {} object(s) the Work no longer names from the member: {}{}",
+                    fresh.len(),
+                    shown.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+            .await;
+    }
+    remaining
 }
 
 /// The member cannot be written to: say so on the Work, change nothing anywhere else.
@@ -645,14 +744,33 @@ async fn apply(
     let applied = verdicts
         .iter()
         .any(|v| v.type_ == conditions::APPLIED && v.status == "True");
-    write_status(work, cluster, &verdicts, Some(manifests), state).await?;
+    let removing = if unreachable {
+        // Nothing is decided about the member while it does not answer.
+        work.status.clone().unwrap_or_default().removing
+    } else {
+        prune(work, cluster, &member.client, state).await
+    };
+    let pruning = !removing.is_empty();
+    write_status(
+        work,
+        cluster,
+        &verdicts,
+        Some(Observed {
+            manifests,
+            removing,
+        }),
+        state,
+    )
+    .await?;
     if let Some(since) = member_change {
         state.tracking.status_reflects(&key, since);
     }
     // Changes in the member arrive through its watches; the resync re-applies in any case.
     // What could not be applied is retried sooner: a conflicting object may have gone, a
     // member may have come back.
-    Ok(Action::requeue(if applied {
+    Ok(Action::requeue(if pruning {
+        Duration::from_secs(2)
+    } else if applied {
         state.args.resync_interval
     } else {
         state.args.resync_interval.min(Duration::from_secs(10))
@@ -694,16 +812,14 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
     };
     let work_ref = work_ref(work);
     let mut remaining = 0;
-    for prepared in prepare(work).into_iter().flatten().rev() {
-        match delete_manifest(
-            &state.discovery,
-            cluster,
-            &member.client,
-            &prepared.identity,
-            &work_ref,
-        )
-        .await
-        {
+    let named = prepare(work)
+        .into_iter()
+        .flatten()
+        .rev()
+        .map(|p| p.identity);
+    let removing = work.status.iter().flat_map(|s| s.removing.iter().cloned());
+    for id in named.chain(removing) {
+        match delete_manifest(&state.discovery, cluster, &member.client, &id, &work_ref).await {
             Ok(true) => {}
             Ok(false) => remaining += 1,
             Err(e) => return Err(Error::MemberUnavailable(e)),

@@ -180,3 +180,138 @@ async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects
     );
     Ok(())
 }
+
+/// The UID of ConfigMap `name` in the member, if it is there.
+async fn member_uid(s: &SyncerSetup, name: &str) -> Result<Option<String>> {
+    Ok(s.member_configmaps()
+        .get_opt(name)
+        .await?
+        .and_then(|c| c.metadata.uid))
+}
+
+#[tokio::test]
+async fn a_manifest_removed_from_a_work_leaves_the_member_unless_another_work_takes_it_over()
+-> Result<()> {
+    let s = SyncerSetup::start("sync-prune", Options::default()).await?;
+    let works = s.works();
+    let manifests = |names: &[&str]| -> Value {
+        names
+            .iter()
+            .map(|n| s.configmap(n, json!({"from": "a"})))
+            .collect()
+    };
+    s.create_work(
+        "a",
+        json!({"manifests": manifests(&["one", "two", "three"])}),
+    )
+    .await?;
+    s.work_condition("a", "Applied", "True", None, WAIT).await?;
+    let two = member_uid(&s, "two").await?.expect("two is in the member");
+
+    // Work b names `two` too: a conflict while Work a holds it.
+    s.create_work("b", json!({"manifests": manifests(&["two"])}))
+        .await?;
+    s.work_condition("b", "Applied", "False", Some("Conflict"), WAIT)
+        .await?;
+
+    // Work a lets go of `two` (Work b takes it over as it is) and of `three` (no Work names it:
+    // deleted from the member).
+    works
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"manifests": manifests(&["one"])}})),
+        )
+        .await?;
+    s.work_condition("b", "Applied", "True", None, WAIT).await?;
+    wait_for("three to leave the member", WAIT, || async {
+        Ok(match member_uid(&s, "three").await? {
+            None => Seen::Done(()),
+            Some(uid) => Seen::not_yet(format!("still there ({uid})")),
+        })
+    })
+    .await?;
+    ensure!(
+        member_uid(&s, "two").await?.as_deref() == Some(two.as_str()),
+        "two was taken over by Work b, not deleted and created again"
+    );
+    let owner = s
+        .member_configmaps()
+        .get("two")
+        .await?
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(flotilla_api::annotations::WORK)
+        .cloned();
+    ensure!(
+        owner.as_deref().is_some_and(|o| o.ends_with("/b")),
+        "two belongs to Work b now: {owner:?}"
+    );
+    ensure!(
+        member_uid(&s, "one").await?.is_some(),
+        "one, still named, stays"
+    );
+    wait_for("Work a to have removed all it had to", WAIT, || async {
+        let status = works.get("a").await?.status.unwrap_or_default();
+        Ok(
+            if status.removing.is_empty() && status.manifests.len() == 1 {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!(
+                    "removing {:?}, manifests {}",
+                    status.removing,
+                    status.manifests.len()
+                ))
+            },
+        )
+    })
+    .await?;
+
+    // Work b goes: `two` goes with it, and Work a's `one` stays.
+    works.delete("b", &DeleteParams::default()).await?;
+    wait_for("two to leave the member", WAIT, || async {
+        Ok(match member_uid(&s, "two").await? {
+            None => Seen::Done(()),
+            Some(_) => Seen::not_yet("still there"),
+        })
+    })
+    .await?;
+    ensure!(member_uid(&s, "one").await?.is_some(), "one stays");
+
+    // With deletePolicy Orphan, a manifest removed from the Work leaves its object in place.
+    s.create_work(
+        "c",
+        json!({"deletePolicy": "Orphan", "manifests": manifests(&["four", "five"])}),
+    )
+    .await?;
+    s.work_condition("c", "Applied", "True", None, WAIT).await?;
+    works
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"manifests": manifests(&["four"])}})),
+        )
+        .await?;
+    wait_for("Work c to report one manifest", WAIT, || async {
+        let status = works.get("c").await?.status.unwrap_or_default();
+        Ok(if status.manifests.len() == 1 {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{} manifests", status.manifests.len()))
+        })
+    })
+    .await?;
+    flotilla_e2e::holds_for(
+        "five to stay in the member",
+        Duration::from_secs(5),
+        || async {
+            Ok(match member_uid(&s, "five").await? {
+                Some(_) => Ok(()),
+                None => Err("five was deleted".to_string()),
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}
