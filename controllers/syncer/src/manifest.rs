@@ -175,7 +175,7 @@ fn parse_path(path: &str) -> Vec<String> {
 
 /// What makes two identities the same object whatever the API version they name it by: group,
 /// kind, namespace (a namespaced manifest without one is applied in `default`) and name.
-fn same_object(a: &ManifestIdentity, b: &ManifestIdentity) -> bool {
+pub fn same_object(a: &ManifestIdentity, b: &ManifestIdentity) -> bool {
     let ns = |id: &ManifestIdentity| id.namespace.clone().unwrap_or_else(|| "default".into());
     a.group == b.group && a.kind == b.kind && a.name == b.name && ns(a) == ns(b)
 }

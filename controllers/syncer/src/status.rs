@@ -1,6 +1,7 @@
 //! Pure status logic: what a Work's `Applied`, `Available` and `Degraded` conditions and
 //! per-manifest status say, from what happened in the member.
 
+use flotilla_api::condition::set_condition;
 use flotilla_api::{ManifestIdentity, ManifestStatus, WorkStatus, conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -82,41 +83,12 @@ pub fn health(object: &DynamicObject) -> Health {
     Health::Available
 }
 
-/// The member's conditions of an object, as standard conditions (fields it lacks filled in).
-fn member_conditions(status: &Value, now: Timestamp) -> Vec<Condition> {
-    status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| {
-            let type_ = c["type"].as_str()?.to_string();
-            let time = c["lastTransitionTime"]
-                .as_str()
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .unwrap_or(now);
-            Some(Condition {
-                type_,
-                status: c["status"].as_str().unwrap_or("Unknown").into(),
-                reason: c["reason"]
-                    .as_str()
-                    .filter(|r| !r.is_empty())
-                    .unwrap_or("Unspecified")
-                    .into(),
-                message: c["message"].as_str().unwrap_or_default().into(),
-                last_transition_time: Time(time),
-                observed_generation: c["observedGeneration"].as_i64(),
-            })
-        })
-        .collect()
-}
-
-/// The status of manifest `ordinal` as observed in the member.
+/// The status of manifest `ordinal` as observed in the member: the object's `status` as the
+/// member reports it, its generations and resourceVersion.
 pub fn manifest_status(
     ordinal: usize,
     identity: &ManifestIdentity,
     object: &DynamicObject,
-    now: Timestamp,
 ) -> ManifestStatus {
     let status = object.data.get("status").cloned();
     ManifestStatus {
@@ -135,12 +107,66 @@ pub fn manifest_status(
             .as_ref()
             .and_then(|s| s.get("observedGeneration"))
             .and_then(Value::as_i64),
-        conditions: status
-            .as_ref()
-            .map(|s| member_conditions(s, now))
-            .unwrap_or_default(),
+        conditions: Vec::new(),
         status,
     }
+}
+
+/// The status of manifest `ordinal` from what happened to it: as [`manifest_status`] when it was
+/// applied, and this object's own `Applied` (with the member's message when it refused the
+/// manifest) and `Available` conditions for Work generation `generation`. A condition that did
+/// not change keeps its time from `previous`, the manifest's last status.
+pub fn manifest_entry(
+    ordinal: usize,
+    identity: &ManifestIdentity,
+    outcome: &Outcome,
+    previous: Option<&ManifestStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ManifestStatus {
+    let refused = |reason: &'static str, message: &str| {
+        (
+            ManifestStatus {
+                ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
+                identity: identity.clone(),
+                ..ManifestStatus::default()
+            },
+            vec![Verdict::new(conditions::APPLIED, "False", reason, message)],
+        )
+    };
+    let (mut entry, verdicts) = match outcome {
+        Outcome::Applied(object) => {
+            let available = match health(object) {
+                Health::Available => Verdict::new(
+                    conditions::AVAILABLE,
+                    "True",
+                    reasons::AVAILABLE,
+                    "available",
+                ),
+                Health::NotAvailable(m) => {
+                    Verdict::new(conditions::AVAILABLE, "False", reasons::NOT_AVAILABLE, m)
+                }
+                Health::Degraded(m) => {
+                    Verdict::new(conditions::AVAILABLE, "False", reasons::DEGRADED, m)
+                }
+            };
+            let applied = Verdict::new(conditions::APPLIED, "True", reasons::APPLIED, "applied");
+            (
+                manifest_status(ordinal, identity, object),
+                vec![applied, available],
+            )
+        }
+        Outcome::Conflict(message) => refused(reasons::CONFLICT, message),
+        Outcome::Failed { reason, message } => refused(reason, message),
+    };
+    let mut conditions: Vec<Condition> = previous.map(|p| p.conditions.clone()).unwrap_or_default();
+    // Not applied: nothing is known of its availability.
+    conditions.retain(|c| verdicts.iter().any(|v| v.type_ == c.type_));
+    for v in verdicts {
+        set_condition(&mut conditions, v.into_condition(now, generation));
+    }
+    entry.conditions = conditions;
+    entry
 }
 
 /// Whether two Work statuses say the same, apart from condition times (which a member's
@@ -355,10 +381,12 @@ mod tests {
     #[test]
     fn statuses_that_differ_only_in_times_are_the_same() {
         let at = |secs| {
-            let s = manifest_status(
+            let s = manifest_entry(
                 0,
                 &id(),
-                &deployment(4, 4, "True"),
+                &Outcome::Applied(Box::new(deployment(4, 4, "True"))),
+                None,
+                Some(1),
                 Timestamp::from_second(secs).expect("time"),
             );
             WorkStatus {
@@ -381,10 +409,87 @@ mod tests {
 
     #[test]
     fn manifest_status_copies_what_the_member_says() {
-        let s = manifest_status(0, &id(), &deployment(4, 4, "True"), Timestamp::UNIX_EPOCH);
+        let s = manifest_status(0, &id(), &deployment(4, 4, "True"));
         assert_eq!(s.generation, Some(4));
         assert_eq!(s.observed_generation, Some(4));
-        assert_eq!(s.conditions[0].type_, "Available");
-        assert!(s.status.is_some());
+        assert_eq!(
+            s.status.as_ref().map(|s| &s["conditions"][0]["type"]),
+            Some(&json!("Available"))
+        );
+    }
+
+    fn condition<'a>(s: &'a ManifestStatus, type_: &str) -> Option<&'a Condition> {
+        s.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    #[test]
+    fn every_manifest_says_whether_it_is_applied_and_available() {
+        let at = |secs| Timestamp::from_second(secs).expect("time");
+        let ok = manifest_entry(
+            0,
+            &id(),
+            &Outcome::Applied(Box::new(deployment(1, 1, "True"))),
+            None,
+            Some(3),
+            at(1),
+        );
+        let applied = condition(&ok, conditions::APPLIED).expect("Applied");
+        assert_eq!(
+            (applied.status.as_str(), applied.observed_generation),
+            ("True", Some(3))
+        );
+        assert_eq!(
+            condition(&ok, conditions::AVAILABLE).map(|c| c.status.as_str()),
+            Some("True")
+        );
+
+        let waiting = manifest_entry(
+            0,
+            &id(),
+            &Outcome::Applied(Box::new(deployment(2, 1, "True"))),
+            Some(&ok),
+            Some(4),
+            at(2),
+        );
+        let available = condition(&waiting, conditions::AVAILABLE).expect("Available");
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            ("False", reasons::NOT_AVAILABLE)
+        );
+        // Applied did not change: it keeps its time.
+        assert_eq!(
+            condition(&waiting, conditions::APPLIED).map(|c| c.last_transition_time.clone()),
+            Some(applied.last_transition_time.clone())
+        );
+
+        let refused = Outcome::Failed {
+            reason: reasons::APPLY_FAILED,
+            message: "spec.replicas: Invalid".into(),
+        };
+        let failed = manifest_entry(0, &id(), &refused, Some(&ok), Some(5), at(3));
+        let applied = condition(&failed, conditions::APPLIED).expect("Applied");
+        assert_eq!(
+            (applied.status.as_str(), applied.reason.as_str()),
+            ("False", reasons::APPLY_FAILED)
+        );
+        assert!(applied.message.contains("Invalid"));
+        assert!(
+            condition(&failed, conditions::AVAILABLE).is_none(),
+            "not applied: nothing said of availability"
+        );
+        assert!(failed.status.is_none() && failed.resource_version.is_none());
+
+        let conflict = manifest_entry(
+            0,
+            &id(),
+            &Outcome::Conflict("is managed by Work x".into()),
+            None,
+            Some(5),
+            at(3),
+        );
+        assert_eq!(
+            condition(&conflict, conditions::APPLIED).map(|c| c.reason.as_str()),
+            Some(reasons::CONFLICT)
+        );
     }
 }

@@ -31,10 +31,10 @@ use crate::apply::{
     Appliers, DiscoveryCache, NamespaceCache, Outcome, WorkRef, apply_manifest, delete_manifest,
     describe,
 };
-use crate::manifest::{lists, prepare, removed};
+use crate::manifest::{lists, prepare, removed, same_object};
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::shard::{self, ShardConfig, Shards};
-use crate::status::{Verdict, manifest_status, same_ignoring_times, work_conditions};
+use crate::status::{Verdict, manifest_entry, same_ignoring_times, work_conditions};
 use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
 use crate::watches::{MemberWatches, Use};
 
@@ -641,9 +641,11 @@ async fn apply(
         .get(annotations::REPLACES)
         .map(|r| format!("{}/{r}", work.namespace().unwrap_or_default()));
     let shared = state.appliers();
+    let previous = work.status.clone().unwrap_or_default().manifests;
     let mut outcomes = Vec::new();
     let mut manifests = Vec::new();
     let mut resources = Vec::new();
+    let mut applied_count = 0;
     for prepared in prepare(work) {
         let prepared = match prepared {
             Ok(p) => p,
@@ -665,40 +667,38 @@ async fn apply(
         )
         .await;
         resources.extend(resource);
-        match &outcome {
-            Outcome::Applied(obj) => {
-                metrics
-                    .applies
-                    .with_label_values(&[cluster, "applied"])
-                    .inc();
-                manifests.push(manifest_status(
-                    prepared.ordinal,
-                    &prepared.identity,
-                    obj,
-                    now,
-                ));
+        let result = match &outcome {
+            Outcome::Applied(_) => {
+                applied_count += 1;
+                "applied"
             }
             Outcome::Conflict(_) => {
-                metrics
-                    .applies
-                    .with_label_values(&[cluster, "conflict"])
-                    .inc();
                 metrics
                     .apply_errors
                     .with_label_values(&[cluster, reasons::CONFLICT])
                     .inc();
+                "conflict"
             }
             Outcome::Failed { reason, .. } => {
-                metrics
-                    .applies
-                    .with_label_values(&[cluster, "failed"])
-                    .inc();
                 metrics
                     .apply_errors
                     .with_label_values(&[cluster, reason])
                     .inc();
+                "failed"
             }
-        }
+        };
+        metrics.applies.with_label_values(&[cluster, result]).inc();
+        let before = previous
+            .iter()
+            .find(|m| same_object(&m.identity, &prepared.identity));
+        manifests.push(manifest_entry(
+            prepared.ordinal,
+            &prepared.identity,
+            &outcome,
+            before,
+            work.metadata.generation,
+            now,
+        ));
         outcomes.push((prepared.identity, outcome));
     }
     let unreachable = outcomes.iter().any(|(_, o)| {
@@ -716,8 +716,8 @@ async fn apply(
             .collect();
         state.watches.set_uses(&key, cluster, &uses);
     }
-    state.tracking.set_managed(&key, manifests.len());
-    if manifests.len() == outcomes.len() {
+    state.tracking.set_managed(&key, applied_count);
+    if applied_count == outcomes.len() {
         state.tracking.applied(&key, work.metadata.generation);
     }
     let verdicts = work_conditions(&outcomes);

@@ -211,8 +211,32 @@ async fn a_manifest_removed_from_a_work_leaves_the_member_unless_another_work_ta
     // Work b names `two` too: a conflict while Work a holds it.
     s.create_work("b", json!({"manifests": manifests(&["two"])}))
         .await?;
-    s.work_condition("b", "Applied", "False", Some("Conflict"), WAIT)
+    let b = s
+        .work_condition("b", "Applied", "False", Some("Conflict"), WAIT)
         .await?;
+    // Each manifest says whether it is applied, and why not.
+    let entry = b.status.unwrap_or_default().manifests;
+    let said = entry
+        .first()
+        .and_then(|m| m.conditions.iter().find(|c| c.type_ == "Applied"));
+    ensure!(
+        said.is_some_and(|c| c.status == "False"
+            && c.reason == "Conflict"
+            && c.message.contains("managed by Work")),
+        "the manifest of Work b says it conflicts: {entry:?}"
+    );
+    let a = works.get("a").await?.status.unwrap_or_default().manifests;
+    ensure!(
+        a.len() == 3
+            && a.iter().all(|m| {
+                ["Applied", "Available"].iter().all(|t| {
+                    m.conditions
+                        .iter()
+                        .any(|c| c.type_ == *t && c.status == "True")
+                })
+            }),
+        "every manifest of Work a is applied and available: {a:?}"
+    );
 
     // Work a lets go of `two` (Work b takes it over as it is) and of `three` (no Work names it:
     // deleted from the member).
