@@ -38,6 +38,11 @@ pub mod annotations {
     /// On member objects: the Work that owns the object, as `<namespace>/<name>` on the hub.
     pub const WORK: &str = "flotilla.dev/work";
 
+    /// On member objects: a hash of the manifest as the syncer last applied it (the object it
+    /// sent, without this annotation). With the object's `resourceVersion` unchanged since, the
+    /// syncer knows there is nothing to apply.
+    pub const MANIFEST_HASH: &str = "flotilla.dev/manifest-hash";
+
     /// On Works and member objects: the `apiVersion` of the hub object the Work renders.
     pub const SOURCE_API_VERSION: &str = "flotilla.dev/source-api-version";
 

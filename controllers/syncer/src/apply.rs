@@ -4,7 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use flotilla_api::{ConflictPolicy, ManifestIdentity, annotations, field_managers, labels};
+use flotilla_api::{
+    ConflictPolicy, ManifestIdentity, ManifestStatus, annotations, field_managers, labels,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams,
@@ -26,6 +28,9 @@ use crate::watches::MemberWatches;
 pub enum Outcome {
     /// Applied; the object as the member stored it.
     Applied(Box<DynamicObject>),
+    /// Not sent: the member object is as this syncer last applied it; the object as the Work's
+    /// status last reported it.
+    Unchanged(Box<DynamicObject>),
     /// An object of that name exists in the member and is not this Work's.
     Conflict(String),
     /// The member refused the manifest, or its type is unknown there.
@@ -246,6 +251,33 @@ pub struct WorkRef<'a> {
     pub policy: ConflictPolicy,
 }
 
+/// The member object as the Work's status last reported it, if that report says it was applied
+/// at a known resourceVersion: the object to judge its health by when nothing changed since.
+fn last_applied(
+    prepared: &Prepared,
+    previous: Option<&ManifestStatus>,
+) -> Option<(String, DynamicObject)> {
+    let previous = previous?;
+    let applied = previous
+        .conditions
+        .iter()
+        .any(|c| c.type_ == flotilla_api::conditions::APPLIED && c.status == "True");
+    let rv = previous.resource_version.clone().filter(|_| applied)?;
+    let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": prepared.object.get("apiVersion")?,
+        "kind": prepared.object.get("kind")?,
+        "metadata": {"name": previous.identity.name},
+    }))
+    .ok()?;
+    object.metadata.namespace = previous.identity.namespace.clone();
+    object.metadata.generation = previous.generation;
+    object.metadata.resource_version = Some(rv.clone());
+    if let Some(status) = &previous.status {
+        object.data["status"] = status.clone();
+    }
+    Some((rv, object))
+}
+
 /// Whether Work `work_ref` may write `existing`, an object already in the member; the error
 /// completes "<object> ...". With `Abort`, only objects Flotilla created for this Work, for the
 /// Work it replaces (a renamed Work takes over without deleting and recreating them), or for a
@@ -280,13 +312,15 @@ pub fn may_write(
     Err(format!("is managed by Work {owner}"))
 }
 
-/// Applies one prepared manifest into member `cluster`. Returns the member's API resource of
-/// the manifest's type (when the member serves it) and what happened.
+/// Applies one prepared manifest into member `cluster`, unless the member object is exactly as
+/// this syncer last applied it (`previous`: the manifest's last status). Returns the member's
+/// API resource of the manifest's type (when the member serves it) and what happened.
 pub async fn apply_manifest(
     shared: &Appliers<'_>,
     cluster: &str,
     client: &Client,
     prepared: &Prepared,
+    previous: Option<&ManifestStatus>,
     work: &WorkRef<'_>,
 ) -> (Option<ApiResource>, Outcome) {
     let WorkRef {
@@ -325,6 +359,22 @@ pub async fn apply_manifest(
             Some(resource),
             failed(reason_of(&e), id, format!("creating namespace {ns}: {e}")),
         );
+    }
+    // Nothing changed since this syncer applied it: nothing to send, no conflict to check.
+    if let Some(hash) =
+        prepared.object["metadata"]["annotations"][annotations::MANIFEST_HASH].as_str()
+        && let Some((rv, object)) = last_applied(prepared, previous)
+        && shared.watches.unchanged(
+            cluster,
+            &resource,
+            namespace.as_deref(),
+            &id.name,
+            work_ref,
+            hash,
+            &rv,
+        )
+    {
+        return (Some(resource), Outcome::Unchanged(Box::new(object)));
     }
     // An object the member watch knows as this Work's needs no conflict check.
     let known = shared

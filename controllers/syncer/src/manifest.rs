@@ -100,6 +100,8 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
                     }
                 }
             }
+            let hash = manifest_hash(&object);
+            object["metadata"]["annotations"][annotations::MANIFEST_HASH] = Value::String(hash);
             Ok(Prepared {
                 ordinal,
                 identity,
@@ -107,6 +109,26 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
             })
         })
         .collect()
+}
+
+/// A hash of the object to apply, the same in every syncer of every version: 64-bit FNV-1a of
+/// its JSON (whose keys serde_json keeps sorted), in hex.
+pub fn manifest_hash(object: &Value) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in serde_json::to_vec(object).unwrap_or_default() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The hash a member object was applied with (its `flotilla.dev/manifest-hash`).
+pub fn applied_hash(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<&str> {
+    annotations?
+        .get(annotations::MANIFEST_HASH)
+        .map(String::as_str)
 }
 
 fn identity(ordinal: usize, manifest: &DynamicObject) -> Result<ManifestIdentity, ManifestError> {
@@ -376,7 +398,7 @@ mod tests {
         let w = with_status(
             work(vec![configmap("a")], vec![]),
             &[a.clone(), b.clone()],
-            &[c.clone()],
+            std::slice::from_ref(&c),
         );
         assert_eq!(removed(&w), vec![b, c]);
         // Nothing without a status, and nothing that is still named (whatever its version).
@@ -386,7 +408,7 @@ mod tests {
         let w = with_status(
             work(vec![configmap("a")], vec![]),
             &[other_version],
-            &[a.clone()],
+            std::slice::from_ref(&a),
         );
         assert!(removed(&w).is_empty());
     }
@@ -419,6 +441,34 @@ mod tests {
         assert!(lists(&w, &id("a", Some("shop"))));
         assert!(!lists(&w, &id("a", Some("other"))));
         assert!(!lists(&w, &id("b", Some("shop"))));
+    }
+
+    #[test]
+    fn the_manifest_hash_is_that_of_the_object_sent_and_stable() {
+        let prepared = prepare(&work(vec![configmap("a")], vec![]));
+        let p = prepared[0].as_ref().expect("prepared");
+        let hash = p.object["metadata"]["annotations"][annotations::MANIFEST_HASH]
+            .as_str()
+            .expect("hash")
+            .to_string();
+        let mut without = p.object.clone();
+        without["metadata"]["annotations"]
+            .as_object_mut()
+            .expect("annotations")
+            .remove(annotations::MANIFEST_HASH);
+        assert_eq!(manifest_hash(&without), hash);
+        // Known value (FNV-1a of `{"a":1}`): the hash must not change between syncer versions.
+        assert_eq!(manifest_hash(&json!({"a": 1})), "9c3e82dd6fcae8b1");
+        let changed = prepare(&work(
+            vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "shop"}, "data": {"k": "v"}})],
+            vec![],
+        ));
+        assert_ne!(
+            changed[0].as_ref().expect("prepared").object["metadata"]["annotations"]
+                [annotations::MANIFEST_HASH],
+            json!(hash)
+        );
     }
 
     #[test]

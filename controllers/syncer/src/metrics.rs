@@ -2,7 +2,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `<prefix>_applies_total` | counter | `cluster`, `result` (`applied`, `conflict`, `failed`) |
+//! | `<prefix>_applies_total` | counter | `cluster`, `result` (`applied`, `unchanged` — nothing sent, the member object is as last applied —, `conflict`, `failed`) |
 //! | `<prefix>_apply_errors_total` | counter | `cluster`, `category` (a condition reason) |
 //! | `<prefix>_apply_latency_seconds` | histogram | `cluster`: a Work generation first seen → its objects written in the member |
 //! | `<prefix>_status_latency_seconds` | histogram | `cluster`: a member object changed → the Work's status reflects it |

@@ -135,7 +135,7 @@ pub fn manifest_entry(
         )
     };
     let (mut entry, verdicts) = match outcome {
-        Outcome::Applied(object) => {
+        Outcome::Applied(object) | Outcome::Unchanged(object) => {
             let available = match health(object) {
                 Health::Available => Verdict::new(
                     conditions::AVAILABLE,
@@ -204,7 +204,7 @@ pub fn work_conditions(outcomes: &[(ManifestIdentity, Outcome)]) -> [Verdict; 3]
     let applied: Vec<&DynamicObject> = outcomes
         .iter()
         .filter_map(|(_, o)| match o {
-            Outcome::Applied(obj) => Some(obj.as_ref()),
+            Outcome::Applied(obj) | Outcome::Unchanged(obj) => Some(obj.as_ref()),
             _ => None,
         })
         .collect();

@@ -162,6 +162,26 @@ impl MemberWatches {
             .collect()
     }
 
+    /// The metadata of `name` as the watch of its type has it, if that type is watched.
+    fn stored(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<ObjectMeta>> {
+        let state = self.lock();
+        let running = state.watches.get(&WatchKey {
+            cluster: cluster.to_string(),
+            gvk: gvk_of(resource),
+        })?;
+        let mut key = ObjectRef::new_with(name, running.resource.clone());
+        if let Some(ns) = namespace {
+            key = key.within(ns);
+        }
+        running.store.get(&key)
+    }
+
     /// Whether the watch of this type knows `name` as an object of `work_ref` (so that applying
     /// it again needs no conflict check). `false` when unknown or not watched yet.
     pub fn knows(
@@ -172,24 +192,32 @@ impl MemberWatches {
         name: &str,
         work_ref: &str,
     ) -> bool {
-        let state = self.lock();
-        let Some(running) = state.watches.get(&WatchKey {
-            cluster: cluster.to_string(),
-            gvk: gvk_of(resource),
-        }) else {
-            return false;
-        };
-        let mut key = ObjectRef::new_with(name, running.resource.clone());
-        if let Some(ns) = namespace {
-            key = key.within(ns);
-        }
-        running.store.get(&key).is_some_and(|o| {
-            o.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(annotations::WORK))
-                .is_some_and(|w| w == work_ref)
-        })
+        self.stored(cluster, resource, namespace, name)
+            .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
+    }
+
+    /// Whether the watch of this type has `name` as this syncer last applied it for `work_ref`:
+    /// with manifest hash `hash`, at `resource_version` (what the Work's status reports), and
+    /// not being deleted. Then there is nothing to apply: any change since, by anyone, would
+    /// have changed its resourceVersion.
+    #[allow(clippy::too_many_arguments)]
+    pub fn unchanged(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        work_ref: &str,
+        hash: &str,
+        resource_version: &str,
+    ) -> bool {
+        self.stored(cluster, resource, namespace, name)
+            .is_some_and(|o| {
+                o.metadata.deletion_timestamp.is_none()
+                    && o.metadata.resource_version.as_deref() == Some(resource_version)
+                    && owner_annotation(&o) == Some(work_ref)
+                    && crate::manifest::applied_hash(o.metadata.annotations.as_ref()) == Some(hash)
+            })
     }
 
     /// The syncer is about to write this object: until [`Self::wrote`], its watch events are
@@ -351,6 +379,16 @@ impl MemberWatches {
 
 fn gvk_of(resource: &ApiResource) -> GroupVersionKind {
     GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind)
+}
+
+/// The `flotilla.dev/work` annotation of a member object.
+fn owner_annotation(object: &ObjectMeta) -> Option<&str> {
+    object
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::WORK)
+        .map(String::as_str)
 }
 
 /// Whether this event is the echo of the syncer's own last write of the object.

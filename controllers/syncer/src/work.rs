@@ -125,6 +125,9 @@ fn cluster_readiness(cluster: &Cluster) -> Option<u64> {
     Some(h.finish())
 }
 
+/// How many manifests of one Work are applied at once.
+const APPLY_CONCURRENCY: usize = 4;
+
 /// How often members that this syncer no longer serves are looked for, to stop their watches.
 const JANITOR_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -646,31 +649,51 @@ async fn apply(
     let mut manifests = Vec::new();
     let mut resources = Vec::new();
     let mut applied_count = 0;
+    let mut ready = Vec::new();
     for prepared in prepare(work) {
-        let prepared = match prepared {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(work = %work_ref, error = %e, "invalid manifest");
-                continue;
+        match prepared {
+            Ok(p) => ready.push(p),
+            Err(e) => tracing::warn!(work = %work_ref, error = %e, "invalid manifest"),
+        }
+    }
+    let work_ref_parts = WorkRef {
+        name: &work_ref,
+        replaces: replaces.as_deref(),
+        policy: work.spec.conflict_policy,
+    };
+    // A few manifests of the Work at a time, in order; unchanged ones cost nothing.
+    let results: Vec<_> = futures::stream::iter(ready)
+        .map(|prepared| {
+            let before = previous
+                .iter()
+                .find(|m| same_object(&m.identity, &prepared.identity));
+            let (shared, work_ref_parts, member) = (&shared, &work_ref_parts, &member);
+            async move {
+                let (resource, outcome) = apply_manifest(
+                    shared,
+                    cluster,
+                    &member.client,
+                    &prepared,
+                    before,
+                    work_ref_parts,
+                )
+                .await;
+                (prepared, resource, outcome)
             }
-        };
-        let (resource, outcome) = apply_manifest(
-            &shared,
-            cluster,
-            &member.client,
-            &prepared,
-            &WorkRef {
-                name: &work_ref,
-                replaces: replaces.as_deref(),
-                policy: work.spec.conflict_policy,
-            },
-        )
+        })
+        .buffered(APPLY_CONCURRENCY)
+        .collect()
         .await;
+    for (prepared, resource, outcome) in results {
         resources.extend(resource);
         let result = match &outcome {
             Outcome::Applied(_) => {
                 applied_count += 1;
                 "applied"
+            }
+            Outcome::Unchanged(_) => {
+                applied_count += 1;
+                "unchanged"
             }
             Outcome::Conflict(_) => {
                 metrics

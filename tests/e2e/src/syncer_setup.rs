@@ -152,6 +152,24 @@ impl SyncerSetup {
         Ok(())
     }
 
+    /// The syncer's counter `applies_total` for this Cluster and `result` (`applied`,
+    /// `unchanged`, `conflict`, `failed`).
+    pub async fn applies(&self, result: &str) -> Result<f64> {
+        let syncer = self
+            .syncer
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("no syncer running"))?;
+        let (_, text) = syncer.get("/metrics").await?;
+        let cluster = format!("cluster=\"{}\"", self.cluster);
+        let result = format!("result=\"{result}\"");
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("_applies_total{"))
+            .filter(|l| l.contains(&cluster) && l.contains(&result))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
     /// The syncer's log so far.
     pub fn syncer_log(&self) -> String {
         self.syncer

@@ -339,3 +339,65 @@ async fn a_manifest_removed_from_a_work_leaves_the_member_unless_another_work_ta
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_object_as_it_was_applied_is_not_sent_again_and_drift_is_still_reverted() -> Result<()> {
+    // Resync every 3 s: each one looks at every manifest again.
+    let s = SyncerSetup::start("sync-unchanged", Options::default()).await?;
+    let manifests: Vec<Value> = ["one", "two", "three"]
+        .iter()
+        .map(|n| s.configmap(n, json!({"color": "blue"})))
+        .collect();
+    s.create_work("steady", json!({"manifests": manifests}))
+        .await?;
+    s.work_condition("steady", "Available", "True", None, WAIT)
+        .await?;
+    // The status that names the applied resourceVersions is written after the applies.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let applied = s.applies("applied").await?;
+    let unchanged = s.applies("unchanged").await?;
+    wait_for("two resyncs that send nothing", WAIT, || async {
+        let more = s.applies("unchanged").await? - unchanged;
+        Ok(if more >= 6.0 {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{more} unchanged manifests so far"))
+        })
+    })
+    .await?;
+    ensure!(
+        s.applies("applied").await? == applied,
+        "nothing was applied again while nothing changed"
+    );
+
+    // A hand edit in the member changes the object's resourceVersion: it is applied again.
+    s.member_configmaps()
+        .patch(
+            "two",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"color": "red"}})),
+        )
+        .await?;
+    s.wait_member_data("two", "color", Some("blue"), WAIT)
+        .await?;
+    // So is a change of the Work.
+    let manifests: Vec<Value> = ["one", "two", "three"]
+        .iter()
+        .map(|n| {
+            s.configmap(
+                n,
+                json!({"color": if *n == "three" { "green" } else { "blue" }}),
+            )
+        })
+        .collect();
+    s.works()
+        .patch(
+            "steady",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"manifests": manifests}})),
+        )
+        .await?;
+    s.wait_member_data("three", "color", Some("green"), WAIT)
+        .await?;
+    Ok(())
+}
