@@ -31,8 +31,10 @@ use flotilla_runtime::cli::parse_duration;
 /// Flags of the syncer.
 #[derive(Args, Debug, Clone)]
 pub struct SyncerArgs {
-    /// How often every Work is re-applied and its status refreshed, as a safety net: changes in
-    /// the members arrive through their watches and are acted on at once.
+    /// How often every Work is looked at again and its status refreshed, as a safety net:
+    /// changes in the members arrive through their watches and are acted on at once. A manifest
+    /// whose member object is still as the syncer applied it (the resourceVersion its status
+    /// reports) is not sent again.
     #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
     pub resync_interval: Duration,
 
