@@ -316,8 +316,10 @@ impl MemberWatches {
         );
         let events = watcher(api, watcher::Config::default().labels(&selector))
             .default_backoff()
-            // Not needed to find a Work, and often the largest part of an object's metadata.
-            .modify(|o| o.metadata.managed_fields = None)
+            // Only what finds the object's Work and tells whether it changed since the syncer
+            // applied it is kept: a copy of every managed object's metadata would be most of the
+            // syncer's memory.
+            .modify(lean)
             .reflect(writer)
             .touched_objects();
         let cluster = key.cluster.clone();
@@ -381,6 +383,20 @@ fn gvk_of(resource: &ApiResource) -> GroupVersionKind {
     GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind)
 }
 
+/// Keeps of a member object's metadata what the syncer reads: name, namespace,
+/// resourceVersion, deletion, and the `flotilla.dev/work` and `flotilla.dev/manifest-hash`
+/// annotations.
+fn lean(object: &mut ObjectMeta) {
+    let m = &mut object.metadata;
+    m.managed_fields = None;
+    m.labels = None;
+    m.finalizers = None;
+    m.owner_references = None;
+    if let Some(annotations) = &mut m.annotations {
+        annotations.retain(|k, _| k == annotations::WORK || k == annotations::MANIFEST_HASH);
+    }
+}
+
 /// The `flotilla.dev/work` annotation of a member object.
 fn owner_annotation(object: &ObjectMeta) -> Option<&str> {
     object
@@ -440,6 +456,24 @@ mod tests {
         o.metadata.annotations =
             annotation.map(|a| [(annotations::WORK.to_string(), a.to_string())].into());
         o
+    }
+
+    #[test]
+    fn the_watches_keep_only_what_the_syncer_reads() {
+        let mut o = meta(Some("flotilla-cluster-m1/web"), "3");
+        o.metadata.labels = Some([(labels::MANAGED.to_string(), "true".to_string())].into());
+        let annotations = o.metadata.annotations.get_or_insert_default();
+        annotations.insert(annotations::MANIFEST_HASH.into(), "0123".into());
+        annotations.insert(annotations::SOURCE_NAME.into(), "web".into());
+        lean(&mut o);
+        assert!(o.metadata.labels.is_none());
+        let kept = o.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            kept.keys().map(String::as_str).collect::<Vec<_>>(),
+            [annotations::MANIFEST_HASH, annotations::WORK]
+        );
+        assert_eq!(o.metadata.resource_version.as_deref(), Some("3"));
+        assert!(work_of(&o).is_some());
     }
 
     #[test]
