@@ -1748,3 +1748,101 @@ async fn missing_configmaps(
         Seen::not_yet(format!("missing {missing:?}"))
     })
 }
+
+/// How many ConfigMaps the large Placement places.
+const LARGE: usize = 3000;
+
+#[tokio::test]
+async fn a_placement_of_3000_objects_keeps_a_small_status() -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    // One member: 3,000 Works are enough to show the status stays bounded, and the hub is
+    // shared with the other tests.
+    let member = Environment::get().require_members(1)?[0].clone();
+    let fleet = Fleet::start_with("large", vec![member], &[]).await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "many", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                "labelSelector": {"matchLabels": {"many": "yes"}}}]}}),
+        false,
+    )
+    .await??;
+    let configmaps: Api<ConfigMap> = Api::namespaced(hub.clone(), ns);
+    futures::stream::iter(0..LARGE)
+        .map(|i| {
+            let configmaps = configmaps.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("many-{i}"), "labels": {"many": "yes"}},
+                    "data": {"index": i.to_string()},
+                }))?;
+                configmaps.create(&PostParams::default(), &cm).await?;
+                Ok::<_, anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    let counts = |p: &Placement| {
+        p.status
+            .clone()
+            .unwrap_or_default()
+            .copies
+            .unwrap_or_default()
+    };
+    wait_for(
+        "every copy of the 3,000 ConfigMaps to be applied",
+        Duration::from_secs(300),
+        || async {
+            let copies = counts(&placements.get("many").await?);
+            Ok(if usize::try_from(copies.applied)? == LARGE {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{copies:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let env = Environment::get();
+    let json =
+        crate::api::kubectl(&env, &["-n", ns, "get", "placement", "many", "-o", "json"]).await?;
+    ensure!(
+        json.len() < 256 * 1024,
+        "the Placement of {LARGE} objects is {} bytes",
+        json.len()
+    );
+    let status = placements.get("many").await?.status.unwrap_or_default();
+    ensure!(
+        status.decisions.len() <= 100
+            && status.omitted_decisions.unwrap_or(0) as usize + status.decisions.len() == LARGE,
+        "at most 100 decisions listed, the rest counted: {} listed, {:?} omitted",
+        status.decisions.len(),
+        status.omitted_decisions
+    );
+    eprintln!(
+        "{LARGE} objects placed: the Placement is {} bytes",
+        json.len()
+    );
+
+    // All of them deleted at once: every copy leaves the member.
+    configmaps
+        .delete_collection(
+            &DeleteParams::default(),
+            &kube::api::ListParams::default().labels("many=yes"),
+        )
+        .await?;
+    wait_for("every copy to leave", Duration::from_secs(300), || async {
+        let copies = counts(&placements.get("many").await?);
+        Ok(if copies.placed == 0 && copies.removing == 0 {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{copies:?}"))
+        })
+    })
+    .await?;
+    Ok(())
+}
