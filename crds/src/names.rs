@@ -37,14 +37,12 @@ const MAX_OBJECT_NAME: usize = 253;
 /// Work even where the readable part is the same (`a-b`/`c` and `a`/`b-c`, or two groups with a
 /// kind of the same name); names too long for Kubernetes are cut before the hash.
 pub fn work_name(group: &str, kind: &str, namespace: &str, name: &str) -> String {
-    // FNV-1a over the parts with a separator no part contains: stable across processes and
-    // versions, unlike std's hasher.
-    let hash = [group, kind, namespace, name]
-        .iter()
-        .flat_map(|p| p.bytes().chain(std::iter::once(b'/')))
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
+    // Over the parts with a separator no part contains.
+    let hash = fnv1a(
+        [group, kind, namespace, name]
+            .iter()
+            .flat_map(|p| p.bytes().chain(std::iter::once(b'/'))),
+    );
     let suffix = format!("-{:010x}", hash & 0xff_ffff_ffff);
     // Only lower-case letters, digits and '-' (RBAC names may hold ':' or capitals).
     let readable: String = format!("{kind}-{namespace}-{name}")
@@ -63,6 +61,14 @@ pub fn work_name(group: &str, kind: &str, namespace: &str, name: &str) -> String
         cut -= 1;
     }
     format!("{}{suffix}", readable[..cut].trim_end_matches(['-', '.']))
+}
+
+/// 64-bit FNV-1a of `bytes`: stable across processes and versions, unlike std's hasher, for
+/// names and digests that must not change from one build to the next.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// The member a hub namespace belongs to, if it is a `flotilla-cluster-<name>` namespace.

@@ -69,11 +69,30 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     F: Fn(&K) + Send + 'static,
 {
+    spawn_lean_store(ctx, api, config, |_: &mut K| {}, on_change)
+}
+
+/// Like [`spawn_store_with`], keeping of every object only what `lean` leaves of it: a cache of
+/// many objects need not hold the parts its controller never reads.
+pub fn spawn_lean_store<K, L, F>(
+    ctx: &Context,
+    api: Api<K>,
+    config: watcher::Config,
+    mut lean: L,
+    on_change: F,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    L: FnMut(&mut K) + Send + 'static,
+    F: Fn(&K) + Send + 'static,
+{
     let (reader, writer) = reflector::store();
     // No controller reads `managedFields` off a cache, and they are often most of an object
     // that several writers server-side apply (a Work: the splitter's spec, the syncer's status).
-    let events = watcher(api, config).modify(|o| {
+    let events = watcher(api, config).modify(move |o| {
         o.meta_mut().managed_fields = None;
+        lean(o);
     });
     let stream = reflector::reflector(writer, events)
         .default_backoff()

@@ -217,10 +217,11 @@ pub async fn run(
     // so the hub sends every Work event to the splitter once.
     let works_cell: Arc<std::sync::OnceLock<Store<Work>>> = Arc::default();
     let work_changed = work_trigger(placements.clone(), works_cell.clone(), triggers.clone());
-    let works = flotilla_runtime::cache::spawn_store_with(
+    let works = flotilla_runtime::cache::spawn_lean_store(
         &ctx,
         Api::<Work>::all(client.clone()),
         watcher::Config::default().labels(labels::PLACEMENT),
+        crate::plan::lean,
         work_changed,
     );
     let _ = works_cell.set(works.clone());

@@ -12,7 +12,7 @@ use flotilla_api::placement::{
     ClusterDecision, ClusterExclusion, ObjectDecision, ReplicaSchedulingType,
 };
 use flotilla_api::{
-    ApiResourceImport, Cluster, Placement, Work, annotations, conditions, labels, names,
+    ApiResourceImport, Cluster, Placement, Work, WorkSpec, annotations, conditions, labels, names,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -237,8 +237,50 @@ pub fn key_of(w: &Work) -> (String, String) {
     (w.namespace().unwrap_or_default(), w.name_any())
 }
 
-/// Whether the hub's Work already says what `wanted` says: the same spec, and every label and
-/// annotation the splitter sets. Anything else another writer set on it is left alone.
+/// Set only in the splitter's own cache, never written: the digest of a cached Work's spec
+/// (see [`lean`]).
+pub const CACHED_SPEC_DIGEST: &str = "flotilla.dev/cached-spec-digest";
+
+/// A digest of a Work's spec: equal specs have equal digests (FNV-1a of its JSON, whose maps
+/// serde_json keeps sorted).
+pub fn spec_digest(spec: &WorkSpec) -> String {
+    let json = serde_json::to_vec(spec).unwrap_or_default();
+    format!("{:016x}", flotilla_api::names::fnv1a(json))
+}
+
+/// What the splitter's cache keeps of a Work: all but its manifests, of which it keeps what a
+/// pass reads (apiVersion, kind, name, namespace and `spec.replicas`), and the digest of the
+/// whole spec, so that a pass tells a Work that is as wanted without a second copy of every
+/// placed object in memory.
+pub fn lean(work: &mut Work) {
+    let digest = spec_digest(&work.spec);
+    for m in &mut work.spec.manifests {
+        let replicas = m.data.get("spec").and_then(|s| s.get("replicas")).cloned();
+        m.metadata = kube::api::ObjectMeta {
+            name: m.metadata.name.take(),
+            namespace: m.metadata.namespace.take(),
+            ..Default::default()
+        };
+        m.data = match replicas {
+            Some(r) => serde_json::json!({"spec": {"replicas": r}}),
+            None => serde_json::json!({}),
+        };
+    }
+    work.annotations_mut()
+        .insert(CACHED_SPEC_DIGEST.to_string(), digest);
+}
+
+/// The digest of a hub Work's spec: as its cache entry recorded it, or of the spec itself.
+fn hub_digest(hub: &Work) -> String {
+    hub.annotations()
+        .get(CACHED_SPEC_DIGEST)
+        .cloned()
+        .unwrap_or_else(|| spec_digest(&hub.spec))
+}
+
+/// Whether the hub's Work already says what `wanted` says: the same spec (by digest: the cache
+/// keeps no manifests), and every label and annotation the splitter sets. Anything else another
+/// writer set on it is left alone.
 pub fn up_to_date(wanted: &Work, hub: &Work) -> bool {
     let subset = |w: &Option<BTreeMap<String, String>>, h: &Option<BTreeMap<String, String>>| {
         let h = h.as_ref();
@@ -253,7 +295,7 @@ pub fn up_to_date(wanted: &Work, hub: &Work) -> bool {
             .finalizers()
             .iter()
             .all(|f| hub.finalizers().contains(f))
-        && wanted.spec == hub.spec
+        && spec_digest(&wanted.spec) == hub_digest(hub)
 }
 
 /// Takes each wanted Work as it is rendered: names the Work it replaces (a copy written under an

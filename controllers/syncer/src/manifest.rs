@@ -114,12 +114,8 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
 /// A hash of the object to apply, the same in every syncer of every version: 64-bit FNV-1a of
 /// its JSON (whose keys serde_json keeps sorted), in hex.
 pub fn manifest_hash(object: &Value) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in serde_json::to_vec(object).unwrap_or_default() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    let json = serde_json::to_vec(object).unwrap_or_default();
+    format!("{:016x}", flotilla_api::names::fnv1a(json))
 }
 
 /// The hash a member object was applied with (its `flotilla.dev/manifest-hash`).

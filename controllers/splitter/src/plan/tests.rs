@@ -81,8 +81,11 @@ fn mk_deployment(ns: &str, name: &str, uid: &str, replicas: u32) -> DynamicObjec
 
 /// The hub's Work as the splitter wrote it, with the member's report: `Applied` and
 /// `Available` for its current generation.
+/// A Work as the splitter's cache holds it once the hub has it: lean (see [`lean`]), with the
+/// given conditions.
 fn mk_work(wanted: &Work, applied: bool, available: bool) -> Arc<Work> {
     let mut w = wanted.clone();
+    lean(&mut w);
     w.metadata.uid = Some(format!("work-{}", wanted.name_any()));
     w.metadata.resource_version = Some("7".into());
     w.metadata.generation = Some(1);
@@ -180,6 +183,44 @@ fn same_names_in_two_namespaces_never_share_a_work() {
         names(&a),
         names(&b)
     );
+}
+
+#[test]
+fn the_cache_keeps_of_a_work_its_digest_and_what_a_pass_reads() {
+    let p = plan(&mk_observation(
+        mk_placement(
+            "shop",
+            "p",
+            json!({"replicaScheduling": {"type": "Divided"}}),
+        ),
+        three(),
+        vec![mk_deployment("shop", "web", "uw", 6)],
+        vec![],
+    ))
+    .expect("plan");
+    let wanted = p.wanted.values().next().expect("a Work");
+    let cached = mk_work(wanted, true, true);
+    let m = &cached.spec.manifests[0];
+    assert_eq!(m.metadata.name.as_deref(), Some("web"));
+    assert_eq!(
+        m.data["spec"]["replicas"],
+        wanted.spec.manifests[0].data["spec"]["replicas"]
+    );
+    assert!(
+        m.data["spec"].get("template").is_none(),
+        "no pod template kept: {m:?}"
+    );
+    assert_eq!(
+        cached.annotations().get(CACHED_SPEC_DIGEST),
+        Some(&spec_digest(&wanted.spec))
+    );
+    assert!(up_to_date(wanted, &cached));
+    let mut changed = wanted.clone();
+    changed.spec.manifests[0].data["spec"]["paused"] = json!(true);
+    assert!(!up_to_date(&changed, &cached));
+    // A Work not from the cache is compared by its own spec.
+    assert!(up_to_date(wanted, wanted));
+    assert!(!up_to_date(&changed, wanted));
 }
 
 #[test]
