@@ -1,7 +1,7 @@
 //! Pure preparation of a Work's manifests for a member: what exactly is applied, and whether an
 //! object found in the member is Flotilla's.
 
-use flotilla_api::{IgnoreFields, ManifestIdentity, Work, annotations, labels};
+use flotilla_api::{IgnoreFields, ManifestIdentity, Work, WorkStatus, annotations, labels};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
@@ -198,18 +198,18 @@ pub fn same_object(a: &ManifestIdentity, b: &ManifestIdentity) -> bool {
     a.group == b.group && a.kind == b.kind && a.name == b.name && ns(a) == ns(b)
 }
 
-/// The objects `work` applied before (its status) or is still removing that none of its
-/// manifests names any more: those to remove from the member. Nothing while a manifest cannot
-/// be read (it may name one of them).
-pub fn removed(work: &Work) -> Vec<ManifestIdentity> {
-    let Ok(current) = prepare(work)
-        .into_iter()
-        .map(|p| p.map(|p| p.identity))
+/// The objects a Work applied before (`status`) or is still removing that none of its
+/// manifests (`prepared`, as [`prepare`] made them) names any more: those to remove from the
+/// member. Nothing while a manifest cannot be read (it may name one of them).
+pub fn removed(
+    status: &WorkStatus,
+    prepared: &[Result<Prepared, ManifestError>],
+) -> Vec<ManifestIdentity> {
+    let Ok(current) = prepared
+        .iter()
+        .map(|p| p.as_ref().map(|p| &p.identity))
         .collect::<Result<Vec<_>, _>>()
     else {
-        return Vec::new();
-    };
-    let Some(status) = &work.status else {
         return Vec::new();
     };
     let mut out: Vec<ManifestIdentity> = Vec::new();
@@ -363,12 +363,8 @@ mod tests {
         }
     }
 
-    fn with_status(
-        mut w: Work,
-        applied: &[ManifestIdentity],
-        removing: &[ManifestIdentity],
-    ) -> Work {
-        w.status = Some(flotilla_api::WorkStatus {
+    fn status(applied: &[ManifestIdentity], removing: &[ManifestIdentity]) -> WorkStatus {
+        WorkStatus {
             manifests: applied
                 .iter()
                 .enumerate()
@@ -380,8 +376,7 @@ mod tests {
                 .collect(),
             removing: removing.to_vec(),
             ..Default::default()
-        });
-        w
+        }
     }
 
     #[test]
@@ -391,44 +386,29 @@ mod tests {
             id("b", Some("shop")),
             id("c", Some("shop")),
         );
-        let w = with_status(
-            work(vec![configmap("a")], vec![]),
-            &[a.clone(), b.clone()],
-            std::slice::from_ref(&c),
-        );
-        assert_eq!(removed(&w), vec![b, c]);
+        let current = prepare(&work(vec![configmap("a")], vec![]));
+        let s = status(&[a.clone(), b.clone()], std::slice::from_ref(&c));
+        assert_eq!(removed(&s, &current), vec![b, c]);
         // Nothing without a status, and nothing that is still named (whatever its version).
-        assert!(removed(&work(vec![configmap("a")], vec![])).is_empty());
+        assert!(removed(&WorkStatus::default(), &current).is_empty());
         let mut other_version = a.clone();
         other_version.version = "v2".into();
-        let w = with_status(
-            work(vec![configmap("a")], vec![]),
-            &[other_version],
-            std::slice::from_ref(&a),
-        );
-        assert!(removed(&w).is_empty());
+        let s = status(&[other_version], std::slice::from_ref(&a));
+        assert!(removed(&s, &current).is_empty());
     }
 
     #[test]
     fn a_namespaced_manifest_without_namespace_is_the_object_in_default() {
         let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
-        let w = with_status(
-            work(vec![manifest], vec![]),
-            &[id("a", Some("default"))],
-            &[],
-        );
-        assert!(removed(&w).is_empty());
+        let current = prepare(&work(vec![manifest], vec![]));
+        assert!(removed(&status(&[id("a", Some("default"))], &[]), &current).is_empty());
     }
 
     #[test]
     fn nothing_is_removed_while_a_manifest_cannot_be_read() {
         let unreadable = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
-        let w = with_status(
-            work(vec![unreadable], vec![]),
-            &[id("a", Some("shop"))],
-            &[],
-        );
-        assert!(removed(&w).is_empty());
+        let current = prepare(&work(vec![unreadable], vec![]));
+        assert!(removed(&status(&[id("a", Some("shop"))], &[]), &current).is_empty());
     }
 
     #[test]

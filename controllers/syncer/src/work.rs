@@ -516,30 +516,38 @@ async fn prune(
     work: &Work,
     cluster: &str,
     client: &Client,
+    candidates: Vec<ManifestIdentity>,
     state: &Syncer,
 ) -> Vec<ManifestIdentity> {
-    let candidates = removed(work);
     if candidates.is_empty() || work.spec.delete_policy == DeletePolicy::Orphan {
         return Vec::new();
     }
     let work_ref = work_ref(work);
     let namespace = work.namespace();
-    let mut remaining = Vec::new();
-    let mut deleting = Vec::new();
-    for id in candidates {
-        let held_elsewhere = state.works.state().iter().any(|other| {
+    // The other Works of this member, which may hold the objects now.
+    let others: Vec<Arc<Work>> = state
+        .works
+        .state()
+        .into_iter()
+        .filter(|other| {
             other.namespace() == namespace
                 && other.name_any() != work.name_any()
                 && other.metadata.deletion_timestamp.is_none()
-                && lists(other, &id)
-        });
-        if held_elsewhere {
+        })
+        .collect();
+    let before: &[ManifestIdentity] = work.status.as_ref().map_or(&[], |s| &s.removing);
+    let mut remaining = Vec::new();
+    let mut started = Vec::new();
+    for id in candidates {
+        if others.iter().any(|other| lists(other, &id)) {
             continue;
         }
         match delete_manifest(&state.discovery, cluster, client, &id, &work_ref).await {
             Ok(true) => {}
             Ok(false) => {
-                deleting.push(describe(&id));
+                if !before.iter().any(|b| same_object(b, &id)) {
+                    started.push(describe(&id));
+                }
                 remaining.push(id);
             }
             Err(e) => {
@@ -548,19 +556,14 @@ async fn prune(
             }
         }
     }
-    let fresh: Vec<&String> = deleting
-        .iter()
-        .filter(|d| {
-            !work
-                .status
-                .iter()
-                .flat_map(|s| &s.removing)
-                .any(|r| describe(r) == **d)
-        })
-        .collect();
-    if !fresh.is_empty() {
-        let shown: Vec<&str> = fresh.iter().take(5).map(|d| d.as_str()).collect();
-        let more = fresh.len().saturating_sub(shown.len());
+    if !started.is_empty() {
+        let shown = started
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = started.len().saturating_sub(5);
         state
             .hub
             .events
@@ -569,9 +572,8 @@ async fn prune(
                 "Pruning",
                 "Delete",
                 format!(
-                    "deleting {} object(s) the Work no longer names from the member: {}{}",
-                    fresh.len(),
-                    shown.join(", "),
+                    "deleting {} object(s) the Work no longer names from the member: {shown}{}",
+                    started.len(),
                     if more > 0 {
                         format!(" and {more} more")
                     } else {
@@ -644,19 +646,22 @@ async fn apply(
         .get(annotations::REPLACES)
         .map(|r| format!("{}/{r}", work.namespace().unwrap_or_default()));
     let shared = state.appliers();
-    let previous = work.status.clone().unwrap_or_default().manifests;
+    let status = work.status.clone().unwrap_or_default();
+    let previous = &status.manifests;
     let mut outcomes = Vec::new();
     let mut manifests = Vec::new();
     let mut resources = Vec::new();
     let mut applied_count = 0;
     let mut ready = Vec::new();
-    for prepared in prepare(work) {
+    let prepared_all = prepare(work);
+    let to_remove = removed(&status, &prepared_all);
+    for prepared in prepared_all {
         match prepared {
             Ok(p) => ready.push(p),
             Err(e) => tracing::warn!(work = %work_ref, error = %e, "invalid manifest"),
         }
     }
-    let work_ref_parts = WorkRef {
+    let target = WorkRef {
         name: &work_ref,
         replaces: replaces.as_deref(),
         policy: work.spec.conflict_policy,
@@ -667,24 +672,18 @@ async fn apply(
             let before = previous
                 .iter()
                 .find(|m| same_object(&m.identity, &prepared.identity));
-            let (shared, work_ref_parts, member) = (&shared, &work_ref_parts, &member);
+            let (shared, target, member) = (&shared, &target, &member);
             async move {
-                let (resource, outcome) = apply_manifest(
-                    shared,
-                    cluster,
-                    &member.client,
-                    &prepared,
-                    before,
-                    work_ref_parts,
-                )
-                .await;
-                (prepared, resource, outcome)
+                let (resource, outcome) =
+                    apply_manifest(shared, cluster, &member.client, &prepared, before, target)
+                        .await;
+                (prepared, before, resource, outcome)
             }
         })
         .buffered(APPLY_CONCURRENCY)
         .collect()
         .await;
-    for (prepared, resource, outcome) in results {
+    for (prepared, before, resource, outcome) in results {
         resources.extend(resource);
         let result = match &outcome {
             Outcome::Applied(_) => {
@@ -711,9 +710,6 @@ async fn apply(
             }
         };
         metrics.applies.with_label_values(&[cluster, result]).inc();
-        let before = previous
-            .iter()
-            .find(|m| same_object(&m.identity, &prepared.identity));
         manifests.push(manifest_entry(
             prepared.ordinal,
             &prepared.identity,
@@ -744,9 +740,8 @@ async fn apply(
         state.tracking.applied(&key, work.metadata.generation);
     }
     let verdicts = work_conditions(&outcomes);
-    let old = work.status.clone().unwrap_or_default();
     for v in &verdicts {
-        let before = old.conditions.iter().find(|c| c.type_ == v.type_);
+        let before = status.conditions.iter().find(|c| c.type_ == v.type_);
         if before.is_some_and(|c| c.status == v.status && c.reason == v.reason) {
             continue;
         }
@@ -769,9 +764,9 @@ async fn apply(
         .any(|v| v.type_ == conditions::APPLIED && v.status == "True");
     let removing = if unreachable {
         // Nothing is decided about the member while it does not answer.
-        work.status.clone().unwrap_or_default().removing
+        status.removing.clone()
     } else {
-        prune(work, cluster, &member.client, state).await
+        prune(work, cluster, &member.client, to_remove, state).await
     };
     let pruning = !removing.is_empty();
     write_status(

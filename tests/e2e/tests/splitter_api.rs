@@ -64,6 +64,23 @@ async fn wait_holders(
     })
 }
 
+/// Placement `widgets` of the fleet's namespace, placing every Widget of `group`; the Widgets'
+/// API resource.
+async fn place_widgets(fleet: &Fleet, group: &str) -> Result<ApiResource> {
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "widgets"},
+        "spec": {"resourceSelectors": [{"apiVersion": format!("{group}/v1"), "kind": "Widget"}]},
+    }))?;
+    Api::<Placement>::namespaced(fleet.hub.clone(), fleet.ns.name())
+        .create(&PostParams::default(), &placement)
+        .await?;
+    Ok(ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, "v1", "Widget"),
+        "widgets",
+    ))
+}
+
 #[tokio::test]
 async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Result<()> {
     let fleet = Fleet::start("split-api").await?;
@@ -99,18 +116,7 @@ async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Re
         ],
     )?;
 
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "widgets"},
-        "spec": {"resourceSelectors": [{"apiVersion": format!("{group}/v1"), "kind": "Widget"}]},
-    }))?;
-    Api::<Placement>::namespaced(fleet.hub.clone(), fleet.ns.name())
-        .create(&PostParams::default(), &placement)
-        .await?;
-    let widgets = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(&group, "v1", "Widget"),
-        "widgets",
-    );
+    let widgets = place_widgets(&fleet, &group).await?;
     let hub_widgets: Api<DynamicObject> =
         Api::namespaced_with(fleet.hub.clone(), fleet.ns.name(), &widgets);
     for (name, spec) in [
@@ -179,18 +185,7 @@ async fn an_edit_of_a_custom_object_reaches_every_member_in_seconds() -> Result<
     for (_, client) in &fleet.members {
         install_crd(client, &widget_crd).await?;
     }
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "widgets"},
-        "spec": {"resourceSelectors": [{"apiVersion": format!("{group}/v1"), "kind": "Widget"}]},
-    }))?;
-    Api::<Placement>::namespaced(fleet.hub.clone(), fleet.ns.name())
-        .create(&PostParams::default(), &placement)
-        .await?;
-    let widgets = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(&group, "v1", "Widget"),
-        "widgets",
-    );
+    let widgets = place_widgets(&fleet, &group).await?;
     let widget = |size: i64| {
         json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
                "metadata": {"name": "gadget", "namespace": fleet.ns.name()},
