@@ -241,10 +241,14 @@ pub async fn run(
             .concurrency(args.concurrency)
             .debounce(Duration::from_millis(500)),
     );
+    // An import changes: the negotiation of its type, started once the shared cache of imports
+    // has the change (a watch of its own would race the cache the negotiation reads).
+    let (import_triggers, imports_changed) = mpsc::unbounded();
     tokio::spawn(ensure_negotiations(
         ctx.clone(),
         shared.clone(),
         controller.store(),
+        import_triggers,
     ));
     let state = Arc::new(Negotiator {
         limits: args.import.limits(),
@@ -255,12 +259,7 @@ pub async fn run(
         hub_openapi: HubOpenApi::default(),
     });
     controller
-        // An import changes: the negotiation of its type.
-        .watches(
-            Api::<ApiResourceImport>::all(client.clone()),
-            watcher::Config::default(),
-            |import| Some(ObjectRef::new(&import.name_any())),
-        )
+        .reconcile_on(imports_changed)
         // A hub CRD changes: it may enforce, or publish, a type.
         .watches(
             Api::<CustomResourceDefinition>::all(client),
@@ -285,11 +284,13 @@ fn negotiation_object(name: &str, resource: &ApiResourceSpec) -> Value {
 }
 
 /// Creates the NegotiatedAPIResource of every imported type of a selected Cluster that has none
-/// (its creation then triggers its negotiation).
+/// (its creation then triggers its negotiation), and sends every other import change on to the
+/// negotiation of its type through `triggers`.
 async fn ensure_negotiations(
     ctx: Context,
     shared: Shared,
     negotiations: Store<NegotiatedApiResource>,
+    triggers: mpsc::UnboundedSender<ObjectRef<NegotiatedApiResource>>,
 ) {
     let mut changes = shared.take_import_changes();
     tokio::select! {
@@ -306,6 +307,7 @@ async fn ensure_negotiations(
             },
         };
         let name = import.name_any();
+        let _ = triggers.unbounded_send(ObjectRef::new(&name));
         let wanted = import.cluster_name().is_some_and(|c| shared.is_selected(c))
             && import.metadata.deletion_timestamp.is_none()
             && shared.imports.get(&ObjectRef::from_obj(&*import)).is_some();

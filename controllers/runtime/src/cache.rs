@@ -1,7 +1,9 @@
 //! A watched cache of one kind, the first thing every controller keeps.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
@@ -137,4 +139,46 @@ where
         }
     });
     reader
+}
+
+/// What a controller last saw of each object of a cache that matters to it (a hash of what it
+/// reads of the object), by UID: tells the changes that matter from those that do not, in the
+/// `on_change` of [`spawn_store_with`].
+#[derive(Debug, Default)]
+pub struct SeenInputs {
+    by_uid: Mutex<HashMap<String, u64>>,
+}
+
+impl SeenInputs {
+    /// Whether `inputs` of object `uid` differ from those seen last (or it is new); remembers
+    /// them.
+    pub fn changed(&self, uid: &str, inputs: u64) -> bool {
+        self.lock().insert(uid.to_string(), inputs) != Some(inputs)
+    }
+
+    /// Forgets object `uid`, which is gone; whether it had been seen.
+    pub fn forget(&self, uid: &str) -> bool {
+        self.lock().remove(uid).is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.by_uid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_changed_inputs_count_as_a_change() {
+        let seen = SeenInputs::default();
+        assert!(seen.changed("u-1", 1), "new");
+        assert!(!seen.changed("u-1", 1), "the same inputs");
+        assert!(seen.changed("u-1", 2), "other inputs");
+        assert!(seen.changed("u-2", 2), "another object");
+        assert!(seen.forget("u-1"));
+        assert!(!seen.forget("u-1"), "forgotten already");
+        assert!(seen.changed("u-1", 2), "new again");
+    }
 }

@@ -275,9 +275,19 @@ impl<'a> Checked<'a> {
     }
 
     fn client(&self) -> Result<Client, MemberClientError> {
-        Client::try_from(self.config.clone()).map_err(|e| {
-            Self::invalid(self.secret, self.key, format!("cannot build a client: {e}"))
-        })
+        Client::try_from(self.config.clone()).map_err(|e| self.unusable(&e))
+    }
+
+    /// A client that has at most `limit` requests in flight; the others wait for a place.
+    fn limited_client(&self, limit: usize) -> Result<Client, MemberClientError> {
+        Ok(kube::client::ClientBuilder::try_from(self.config.clone())
+            .map_err(|e| self.unusable(&e))?
+            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(limit))
+            .build())
+    }
+
+    fn unusable(&self, e: &kube::Error) -> MemberClientError {
+        Self::invalid(self.secret, self.key, format!("cannot build a client: {e}"))
     }
 }
 
@@ -296,8 +306,14 @@ pub async fn client_from_kubeconfig(
 /// of holding the caller forever.
 pub const MEMBER_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How many requests of one process's `requests` client may be in flight to one member at once.
+/// Each needs a connection of its own (HTTP/1.1): without a bound, a syncer applying the Works of
+/// a member in parallel held about a hundred connections to it, each a TLS session with its
+/// buffers on both sides, for no more throughput than this many give.
+pub const MEMBER_REQUESTS_IN_FLIGHT: usize = 16;
+
 /// The clients of one member: `requests` for reads and writes, bounded by
-/// [`MEMBER_REQUEST_TIMEOUT`]; `watches` for long-lived watches, which kube's watcher keeps alive
+/// [`MEMBER_REQUEST_TIMEOUT`] and [`MEMBER_REQUESTS_IN_FLIGHT`]; `watches` for long-lived watches, which kube's watcher keeps alive
 /// (and restarts) on its own and which a response timeout would cut.
 #[derive(Clone)]
 pub struct MemberClient {
@@ -317,7 +333,7 @@ pub async fn member_client_from_kubeconfig(
     checked.config.write_timeout = Some(MEMBER_REQUEST_TIMEOUT);
     // Counted from each request, not from when its pooled connection went idle.
     checked.config.reset_reader_on_write = true;
-    let requests = checked.client()?;
+    let requests = checked.limited_client(MEMBER_REQUESTS_IN_FLIGHT)?;
     Ok(MemberClient { requests, watches })
 }
 
