@@ -10,7 +10,7 @@ use flotilla_api::{
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams,
-    PostParams,
+    PostParams, Preconditions,
 };
 use kube::discovery::{self, Scope};
 use kube::{Api, Client};
@@ -242,12 +242,12 @@ pub fn owner_let_go(
         .is_none_or(|owner| !lists(&owner, id))
 }
 
-/// The Work a manifest is applied for: its `<namespace>/<name>`, the Work it replaces (its
-/// `flotilla.dev/replaces`, as `<namespace>/<name>`), and its conflict policy.
+/// The Work a manifest is applied for: its `<namespace>/<name>`, the Works it replaces (its
+/// `flotilla.dev/replaces`, each as `<namespace>/<name>`), and its conflict policy.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkRef<'a> {
     pub name: &'a str,
-    pub replaces: Option<&'a str>,
+    pub replaces: &'a [String],
     pub policy: ConflictPolicy,
 }
 
@@ -279,14 +279,14 @@ fn last_applied(
 }
 
 /// Whether Work `work_ref` may write `existing`, an object already in the member; the error
-/// completes "<object> ...". With `Abort`, only objects Flotilla created for this Work, for the
+/// completes "<object> ...". With `Abort`, only objects Flotilla created for this Work, for a
 /// Work it replaces (a renamed Work takes over without deleting and recreating them), or for a
 /// Work that let go of them (`owner_let_go`: an object moved from one Work to another); with
 /// `Adopt`, any.
 pub fn may_write(
     existing: &DynamicObject,
     work_ref: &str,
-    replaces: Option<&str>,
+    replaces: &[String],
     policy: ConflictPolicy,
     owner_let_go: bool,
 ) -> Result<(), String> {
@@ -297,7 +297,7 @@ pub fn may_write(
         return Err("exists in the member and was not created by Flotilla; it is left untouched (set conflictPolicy: Adopt to take it over)".into());
     }
     if belongs_to(existing, work_ref)
-        || replaces.is_some_and(|r| belongs_to(existing, r))
+        || replaces.iter().any(|r| belongs_to(existing, r))
         || owner_let_go
     {
         return Ok(());
@@ -410,7 +410,9 @@ pub async fn apply_manifest(
             .wrote(cluster, &resource, namespace.as_deref(), &id.name, None);
     }
     let outcome = match patched {
-        Ok(applied) => {
+        Ok(mut applied) => {
+            // Kept until the status is written: what it reports needs no managed fields.
+            applied.metadata.managed_fields = None;
             shared.watches.wrote(
                 cluster,
                 &resource,
@@ -444,21 +446,44 @@ pub async fn apply_manifest(
 }
 
 /// Deletes this Work's object `id` from the member. `Ok(true)` once it is gone (or was never
-/// there, or belongs to someone else and is left alone).
+/// there, or belongs to someone else and is left alone). When the member's watch has the object
+/// as this Work's, one DELETE with its UID and resourceVersion as preconditions does; otherwise
+/// (or when it changed since) the object is read first.
 pub async fn delete_manifest(
-    discovery: &DiscoveryCache,
+    shared: &Appliers<'_>,
     cluster: &str,
     client: &Client,
     id: &ManifestIdentity,
     work_ref: &str,
 ) -> Result<bool, String> {
+    let discovery = shared.discovery;
     let (resource, scope) = match discovery.resolve(cluster, client, id).await {
         Ok(r) => r,
         // The type is gone from the member: so are its objects.
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
         Err(e) => return Err(format!("{}: {e}", describe(id))),
     };
-    let (api, _) = api_for(client, &resource, &scope, id);
+    let (api, namespace) = api_for(client, &resource, &scope, id);
+    if let Some((uid, resource_version)) =
+        shared
+            .watches
+            .owned(cluster, &resource, namespace.as_deref(), &id.name, work_ref)
+    {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: Some(resource_version),
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&id.name, &params).await {
+            Ok(_) => return Ok(false),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
+            // Changed since the watch saw it: look at it as it is.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(format!("{}: {e}", describe(id))),
+        }
+    }
     match api.get_opt(&id.name).await {
         Ok(None) => Ok(true),
         Ok(Some(existing)) if !is_managed(&existing) || !belongs_to(&existing, work_ref) => {
@@ -497,36 +522,41 @@ mod tests {
     const NEW: &str = "flotilla-cluster-m1/configmap-shop-settings-0123456789";
     const OLD: &str = "flotilla-cluster-m1/configmap-settings";
 
+    /// A Work that replaces [`OLD`] and another.
+    fn old() -> [String; 2] {
+        [
+            "flotilla-cluster-m1/configmap-other".to_string(),
+            OLD.to_string(),
+        ]
+    }
+
     #[test]
     fn a_work_writes_its_own_objects_and_those_of_the_work_it_replaces() {
         let abort = ConflictPolicy::Abort;
-        assert_eq!(may_write(&owned_by(NEW), NEW, None, abort, false), Ok(()));
-        assert_eq!(
-            may_write(&owned_by(OLD), NEW, Some(OLD), abort, false),
-            Ok(())
-        );
+        assert_eq!(may_write(&owned_by(NEW), NEW, &[], abort, false), Ok(()));
+        assert_eq!(may_write(&owned_by(OLD), NEW, &old(), abort, false), Ok(()));
         // The old Work does not take it back: it replaces nothing.
-        let back = may_write(&owned_by(NEW), OLD, None, abort, false).expect_err("conflict");
+        let back = may_write(&owned_by(NEW), OLD, &[], abort, false).expect_err("conflict");
         assert!(back.contains(NEW), "{back}");
         // Another Work's object stays another's, whatever this one replaces...
         let other = "flotilla-cluster-m1/configmap-team-b-settings-9876543210";
-        assert!(may_write(&owned_by(other), NEW, Some(OLD), abort, false).is_err());
+        assert!(may_write(&owned_by(other), NEW, &old(), abort, false).is_err());
         // ... until that Work lets go of it.
-        assert_eq!(may_write(&owned_by(other), NEW, None, abort, true), Ok(()));
+        assert_eq!(may_write(&owned_by(other), NEW, &[], abort, true), Ok(()));
     }
 
     #[test]
     fn objects_flotilla_did_not_create_need_adopt() {
         let foreign = member_object(json!({}), json!({}));
         let why =
-            may_write(&foreign, NEW, Some(OLD), ConflictPolicy::Abort, true).expect_err("conflict");
+            may_write(&foreign, NEW, &old(), ConflictPolicy::Abort, true).expect_err("conflict");
         assert!(why.contains("not created by Flotilla"), "{why}");
         assert_eq!(
-            may_write(&foreign, NEW, None, ConflictPolicy::Adopt, false),
+            may_write(&foreign, NEW, &[], ConflictPolicy::Adopt, false),
             Ok(())
         );
         assert_eq!(
-            may_write(&owned_by(OLD), NEW, None, ConflictPolicy::Adopt, false),
+            may_write(&owned_by(OLD), NEW, &[], ConflictPolicy::Adopt, false),
             Ok(())
         );
     }

@@ -13,8 +13,10 @@
 //! | [`status`] | pure: the Work's conditions and per-manifest status |
 
 pub mod apply;
+pub mod lean;
 pub mod manifest;
 pub mod metrics;
+pub mod own_status;
 pub mod pull;
 pub mod shard;
 pub mod status;

@@ -12,6 +12,9 @@ pub enum ManifestError {
     NoType(usize),
     #[error("manifest {0} has no metadata.name")]
     NoName(usize),
+    /// The cache's skeleton of a manifest, not the manifest: never to be applied.
+    #[error("manifest {0} is the cache's skeleton of it, not the manifest")]
+    Skeleton(usize),
 }
 
 /// A manifest ready to apply: its identity and the object to send.
@@ -63,6 +66,9 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
         .iter()
         .enumerate()
         .map(|(ordinal, manifest)| {
+            if crate::lean::is_skeleton(manifest) {
+                return Err(ManifestError::Skeleton(ordinal));
+            }
             let identity = identity(ordinal, manifest)?;
             let mut object = serde_json::to_value(manifest).unwrap_or(Value::Null);
             let Some(obj) = object.as_object_mut() else {
@@ -224,6 +230,17 @@ pub fn removed(
         }
     }
     out
+}
+
+/// The objects `work`'s manifests name, in order, leaving out those that name none (no kind or
+/// no name). The cache's skeletons name them too.
+pub fn named(work: &Work) -> Vec<ManifestIdentity> {
+    work.spec
+        .manifests
+        .iter()
+        .enumerate()
+        .filter_map(|(ordinal, m)| identity(ordinal, m).ok())
+        .collect()
 }
 
 /// Whether one of `work`'s manifests names object `id`.
@@ -409,6 +426,19 @@ mod tests {
         let unreadable = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
         let current = prepare(&work(vec![unreadable], vec![]));
         assert!(removed(&status(&[id("a", Some("shop"))], &[]), &current).is_empty());
+    }
+
+    #[test]
+    fn the_caches_skeleton_of_a_manifest_is_never_prepared_for_a_member() {
+        let mut w = work(vec![configmap("a")], vec![]);
+        w.metadata.uid = Some("u-1".into());
+        w.metadata.generation = Some(1);
+        crate::lean::Manifests::default().take(&mut w);
+        assert_eq!(prepare(&w), vec![Err(ManifestError::Skeleton(0))]);
+        // Nor is anything removed while it is a skeleton; the skeleton still names its object.
+        assert!(removed(&status(&[id("b", Some("shop"))], &[]), &prepare(&w)).is_empty());
+        assert!(lists(&w, &id("a", Some("shop"))));
+        assert_eq!(named(&w), vec![id("a", Some("shop"))]);
     }
 
     #[test]

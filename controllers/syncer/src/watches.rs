@@ -196,6 +196,27 @@ impl MemberWatches {
             .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
     }
 
+    /// The UID and resourceVersion of `name` as the watch of its type has it, when it is an
+    /// object of `work_ref` not being deleted: a delete with these as preconditions removes
+    /// exactly that object, or is refused if it changed since.
+    pub fn owned(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        work_ref: &str,
+    ) -> Option<(String, String)> {
+        let o = self.stored(cluster, resource, namespace, name)?;
+        if owner_annotation(&o) != Some(work_ref) || o.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        Some((
+            o.metadata.uid.clone()?,
+            o.metadata.resource_version.clone()?,
+        ))
+    }
+
     /// Whether the watch of this type has `name` as this syncer last applied it for `work_ref`:
     /// with manifest hash `hash`, at `resource_version` (what the Work's status reports), and
     /// not being deleted. Then there is nothing to apply: any change since, by anyone, would

@@ -2,6 +2,7 @@
 //! (on the member's watch events, coalesced, skipping writes that change nothing), re-applies
 //! drift at once and on every resync, and deletes member objects only when the Work is deleted.
 
+use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -31,8 +32,10 @@ use crate::apply::{
     Appliers, DiscoveryCache, NamespaceCache, Outcome, WorkRef, apply_manifest, delete_manifest,
     describe,
 };
-use crate::manifest::{lists, prepare, removed, same_object};
+use crate::lean::{Manifests, Whole};
+use crate::manifest::{lists, named, prepare, removed, same_object};
 use crate::metrics::{SyncerMetrics, Tracking};
+use crate::own_status::{OwnStatus, resource_version_in};
 use crate::shard::{self, ShardConfig, Shards};
 use crate::status::{Verdict, manifest_entry, same_ignoring_times, work_conditions};
 use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
@@ -71,8 +74,12 @@ struct Syncer {
     namespaces: NamespaceCache,
     watches: MemberWatches,
     tracking: Arc<Tracking>,
-    /// Every Work this syncer watches (the controller's cache).
+    /// Every Work this syncer watches (the controller's cache), lean: see [`crate::lean`].
     works: reflector::Store<Work>,
+    /// The manifests of the cached Works.
+    manifests: Arc<Manifests>,
+    /// The statuses this syncer wrote that the cache does not have yet.
+    own_status: Arc<OwnStatus>,
     /// The Works reconciled right now: `--concurrency` in all, `--member-concurrency` of one
     /// member.
     slots: MemberSlots,
@@ -114,7 +121,7 @@ fn spec_or_lifecycle(work: &Work) -> Option<u64> {
 }
 
 /// What of a Cluster makes its Works worth another look: its spec, and whether it is Ready.
-fn cluster_readiness(cluster: &Cluster) -> Option<u64> {
+fn cluster_readiness(cluster: &Cluster) -> u64 {
     let ready = cluster
         .status
         .as_ref()
@@ -122,7 +129,7 @@ fn cluster_readiness(cluster: &Cluster) -> Option<u64> {
         .map(|c| c.status.clone());
     let mut h = DefaultHasher::new();
     (cluster.metadata.generation, ready).hash(&mut h);
-    Some(h.finish())
+    h.finish()
 }
 
 /// How many manifests of one Work are applied at once.
@@ -137,18 +144,24 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     let metrics = SyncerMetrics::register(ctx.metrics.registry(), ctx.metrics.prefix())?;
     let tracking = Arc::new(Tracking::new(metrics));
     let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
-    // The Clusters this syncer serves, cached for look-ups.
-    let clusters = flotilla_runtime::cache::spawn_store(
+    // The Clusters this syncer serves, cached for look-ups. A Cluster that changes (becomes
+    // Ready, gets a new kubeconfig) re-triggers its Works, from the cache's own watch once the
+    // cache has the change (a second watch would race it: a Work could be served with the old
+    // Cluster, and nothing would trigger it again).
+    let (changed, cluster_events) = mpsc::unbounded();
+    let seen = flotilla_runtime::cache::SeenInputs::default();
+    let clusters = flotilla_runtime::cache::spawn_store_with(
         &ctx,
         Api::<Cluster>::all(client.clone()),
-        cluster_watch.clone(),
+        cluster_watch,
+        move |cluster: &Cluster| {
+            let uid = cluster.uid().unwrap_or_default();
+            if seen.changed(&uid, cluster_readiness(cluster)) {
+                let _ = changed.unbounded_send(Ok(cluster.clone()));
+            }
+        },
     );
-    // A Cluster that changes (becomes Ready, gets a new kubeconfig) re-triggers its Works.
-    let cluster_events = watcher(Api::<Cluster>::all(client.clone()), cluster_watch)
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(cluster_readiness, Default::default())
-        .boxed();
+    let cluster_events = cluster_events.boxed();
     let shards = Arc::new(if args.shard_by_cluster {
         Shards::sharded()
     } else {
@@ -218,11 +231,19 @@ pub async fn serve(
     // Works, cached; only changes of spec or lifecycle trigger a reconciliation (the syncer's
     // own status writes do not).
     let (works, writer) = reflector::store::<Work>();
+    let manifests = Arc::new(Manifests::default());
+    let keep = manifests.clone();
+    let own_status = Arc::new(OwnStatus::default());
+    let written = own_status.clone();
     let seen = tracking.clone();
     let work_events = watcher(hub.works.clone(), watcher::Config::default())
         .default_backoff()
-        // Not read by the syncer, and most of a Work's size.
-        .modify(|w| w.metadata.managed_fields = None)
+        .modify(move |w| {
+            // Not read by the syncer, and much of a Work's size.
+            w.metadata.managed_fields = None;
+            keep.take(w);
+            written.seen(w);
+        })
         .reflect(writer)
         .applied_objects()
         .predicate_filter(spec_or_lifecycle, Default::default())
@@ -264,6 +285,8 @@ pub async fn serve(
         watches: MemberWatches::new(member_events, tracking.clone(), ctx.shutdown.clone()),
         tracking,
         works: cached,
+        manifests,
+        own_status,
     });
 
     if let Some(shards) = shards.filter(|_| state.args.shard_by_cluster) {
@@ -322,6 +345,14 @@ pub async fn serve(
                     janitor.forget_cluster(&cluster);
                 }
             }
+            // The manifests of Works no longer cached (deleted, or out of this syncer's view).
+            let cached: HashSet<String> = janitor
+                .works
+                .state()
+                .iter()
+                .filter_map(|w| w.uid())
+                .collect();
+            janitor.manifests.retain(|uid| cached.contains(uid));
         }
     });
 
@@ -393,8 +424,27 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
     let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
     let result = finalizer(&api, finalizers::SYNCER, work, |event| async {
         match event {
-            FinalizerEvent::Apply(w) => apply(&w, &cluster, &state, member_change).await,
-            FinalizerEvent::Cleanup(w) => {
+            FinalizerEvent::Apply(w) => match state.manifests.whole(&w) {
+                Whole::Found(mut whole) => {
+                    if let Some(written) = state.own_status.of(&whole) {
+                        whole.status = Some(written);
+                    }
+                    apply(&whole, &cluster, &state, member_change).await
+                }
+                // The cache has the newer generation now, and its reconciliation follows.
+                Whole::Newer => Ok(Action::await_change()),
+                // The Work as the hub has it now.
+                Whole::Missing => match api.get_opt(&w.name_any()).await? {
+                    Some(now) if now.uid() == w.uid() => {
+                        apply(&now, &cluster, &state, member_change).await
+                    }
+                    _ => Ok(Action::await_change()),
+                },
+            },
+            FinalizerEvent::Cleanup(mut w) => {
+                if let Some(written) = state.own_status.of(&w) {
+                    Arc::make_mut(&mut w).status = Some(written);
+                }
                 let done = cleanup(&w, &cluster, &state).await;
                 if done.is_ok() {
                     // The Work lets go of its member objects: nothing of it is watched or
@@ -485,25 +535,28 @@ async fn write_status(
         writes.with_label_values(&[cluster, "unchanged"]).inc();
         return Ok(false);
     }
-    let api: Api<Work> = Api::namespaced(
-        state.hub.client.clone(),
-        &work.namespace().unwrap_or_default(),
-    );
     // Fields left out are no longer the syncer's, and go: an empty `removing` is not kept.
     let mut status = json!({ "conditions": new.conditions, "manifests": new.manifests });
     if !new.removing.is_empty() {
         status["removing"] = json!(new.removing);
     }
-    api.patch_status(
-        &work.name_any(),
-        &PatchParams::apply(field_managers::SYNCER).force(),
-        &Patch::Apply(json!({
-            "apiVersion": Work::api_version(&()),
-            "kind": Work::kind(&()),
-            "status": status,
-        })),
-    )
-    .await?;
+    // The hub answers with the whole Work (every manifest): it is not read, so not decoded.
+    let request = kube::core::Request::new(Work::url_path(&(), work.namespace().as_deref()))
+        .patch_subresource(
+            "status",
+            &work.name_any(),
+            &PatchParams::apply(field_managers::SYNCER).force(),
+            &Patch::Apply(json!({
+                "apiVersion": Work::api_version(&()),
+                "kind": Work::kind(&()),
+                "status": status,
+            })),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    let answer = state.hub.client.request_text(request).await?;
+    if let Some(rv) = resource_version_in(&answer) {
+        state.own_status.wrote(work, rv, new);
+    }
     writes.with_label_values(&[cluster, "written"]).inc();
     Ok(true)
 }
@@ -538,11 +591,26 @@ async fn prune(
     let before: &[ManifestIdentity] = work.status.as_ref().map_or(&[], |s| &s.removing);
     let mut remaining = Vec::new();
     let mut started = Vec::new();
-    for id in candidates {
-        if others.iter().any(|other| lists(other, &id)) {
-            continue;
+    // Those another Work names now are its to keep; the others go, a few at a time.
+    let shared = state.appliers();
+    let results: Vec<(ManifestIdentity, Result<bool, String>)> = futures::stream::iter(
+        candidates
+            .into_iter()
+            .filter(|id| !others.iter().any(|other| lists(other, id))),
+    )
+    .map(|id| {
+        let (shared, work_ref) = (&shared, &work_ref);
+        async move {
+            let result = delete_manifest(shared, cluster, client, &id, work_ref).await;
+            (id, result)
         }
-        match delete_manifest(&state.discovery, cluster, client, &id, &work_ref).await {
+    })
+    // In order, so that `status.removing` keeps its order from one look to the next.
+    .buffered(APPLY_CONCURRENCY)
+    .collect()
+    .await;
+    for (id, result) in results {
+        match result {
             Ok(true) => {}
             Ok(false) => {
                 if !before.iter().any(|b| same_object(b, &id)) {
@@ -626,6 +694,19 @@ async fn report_unavailable(
     Ok(Action::requeue(Duration::from_secs(10)))
 }
 
+/// The Works `work` replaces (its `flotilla.dev/replaces`), as `<namespace>/<name>`.
+fn replaced(work: &Work) -> Vec<String> {
+    let namespace = work.namespace().unwrap_or_default();
+    work.annotations()
+        .get(annotations::REPLACES)
+        .into_iter()
+        .flat_map(|r| r.split(','))
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| format!("{namespace}/{r}"))
+        .collect()
+}
+
 async fn apply(
     work: &Work,
     cluster: &str,
@@ -640,11 +721,8 @@ async fn apply(
     let metrics = state.tracking.metrics();
     let now = Timestamp::now();
     let work_ref = work_ref(work);
-    // The Work this one replaces, in the same namespace.
-    let replaces = work
-        .annotations()
-        .get(annotations::REPLACES)
-        .map(|r| format!("{}/{r}", work.namespace().unwrap_or_default()));
+    // The Works this one replaces, in the same namespace.
+    let replaces = replaced(work);
     let shared = state.appliers();
     let status = work.status.clone().unwrap_or_default();
     let previous = &status.manifests;
@@ -663,7 +741,7 @@ async fn apply(
     }
     let target = WorkRef {
         name: &work_ref,
-        replaces: replaces.as_deref(),
+        replaces: &replaces,
         policy: work.spec.conflict_policy,
     };
     // A few manifests of the Work at a time, in order; unchanged ones cost nothing.
@@ -795,6 +873,12 @@ async fn apply(
     }))
 }
 
+/// Whether deleting object `id` deletes others with it (a Namespace, a CRD).
+fn holds_others(id: &ManifestIdentity) -> bool {
+    (id.group.is_empty() && id.kind == "Namespace")
+        || (id.group == "apiextensions.k8s.io" && id.kind == "CustomResourceDefinition")
+}
+
 async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Error> {
     if work.spec.delete_policy == DeletePolicy::Orphan {
         state
@@ -829,15 +913,28 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
         Err(why) => return Err(Error::MemberUnavailable(why.to_string())),
     };
     let work_ref = work_ref(work);
-    let mut remaining = 0;
-    let named = prepare(work)
-        .into_iter()
-        .flatten()
-        .rev()
-        .map(|p| p.identity);
+    let named = named(work).into_iter().rev();
     let removing = work.status.iter().flat_map(|s| s.removing.iter().cloned());
-    for id in named.chain(removing) {
-        match delete_manifest(&state.discovery, cluster, &member.client, &id, &work_ref).await {
+    // Namespaces and CRDs last, one by one: the objects in them (or of them) go first. The
+    // others a few at a time, like applies.
+    let (last, first): (Vec<ManifestIdentity>, Vec<ManifestIdentity>) =
+        named.chain(removing).partition(holds_others);
+    let shared = state.appliers();
+    let delete = |id: ManifestIdentity| {
+        let (shared, client, work_ref) = (&shared, &member.client, &work_ref);
+        async move { delete_manifest(shared, cluster, client, &id, work_ref).await }
+    };
+    let mut results: Vec<Result<bool, String>> = futures::stream::iter(first)
+        .map(delete)
+        .buffer_unordered(APPLY_CONCURRENCY)
+        .collect()
+        .await;
+    for id in last {
+        results.push(delete(id).await);
+    }
+    let mut remaining = 0;
+    for result in results {
+        match result {
             Ok(true) => {}
             Ok(false) => remaining += 1,
             Err(e) => return Err(Error::MemberUnavailable(e)),

@@ -1,0 +1,149 @@
+//! The Work statuses this syncer wrote, until its cache of Works has them.
+//!
+//! A Work is often reconciled again before the watch brings back the status the last
+//! reconciliation wrote: the splitter fills a Work of many manifests over several passes, and
+//! each new generation starts a reconciliation. Judged by the cached status, every object the
+//! last reconciliation applied would look never applied, and be applied again (in a bulk create,
+//! about one apply in three was such a repeat). The syncer is the only writer of a Work's status,
+//! so the status it wrote last is the Work's status until the cache shows that write.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use flotilla_api::{Work, WorkStatus};
+use kube::ResourceExt;
+
+/// How long a written status is trusted over the cache at most: a watch that lags more is
+/// broken, and the cache is the truth again.
+const TRUSTED_FOR: Duration = Duration::from_secs(15);
+
+struct Written {
+    at: Instant,
+    /// The Work's resourceVersion after the write: the cache has the write once it shows it.
+    resource_version: String,
+    status: WorkStatus,
+}
+
+/// The statuses written and not yet seen in the cache, by Work UID.
+#[derive(Default)]
+pub struct OwnStatus {
+    by_uid: Mutex<HashMap<String, Written>>,
+}
+
+impl OwnStatus {
+    /// The syncer wrote `status` into `work`, which is now at `resource_version`.
+    pub fn wrote(&self, work: &Work, resource_version: String, status: WorkStatus) {
+        let Some(uid) = work.uid() else {
+            return;
+        };
+        let mut by_uid = self.lock();
+        by_uid.retain(|_, w| w.at.elapsed() < TRUSTED_FOR);
+        by_uid.insert(
+            uid,
+            Written {
+                at: Instant::now(),
+                resource_version,
+                status,
+            },
+        );
+    }
+
+    /// The watch brought `work`: a status written up to this version is the cache's now.
+    pub fn seen(&self, work: &Work) {
+        let (Some(uid), Some(rv)) = (work.uid(), work.resource_version()) else {
+            return;
+        };
+        let mut by_uid = self.lock();
+        if by_uid.get(&uid).is_some_and(|w| w.resource_version == rv) {
+            by_uid.remove(&uid);
+        }
+    }
+
+    /// The status of `work` (from the cache) as this syncer last wrote it, when the cache does
+    /// not have that write yet.
+    pub fn of(&self, work: &Work) -> Option<WorkStatus> {
+        let uid = work.uid()?;
+        let by_uid = self.lock();
+        by_uid
+            .get(&uid)
+            .filter(|w| w.at.elapsed() < TRUSTED_FOR)
+            .map(|w| w.status.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.by_uid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The resourceVersion in the hub's answer to a write of a Work, read without decoding the rest
+/// (the whole Work, every manifest).
+pub fn resource_version_in(answer: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        metadata: Meta,
+    }
+    serde_json::from_str::<Answer>(answer)
+        .ok()?
+        .metadata
+        .resource_version
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::WorkSpec;
+
+    fn work(rv: &str) -> Work {
+        let mut w = Work::new(
+            "w",
+            WorkSpec {
+                manifests: vec![],
+                delete_policy: Default::default(),
+                conflict_policy: Default::default(),
+                ignore_fields: vec![],
+            },
+        );
+        w.metadata.uid = Some("u-1".into());
+        w.metadata.resource_version = Some(rv.into());
+        w
+    }
+
+    fn status(removing: &str) -> WorkStatus {
+        WorkStatus {
+            removing: vec![flotilla_api::ManifestIdentity {
+                name: removing.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_written_status_counts_until_the_cache_shows_the_write() {
+        let own = OwnStatus::default();
+        let cached = work("1");
+        assert_eq!(own.of(&cached), None);
+        own.wrote(&cached, "3".into(), status("a"));
+        assert_eq!(own.of(&cached), Some(status("a")));
+        // An event of another write (the splitter's, say) is not this one.
+        own.seen(&work("2"));
+        assert_eq!(own.of(&work("2")), Some(status("a")));
+        own.seen(&work("3"));
+        assert_eq!(own.of(&work("3")), None);
+    }
+
+    #[test]
+    fn the_resource_version_of_an_answer_is_read_without_the_rest() {
+        let answer = r#"{"apiVersion":"flotilla.dev/v1alpha1","kind":"Work",
+            "metadata":{"name":"w","resourceVersion":"42","labels":{"a":"b"}},
+            "spec":{"manifests":[{"apiVersion":"v1","kind":"ConfigMap"}]},"status":{}}"#;
+        assert_eq!(resource_version_in(answer).as_deref(), Some("42"));
+        assert_eq!(resource_version_in("not json"), None);
+    }
+}
