@@ -13,8 +13,13 @@ pub mod labels {
     /// 63 characters so that they fit a label value.
     pub const PLACEMENT: &str = "flotilla.dev/placement";
 
-    /// On Works: the UID of the hub object the Work renders, to find all copies of one object.
+    /// On Works of one object (written by splitters before Works held many): the UID of the
+    /// hub object the Work renders.
     pub const SOURCE_UID: &str = "flotilla.dev/source-uid";
+
+    /// On the splitter's Works: which of the Works of one Placement, member and type this is
+    /// (`0`, `1`, ...). Each holds up to 50 objects of that type.
+    pub const BUNDLE: &str = "flotilla.dev/bundle";
 
     /// On every object the syncer created in a member (including namespaces it created), with the
     /// value [`MANAGED_VALUE`]. The syncer watches member objects by this label, and an object
@@ -55,11 +60,11 @@ pub mod annotations {
     /// On Works and member objects: the name of the hub object the Work renders.
     pub const SOURCE_NAME: &str = "flotilla.dev/source-name";
 
-    /// On Works: the name of an older Work of the same cluster namespace that rendered the same
-    /// hub object under another name (a Work written before names included the namespace and
-    /// group). The syncer lets this Work take over the member objects of that one, so a rename
-    /// never deletes and recreates them; the splitter removes the older Work once this one is
-    /// applied.
+    /// On Works: the names, separated by commas, of older Works of the same cluster namespace
+    /// that placed objects this Work now places (Works of one object, written before Works held
+    /// many). The syncer lets this Work take over their member objects, so the move never
+    /// deletes and recreates them; the splitter removes an older Work once this one reports its
+    /// object applied.
     pub const REPLACES: &str = "flotilla.dev/replaces";
 
     /// On Works: the `metadata.generation` of the hub object the Work renders, so the hub status

@@ -37,15 +37,34 @@ const MAX_OBJECT_NAME: usize = 253;
 /// Work even where the readable part is the same (`a-b`/`c` and `a`/`b-c`, or two groups with a
 /// kind of the same name); names too long for Kubernetes are cut before the hash.
 pub fn work_name(group: &str, kind: &str, namespace: &str, name: &str) -> String {
+    hashed_name(&[group, kind, namespace, name], "")
+}
+
+/// The name of Work `index` of those that place the objects of `group` and `kind` of Placement
+/// `namespace/placement` on a member: `<kind>-<namespace>-<placement>-<hash>-<index>` in lower
+/// case, e.g. `configmap-shop-spread-1b2f3c4d5e-0`. As for [`work_name`], the hash keeps two
+/// Placements (or two types) from ever sharing a Work.
+pub fn bundle_name(
+    group: &str,
+    kind: &str,
+    namespace: &str,
+    placement: &str,
+    index: u32,
+) -> String {
+    hashed_name(&[group, kind, namespace, placement], &format!("-{index}"))
+}
+
+/// `<kind>-<namespace>-<name>-<hash><tail>` of `parts` (group, kind, namespace, name), cut to fit.
+fn hashed_name(parts: &[&str; 4], tail: &str) -> String {
     // Over the parts with a separator no part contains.
     let hash = fnv1a(
-        [group, kind, namespace, name]
+        parts
             .iter()
             .flat_map(|p| p.bytes().chain(std::iter::once(b'/'))),
     );
-    let suffix = format!("-{:010x}", hash & 0xff_ffff_ffff);
+    let suffix = format!("-{:010x}{tail}", hash & 0xff_ffff_ffff);
     // Only lower-case letters, digits and '-' (RBAC names may hold ':' or capitals).
-    let readable: String = format!("{kind}-{namespace}-{name}")
+    let readable: String = format!("{}-{}-{}", parts[1], parts[2], parts[3])
         .chars()
         .map(|c| {
             let c = c.to_ascii_lowercase();
@@ -183,6 +202,33 @@ mod tests {
                 "{n}"
             );
         }
+    }
+
+    #[test]
+    fn each_placement_and_type_has_works_of_its_own() {
+        let first = bundle_name("", "ConfigMap", "shop", "spread", 0);
+        assert!(first.starts_with("configmap-shop-spread-"), "{first}");
+        assert!(first.ends_with("-0"), "{first}");
+        let others = [
+            bundle_name("", "ConfigMap", "shop", "spread", 1),
+            bundle_name("", "ConfigMap", "team-b", "spread", 0),
+            bundle_name("", "Secret", "shop", "spread", 0),
+            bundle_name("example.com", "ConfigMap", "shop", "spread", 0),
+            bundle_name("", "ConfigMap", "shop-spread", "", 0),
+            work_name("", "ConfigMap", "shop", "spread"),
+        ];
+        let mut all: Vec<&String> = others.iter().chain([&first]).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), others.len() + 1, "{all:?}");
+        let long = bundle_name(
+            "",
+            "ConfigMap",
+            &"n".repeat(63),
+            &"p".repeat(253),
+            4_000_000_000,
+        );
+        assert!(long.len() <= 253 && long.ends_with("-4000000000"), "{long}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The load of `hack/bench.sh user`: the user's path. N ConfigMaps are created, edited and
 //! deleted, once straight in every member (the baseline: the same client, the same concurrency,
 //! all members in parallel) and once on the hub under a Placement that places them on every
-//! member. Each phase is timed until every member agrees, and on the hub also until the
+//! member. Each phase is timed until every member agrees (followed with one watch per member),
+//! and on the hub also until the
 //! Placement reports every copy applied (or, after deletion, none placed). Then 50 single edits
 //! of one object on the hub, each timed from the write until the last member has it.
 //!
@@ -13,15 +14,19 @@
 //! Prints `phase <name> <seconds until the members agree> <seconds until the Placement agrees>`
 //! per phase, and for `hub-single` `single <p50> <p99> <max>` (seconds; the objects must exist).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use flotilla_api::Placement;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Config, ResourceExt};
 use serde_json::json;
 
 async fn client(path: &str) -> Result<Client> {
@@ -51,48 +56,75 @@ async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
     }
 }
 
-/// How many bench-* ConfigMaps of `namespace` a cluster has, and how many at `version`.
-async fn count(client: &Client, namespace: &str, version: &str) -> Result<(usize, usize)> {
+/// What a watch of one cluster's bench ConfigMaps has seen: each object's `version`. Watched,
+/// not listed again and again: polling 1,000 objects in every member would cost the machine more
+/// the longer a phase takes, and so weigh on the slower path.
+#[derive(Clone, Default)]
+struct Seen {
+    versions: Arc<Mutex<HashMap<String, String>>>,
+    synced: Arc<AtomicBool>,
+}
+
+impl Seen {
+    /// Whether the cluster has exactly `n` objects, all at `version` (n = 0: none).
+    fn agrees(&self, n: usize, version: &str) -> bool {
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        self.synced.load(Ordering::SeqCst)
+            && versions.len() == n
+            && versions.values().all(|v| v == version)
+    }
+}
+
+/// Starts watching the bench ConfigMaps of `namespace` in one cluster.
+fn track(client: &Client, namespace: &str) -> Seen {
+    let seen = Seen::default();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let items = api
-        .list(&ListParams::default().labels("bench=user"))
-        .await?
-        .items;
-    let at = items
-        .iter()
-        .filter(|c| {
+    let events = watcher(api, watcher::Config::default().labels("bench=user")).default_backoff();
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let version = |c: &ConfigMap| {
             c.data
                 .as_ref()
                 .and_then(|d| d.get("version"))
-                .map(String::as_str)
-                == Some(version)
-        })
-        .count();
-    Ok((items.len(), at))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut events = std::pin::pin!(events);
+        let mut listed: HashMap<String, String> = HashMap::new();
+        while let Some(event) = events.next().await {
+            let mut versions = into.versions.lock().unwrap_or_else(|e| e.into_inner());
+            match event {
+                Ok(watcher::Event::Init) => listed.clear(),
+                Ok(watcher::Event::InitApply(c)) => {
+                    listed.insert(c.name_any(), version(&c));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    *versions = std::mem::take(&mut listed);
+                    into.synced.store(true, Ordering::SeqCst);
+                }
+                Ok(watcher::Event::Apply(c)) => {
+                    versions.insert(c.name_any(), version(&c));
+                }
+                Ok(watcher::Event::Delete(c)) => {
+                    versions.remove(&c.name_any());
+                }
+                Err(e) => eprintln!("watch of the bench ConfigMaps failed: {e}"),
+            }
+        }
+    });
+    seen
 }
 
 /// Waits until every member has exactly `n` objects, all at `version` (n = 0: none).
-async fn members_agree(
-    members: &[(String, Client)],
-    namespace: &str,
-    n: usize,
-    version: &str,
-) -> Result<()> {
+async fn members_agree(members: &[Seen], n: usize, version: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        let mut done = true;
-        for (_, c) in members {
-            let (total, at) = count(c, namespace, version).await?;
-            done &= total == n && at == n;
-        }
-        if done {
-            return Ok(());
-        }
+    while !members.iter().all(|m| m.agrees(n, version)) {
         if Instant::now() > deadline {
             bail!("the members did not agree within 15 minutes");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    Ok(())
 }
 
 /// Waits until Placement `user` reports `placed` copies, every one applied, for its latest
@@ -196,10 +228,17 @@ async fn main() -> Result<()> {
         }
         member_clients.iter().map(|(_, c)| c.clone()).collect()
     };
+    let seen: Vec<Seen> = member_clients
+        .iter()
+        .map(|(_, c)| track(c, namespace))
+        .collect();
+    while !seen.iter().all(|s| s.synced.load(Ordering::SeqCst)) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for (phase, version, expected, placed) in phases {
         let started = Instant::now();
         write_all(&targets, namespace, n, concurrency, version).await?;
-        members_agree(&member_clients, namespace, expected, version.unwrap_or("-")).await?;
+        members_agree(&seen, expected, version.unwrap_or("-")).await?;
         let members_done = started.elapsed().as_secs_f64();
         let placement_done = if on_hub {
             placement_agrees(&hub, namespace, placed).await?;

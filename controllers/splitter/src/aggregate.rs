@@ -1,15 +1,17 @@
 //! Pure status aggregation: the hub Deployment's status is the truth of all its copies.
 
-use flotilla_api::{Work, annotations, conditions};
+use flotilla_api::{Work, conditions};
 use serde_json::{Value, json};
 
 use crate::division::{Division, describe, unplaced};
+use crate::plan::{ObjectKey, copy_holds_now, manifest_status};
 
 /// What one member copy reports, read from its Work.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Copy {
     pub cluster: String,
-    /// The Work renders the hub object's current generation and the member applied it.
+    /// The hub's Work holds the copy as wanted (the hub object's current generation) and the
+    /// member applied it.
     pub current: bool,
     /// The member's Deployment observed its current spec.
     pub observed: bool,
@@ -24,22 +26,10 @@ pub struct Copy {
     pub unavailable: i64,
 }
 
-fn condition_true(work: &Work, type_: &str) -> bool {
-    work.status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-        .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation)
-}
-
-/// Reads the copy of a Deployment from its Work.
-pub fn copy_of(work: &Work, cluster: &str, hub_generation: Option<i64>) -> Copy {
-    let rendered = work
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::SOURCE_GENERATION))
-        .and_then(|g| g.parse::<i64>().ok());
-    let manifest = work.status.as_ref().and_then(|s| s.manifests.first());
+/// Reads the copy of Deployment `key` on `cluster` from the hub's Work that holds it as wanted
+/// (see [`crate::report::Current::work_of`]): what the member reports of it there.
+pub fn copy_of(work: &Work, key: &ObjectKey, cluster: &str) -> Copy {
+    let manifest = manifest_status(work, key);
     let status = manifest
         .and_then(|m| m.status.clone())
         .unwrap_or(Value::Null);
@@ -56,11 +46,9 @@ pub fn copy_of(work: &Work, cluster: &str, hub_generation: Option<i64>) -> Copy 
     Copy {
         cluster: cluster.to_string(),
         stale,
-        current: rendered.is_some()
-            && rendered == hub_generation
-            && condition_true(work, conditions::APPLIED),
+        current: copy_holds_now(work, key, conditions::APPLIED),
         observed,
-        available: condition_true(work, conditions::AVAILABLE),
+        available: copy_holds_now(work, key, conditions::AVAILABLE),
         replicas: int("replicas"),
         updated: int("updatedReplicas"),
         ready: int("readyReplicas"),

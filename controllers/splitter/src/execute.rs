@@ -11,17 +11,23 @@ use serde_json::json;
 use flotilla_api::{Work, annotations, field_managers};
 
 use crate::controller::Error;
-use crate::plan::{CopyKey, Deletion, Plan};
-use crate::report::Outcome;
+use crate::plan::{Deletion, Plan, WorkId};
+use crate::recent::RecentWrites;
+use crate::report::{Outcome, named};
 
 /// How many Works one pass writes or deletes at the same time.
 pub const PARALLEL_WRITES: usize = 16;
 
-/// Writes and deletes what `plan` says.
-pub async fn execute(client: &kube::Client, plan: &Plan) -> Result<Outcome, Error> {
+/// Writes and deletes what `plan` says, and remembers in `recent` what the hub returned (and
+/// forgets what was deleted) until the cache has it.
+pub async fn execute(
+    client: &kube::Client,
+    plan: &Plan,
+    recent: &RecentWrites,
+) -> Result<Outcome, Error> {
     // Owned keys: a stream of borrowed items would not be `Send` for every lifetime. Each Work
     // is cloned only while it is written, and what comes back is kept lean.
-    let keys: Vec<CopyKey> = plan.writes.iter().cloned().collect();
+    let keys: Vec<WorkId> = plan.writes.iter().cloned().collect();
     let results: Vec<_> = stream::iter(keys)
         .filter_map(|key| {
             let work = plan.wanted.get(&key).cloned();
@@ -49,18 +55,33 @@ pub async fn execute(client: &kube::Client, plan: &Plan) -> Result<Outcome, Erro
         .buffer_unordered(PARALLEL_WRITES)
         .try_collect::<Vec<()>>()
         .await?;
+    for written in outcome.written.values() {
+        recent.record(written.clone());
+    }
+    for d in &plan.deletes {
+        recent.forget(&(d.namespace.clone(), d.name.clone()));
+    }
     Ok(outcome)
 }
 
-/// `kind name on member: why` of a Work the hub refused.
+/// `Kind a, b, c, d, e and 3 more on member (Work name): why` of a Work the hub refused.
 fn refused(work: &Work, e: &kube::Error) -> String {
-    let a = work.annotations();
-    let source = |k: &str| a.get(k).cloned().unwrap_or_default();
+    let kind = work
+        .annotations()
+        .get(annotations::SOURCE_KIND)
+        .cloned()
+        .unwrap_or_default();
+    let objects: Vec<String> = work
+        .spec
+        .manifests
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
     format!(
-        "{} {} on {}: {}",
-        source(annotations::SOURCE_KIND),
-        source(annotations::SOURCE_NAME),
+        "{kind} {} on {} (Work {}): {}",
+        named(&objects, ", "),
         work.cluster_name().unwrap_or_default(),
+        work.name_any(),
         match e {
             kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
             other => other.to_string(),
@@ -69,13 +90,13 @@ fn refused(work: &Work, e: &kube::Error) -> String {
 }
 
 /// Writes one Work (server-side apply). The hub's answer, whatever it is, goes to the outcome:
-/// the Work as written, without what the report never reads (its managed fields and
-/// manifests), or why it was refused.
+/// the Work as written, lean like the cache's (see [`crate::plan::lean`]), or why it was
+/// refused.
 async fn write(
     client: kube::Client,
-    key: CopyKey,
+    key: WorkId,
     work: Work,
-) -> Result<(CopyKey, Result<Work, String>), Error> {
+) -> Result<(WorkId, Result<Work, String>), Error> {
     let api: Api<Work> = Api::namespaced(client, &work.namespace().unwrap_or_default());
     let mut value = serde_json::to_value(&work)?;
     value["apiVersion"] = json!(Work::api_version(&()));
@@ -87,7 +108,7 @@ async fn write(
     {
         Ok(mut written) => {
             written.metadata.managed_fields = None;
-            written.spec.manifests.clear();
+            crate::plan::lean(&mut written);
             Ok(written)
         }
         Err(e) => Err(refused(&work, &e)),

@@ -5,6 +5,7 @@
 //! | [`controller`] | the Placement controller: each pass observes, plans, executes and reports |
 //! | [`observe`] | what a pass reads: caches, and a fresh list of the selected objects |
 //! | [`plan`] | pure: the Works to write and delete (and those kept, and why), the decisions |
+//! | [`recent`] | read-your-writes: the Works a pass wrote, until the cache has them |
 //! | [`execute`] | the plan's writes (only what differs) and deletions (with preconditions) |
 //! | [`report`] | the Placement's bounded status, the divided Deployments' status, Events |
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
@@ -13,7 +14,7 @@
 //! | [`hub_made`] | pure: what the hub's Kubernetes made (never placed, never copied) |
 //! | [`specificity`] | pure: which of several Placements places an object |
 //! | [`references`] | pure: what a workload's pod template refers to (follows it) |
-//! | [`render`] | pure: the Work of one object on one member |
+//! | [`render`] | pure: a member's manifest of an object, and the Works that hold them |
 //! | [`aggregate`] | pure: the hub Deployment's status from its copies |
 
 pub mod aggregate;
@@ -25,6 +26,7 @@ pub mod execute;
 pub mod hub_made;
 pub mod observe;
 pub mod plan;
+pub mod recent;
 pub mod references;
 pub mod render;
 pub mod report;

@@ -6,7 +6,7 @@ use flotilla_splitter::SplitterArgs;
 
 /// Flotilla's splitter: placement, replica division, failover and status aggregation.
 ///
-/// Places the objects a Placement selects on eligible member clusters, divides Deployment replicas among them, renders one Work per object and cluster, moves work away from members that fail, are cordoned or cannot accept the object, and aggregates the members' status back onto the hub object. Runs on the hub.
+/// Places the objects a Placement selects on eligible member clusters, divides Deployment replicas among them, writes the copies into Works of up to 50 objects per Placement, member and type, moves work away from members that fail, are cordoned or cannot accept the object, and aggregates the members' status back onto the hub object. Runs on the hub.
 #[derive(Parser, Debug)]
 #[command(name = "flotilla-splitter", version)]
 struct Args {
@@ -15,6 +15,9 @@ struct Args {
     #[command(flatten)]
     splitter: SplitterArgs,
 }
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -7,14 +7,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use flotilla_api::placement::{DEFAULT_TYPES, ResourceSelector};
-use flotilla_api::{Placement, annotations, labels, names};
+use flotilla_api::{Placement, Work, annotations, labels, names};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::controller::Splitter;
-use crate::plan::{Listed, Observation, Unreadable, import_name};
+use crate::plan::{Listed, Observation, Other, Unreadable, import_name};
 use crate::references::references;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -63,13 +63,36 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .collect();
-    let works = state
+    let of_namespace = |w: &Work| w.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns);
+    let cached: Vec<Arc<Work>> = state
         .works
         .state()
         .into_iter()
-        .filter(|w| {
-            w.labels().get(labels::PLACEMENT) == Some(&name)
-                && w.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns)
+        .filter(|w| of_namespace(w))
+        .collect();
+    // With what recent passes wrote and the cache does not have yet.
+    let (works, others): (Vec<_>, Vec<_>) = state
+        .recent
+        .overlay(cached, of_namespace)
+        .into_iter()
+        .partition(|w| w.labels().get(labels::PLACEMENT) == Some(&name));
+    let placements: BTreeSet<String> = state
+        .placements
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .map(|p| p.name_any())
+        .collect();
+    // Works of other Placements: those of a Placement that no longer exists may be adopted.
+    let others: Vec<Other> = others
+        .into_iter()
+        .filter(|w| w.metadata.deletion_timestamp.is_none())
+        .map(|work| Other {
+            orphaned: work
+                .labels()
+                .get(labels::PLACEMENT)
+                .is_none_or(|p| !placements.contains(p)),
+            work,
         })
         .collect();
 
@@ -163,6 +186,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         referenced,
         imports,
         absent_since,
+        others,
     }
 }
 

@@ -1,10 +1,13 @@
-//! Pure Work rendering: one Work per hub object and member, with a name of its own
-//! ([`names::work_name`]), the manifest stripped of hub-only metadata and of what the hub's
-//! apiserver allocated, and that member's replica count.
+//! Pure Work rendering: a member's manifest of a hub object, stripped of hub-only metadata and of
+//! what the hub's apiserver allocated, with that member's replica count; and the Works that hold
+//! the manifests of one Placement, member and type ([`names::bundle_name`]).
 
 use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names};
 
+use std::collections::BTreeMap;
+
 use crate::hub_made::strip_allocated;
+use crate::plan::Shelf;
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
 
@@ -61,59 +64,60 @@ pub fn member_manifest(object: &DynamicObject, replicas: Option<u32>) -> Value {
     value
 }
 
-/// The Work that places `object` on member `cluster` for Placement `placement`.
-pub fn render(
-    object: &DynamicObject,
-    cluster: &str,
-    replicas: Option<u32>,
+/// Work `index` of Placement `namespace/placement` for the objects of one type on one member
+/// (`shelf`), holding `manifests` in order, and replacing the Works `replaces` (Works of one
+/// object each, by an older splitter).
+pub fn bundle(
+    namespace: &str,
     placement: &str,
     spec: &PlacementSpec,
-) -> Result<Work, serde_json::Error> {
-    let types = object.types.clone().unwrap_or_default();
-    let name = object.metadata.name.clone().unwrap_or_default();
-    let namespace = object.metadata.namespace.clone().unwrap_or_default();
-    let group = types.api_version.split_once('/').map_or("", |(g, _)| g);
+    shelf: &Shelf,
+    index: u32,
+    manifests: Vec<DynamicObject>,
+    replaces: &[String],
+) -> Work {
+    let group = shelf.api_version.split_once('/').map_or("", |(g, _)| g);
     let mut work = Work::new(
-        &names::work_name(group, &types.kind, &namespace, &name),
+        &names::bundle_name(group, &shelf.kind, namespace, placement, index),
         WorkSpec {
-            manifests: vec![serde_json::from_value(member_manifest(object, replicas))?],
+            manifests,
             delete_policy: spec.delete_policy,
             conflict_policy: spec.conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
         },
     );
-    let mut label_map = std::collections::BTreeMap::from([
-        (labels::CLUSTER.to_string(), cluster.to_string()),
-        (labels::PLACEMENT.to_string(), placement.to_string()),
-    ]);
-    if let Some(uid) = &object.metadata.uid {
-        label_map.insert(labels::SOURCE_UID.to_string(), uid.clone());
+    let labels = [
+        (labels::CLUSTER, shelf.cluster.clone()),
+        (labels::PLACEMENT, placement.to_string()),
+        (labels::BUNDLE, index.to_string()),
+    ];
+    let mut annotations: BTreeMap<String, String> = [
+        (annotations::SOURCE_API_VERSION, shelf.api_version.clone()),
+        (annotations::SOURCE_KIND, shelf.kind.clone()),
+        (annotations::SOURCE_NAMESPACE, namespace.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if !replaces.is_empty() {
+        annotations.insert(annotations::REPLACES.to_string(), replaces.join(","));
     }
     work.metadata = ObjectMeta {
         name: work.metadata.name.take(),
-        namespace: Some(names::cluster_namespace(cluster)),
-        labels: Some(label_map),
-        annotations: Some(
-            [
-                (annotations::SOURCE_API_VERSION, types.api_version),
-                (annotations::SOURCE_KIND, types.kind),
-                (annotations::SOURCE_NAMESPACE, namespace),
-                (annotations::SOURCE_NAME, name),
-                (
-                    annotations::SOURCE_GENERATION,
-                    object.metadata.generation.unwrap_or(0).to_string(),
-                ),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+        namespace: Some(names::cluster_namespace(&shelf.cluster)),
+        labels: Some(
+            labels
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
         ),
+        annotations: Some(annotations),
         // Written with the syncer's finalizer, so the syncer's first look at a new Work applies
         // it instead of spending a hub write (and a reconciliation) on adding the finalizer.
         finalizers: Some(vec![finalizers::SYNCER.to_string()]),
         ..ObjectMeta::default()
     };
-    Ok(work)
+    work
 }
 
 #[cfg(test)]
@@ -171,10 +175,31 @@ mod tests {
     #[test]
     fn works_are_named_and_linked_deterministically() {
         let spec: PlacementSpec = serde_json::from_value(json!({})).expect("spec");
-        let w = render(&deployment(), "member1", Some(4), "spread", &spec).expect("work");
+        let shelf = Shelf {
+            cluster: "member1".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+        };
+        let manifest: DynamicObject =
+            serde_json::from_value(member_manifest(&deployment(), Some(4))).expect("manifest");
+        let w = bundle(
+            "shop",
+            "spread",
+            &spec,
+            &shelf,
+            2,
+            vec![manifest.clone()],
+            &[],
+        );
         assert_eq!(
             w.metadata.name,
-            Some(names::work_name("apps", "Deployment", "shop", "web"))
+            Some(names::bundle_name(
+                "apps",
+                "Deployment",
+                "shop",
+                "spread",
+                2
+            ))
         );
         assert_eq!(
             w.metadata.namespace.as_deref(),
@@ -183,15 +208,34 @@ mod tests {
         let l = w.metadata.labels.clone().unwrap_or_default();
         assert_eq!(l[labels::CLUSTER], "member1");
         assert_eq!(l[labels::PLACEMENT], "spread");
-        assert_eq!(l[labels::SOURCE_UID], "u-1");
+        assert_eq!(l[labels::BUNDLE], "2");
         let a = w.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(a[annotations::SOURCE_KIND], "Deployment");
         assert_eq!(a[annotations::SOURCE_NAMESPACE], "shop");
+        assert!(!a.contains_key(annotations::REPLACES));
         // Born with the syncer's finalizer; none of the hub object's finalizers travel.
         assert_eq!(w.finalizers(), [finalizers::SYNCER]);
         assert_eq!(
-            render(&deployment(), "member1", Some(4), "spread", &spec).expect("again"),
+            bundle(
+                "shop",
+                "spread",
+                &spec,
+                &shelf,
+                2,
+                vec![manifest.clone()],
+                &[]
+            ),
             w
         );
+        let moving = bundle(
+            "shop",
+            "spread",
+            &spec,
+            &shelf,
+            2,
+            vec![manifest],
+            &["a".into(), "b".into()],
+        );
+        assert_eq!(moving.annotations()[annotations::REPLACES], "a,b");
     }
 }

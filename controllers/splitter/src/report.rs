@@ -17,7 +17,10 @@ use serde_json::{Value, json};
 
 use crate::aggregate::{copy_of, deployment_status, max_unavailable};
 use crate::observe::resource;
-use crate::plan::{CopyKey, Divided, Keep, Observation, Plan, holds_now, key_of};
+use crate::plan::{
+    CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_holds_now, key_of,
+    manifest_status,
+};
 
 /// At most this many member entries (`clusters` and `excluded` of every decision, at least one
 /// per decision) are listed in a Placement's `decisions`.
@@ -30,16 +33,16 @@ pub const NAMED: usize = 5;
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
     /// The Works written, as the hub returned them.
-    pub written: BTreeMap<CopyKey, Work>,
-    /// Works the hub refused to store, as `kind name on member: why`.
+    pub written: BTreeMap<WorkId, Work>,
+    /// Works the hub refused to store, as `Work name (n kind objects) on member: why`.
     pub failed_writes: Vec<String>,
 }
 
 /// The Works of a pass as the hub has them after its writes.
 pub struct Current<'a> {
     plan: &'a Plan,
-    written: &'a BTreeMap<CopyKey, Work>,
-    by_name: BTreeMap<(String, String), &'a Work>,
+    written: &'a BTreeMap<WorkId, Work>,
+    by_name: BTreeMap<WorkId, &'a Work>,
 }
 
 impl<'a> Current<'a> {
@@ -51,38 +54,70 @@ impl<'a> Current<'a> {
         }
     }
 
-    /// The Work of a wanted copy: as written in this pass, or as cached.
-    pub fn work(&self, key: &CopyKey) -> Option<&'a Work> {
-        if let Some(w) = self.written.get(key) {
+    /// The hub's Work that holds a wanted copy as wanted: as written in this pass, or as cached
+    /// when it needed no write. `None` when the hub refused the write (its Work is not as
+    /// wanted) or has no such Work.
+    pub fn work_of(&self, key: &CopyKey) -> Option<&'a Work> {
+        let id = self.plan.copies.get(key)?;
+        if let Some(w) = self.written.get(id) {
             return Some(w);
         }
-        let wanted = self.plan.wanted.get(key)?;
-        self.by_name.get(&key_of(wanted)).copied()
+        if self.plan.writes.contains(id) {
+            return None;
+        }
+        self.by_name.get(id).copied()
     }
 
-    /// Every cached Work being deleted.
-    fn removing(&self) -> impl Iterator<Item = &'a Work> + '_ {
-        self.by_name
-            .values()
-            .copied()
-            .filter(|w| w.metadata.deletion_timestamp.is_some())
+    /// Whether the member reports condition `type_` of a wanted copy for the Work as wanted.
+    pub fn holds(&self, key: &CopyKey, type_: &str) -> bool {
+        self.work_of(key)
+            .is_some_and(|w| copy_holds_now(w, &key.object, type_))
     }
-}
 
-/// `kind/name on member` of a Work.
-fn describe(w: &Work) -> String {
-    let a = w.annotations();
-    let get = |k: &str| a.get(k).map_or("?", String::as_str);
-    format!(
-        "{}/{} on {}",
-        get(annotations::SOURCE_KIND),
-        get(annotations::SOURCE_NAME),
-        w.cluster_name().unwrap_or("?")
-    )
+    /// Condition `type_` of a wanted copy, as its member reports it for the Work as wanted;
+    /// `Unknown` until it does.
+    fn condition(&self, key: &CopyKey, type_: &str) -> ConditionStatus {
+        let Some(work) = self.work_of(key) else {
+            return ConditionStatus::Unknown;
+        };
+        manifest_status(work, &key.object)
+            .and_then(|m| m.conditions.iter().find(|c| c.type_ == type_))
+            .filter(|c| c.observed_generation == work.metadata.generation)
+            .map_or(ConditionStatus::Unknown, |c| {
+                ConditionStatus::parse(&c.status)
+            })
+    }
+
+    /// `Kind/name on member` of every copy being removed from its member: those of Works being
+    /// deleted, and those a Work is pruning.
+    fn removing(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for w in self.by_name.values() {
+            let cluster = w.cluster_name().unwrap_or("?");
+            if w.metadata.deletion_timestamp.is_some() {
+                let kind = w.annotations().get(annotations::SOURCE_KIND);
+                for m in &w.spec.manifests {
+                    out.push(format!(
+                        "{}/{} on {cluster}",
+                        m.types
+                            .as_ref()
+                            .map_or(kind.map_or("?", String::as_str), |t| &t.kind),
+                        m.metadata.name.as_deref().unwrap_or("?")
+                    ));
+                }
+            }
+            for id in w.status.iter().flat_map(|s| &s.removing) {
+                out.push(format!("{}/{} on {cluster}", id.kind, id.name));
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// `a, b, c and 7 more` of the first [`NAMED`] items.
-fn named(items: &[String], separator: &str) -> String {
+pub(crate) fn named(items: &[String], separator: &str) -> String {
     let shown: Vec<&str> = items.iter().take(NAMED).map(String::as_str).collect();
     let more = items.len().saturating_sub(shown.len());
     if more > 0 {
@@ -92,27 +127,16 @@ fn named(items: &[String], separator: &str) -> String {
     }
 }
 
-fn condition_of(work: Option<&Work>, type_: &str) -> ConditionStatus {
-    let Some(c) = work
-        .and_then(|w| w.status.as_ref())
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-    else {
-        return ConditionStatus::Unknown;
-    };
-    ConditionStatus::parse(&c.status)
-}
-
 /// The hub Deployment's aggregated status from its copies.
 pub fn divided_status(d: &Divided, current: &Current<'_>, now: &str) -> Value {
-    let uid = d.object.metadata.uid.clone().unwrap_or_default();
     let copies: Vec<_> = d
         .division
         .iter()
         // Copies of the division; at 0 replicas only when the Deployment is at 0.
         .filter(|(_, n)| **n > 0 || d.total == 0)
         .filter_map(|(c, _)| {
-            let w = current.work(&(uid.clone(), c.clone()))?;
-            Some(copy_of(w, c, d.object.metadata.generation))
+            let w = current.work_of(&CopyKey::new(d.key.clone(), c))?;
+            Some(copy_of(w, &d.key, c))
         })
         .collect();
     deployment_status(
@@ -152,14 +176,13 @@ pub fn placement_status(
         .collect();
     let mut counts = CopyCounts::default();
     let (mut not_applied, mut not_available) = (Vec::new(), Vec::new());
-    for (key, wanted) in &plan.wanted {
-        let work = current.work(key);
-        let applied = work.is_some_and(|w| holds_now(w, conditions::APPLIED));
-        let available = work.is_some_and(|w| holds_now(w, conditions::AVAILABLE));
+    for key in plan.copies.keys() {
+        let applied = current.holds(key, conditions::APPLIED);
+        let available = current.holds(key, conditions::AVAILABLE);
         let summary = per_cluster
-            .entry(key.1.as_str())
+            .entry(key.cluster.as_str())
             .or_insert_with(|| ClusterSummary {
-                cluster: key.1.clone(),
+                cluster: key.cluster.clone(),
                 ..Default::default()
             });
         summary.placed += 1;
@@ -168,13 +191,13 @@ pub fn placement_status(
             summary.applied += 1;
             counts.applied += 1;
         } else {
-            not_applied.push(describe(wanted));
+            not_applied.push(key.describe());
         }
         if available {
             summary.available += 1;
             counts.available += 1;
         } else {
-            not_available.push(describe(wanted));
+            not_available.push(key.describe());
         }
     }
     for d in &plan.divisions {
@@ -184,15 +207,9 @@ pub fn placement_status(
             }
         }
     }
-    let removing: Vec<String> = current.removing().map(describe).collect();
+    let removing = current.removing();
     counts.removing = i32::try_from(removing.len()).unwrap_or(i32::MAX);
-    counts.kept = i32::try_from(
-        plan.kept
-            .values()
-            .filter(|k| **k != Keep::Terminating)
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
+    counts.kept = i32::try_from(plan.kept.len()).unwrap_or(i32::MAX);
 
     let message = scheduled_message(plan, outcome, &counts, &removing);
     let reason = if findings.unreadable.iter().any(|u| u.forbidden) {
@@ -295,12 +312,13 @@ fn scheduled_message(
         .iter()
         .filter(|(_, d)| d.overridden_by.is_some())
         .count();
-    let placed_objects: BTreeSet<&str> = plan.wanted.keys().map(|(u, _)| u.as_str()).collect();
+    let placed_objects: BTreeSet<&ObjectKey> = plan.copies.keys().map(|k| &k.object).collect();
     let mut message = format!(
-        "{} Work(s) for {} object(s) on {} member(s)",
+        "{} copies of {} object(s) on {} member(s), in {} Work(s)",
         counts.placed,
         placed_objects.len(),
-        selection.candidates.len()
+        selection.candidates.len(),
+        plan.wanted.len()
     );
     if overridden > 0 {
         message.push_str(&format!(
@@ -376,12 +394,12 @@ fn bounded_decisions(plan: &Plan, current: &Current<'_>) -> (Vec<ObjectDecision>
     let mut all: Vec<(bool, ObjectDecision)> = plan
         .decisions
         .iter()
-        .map(|(uid, d)| {
+        .map(|(object, d)| {
             let mut d = d.clone();
             for c in &mut d.clusters {
-                let work = current.work(&(uid.clone(), c.cluster.clone()));
-                c.applied = Some(condition_of(work, conditions::APPLIED));
-                c.available = Some(condition_of(work, conditions::AVAILABLE));
+                let key = CopyKey::new(object.clone(), &c.cluster);
+                c.applied = Some(current.condition(&key, conditions::APPLIED));
+                c.available = Some(current.condition(&key, conditions::AVAILABLE));
             }
             let notable = d.overridden_by.is_some()
                 || !d.excluded.is_empty()

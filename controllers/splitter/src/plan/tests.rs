@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use flotilla_api::{Cluster, Placement, Work, conditions};
+use flotilla_api::{Cluster, DeletePolicy, Placement, Work, conditions};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -79,28 +79,88 @@ fn mk_deployment(ns: &str, name: &str, uid: &str, replicas: u32) -> DynamicObjec
     .expect("deployment")
 }
 
-/// The hub's Work as the splitter wrote it, with the member's report: `Applied` and
-/// `Available` for its current generation.
 /// A Work as the splitter's cache holds it once the hub has it: lean (see [`lean`]), with the
-/// given conditions.
-fn mk_work(wanted: &Work, applied: bool, available: bool) -> Arc<Work> {
+/// member's report of every manifest (`Applied`, and `Available` where `available` says so) for
+/// its current generation.
+fn mk_work_with(wanted: &Work, applied: bool, available: impl Fn(&str) -> bool) -> Arc<Work> {
     let mut w = wanted.clone();
-    lean(&mut w);
-    w.metadata.uid = Some(format!("work-{}", wanted.name_any()));
-    w.metadata.resource_version = Some("7".into());
-    w.metadata.generation = Some(1);
     let condition = |type_: &str, ok: bool| {
         json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": "R",
                "message": "", "lastTransitionTime": NOW, "observedGeneration": 1})
     };
+    let manifests: Vec<Value> = w
+        .spec
+        .manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let t = m.types.clone().unwrap_or_default();
+            let (group, version) = t
+                .api_version
+                .split_once('/')
+                .unwrap_or(("", &t.api_version));
+            let name = m.metadata.name.clone().unwrap_or_default();
+            json!({"ordinal": i,
+                   "identity": {"group": group, "version": version, "kind": t.kind,
+                                "namespace": m.metadata.namespace, "name": name},
+                   "conditions": [condition(conditions::APPLIED, applied),
+                                  condition(conditions::AVAILABLE, applied && available(&name))]})
+        })
+        .collect();
+    let all_available = w
+        .spec
+        .manifests
+        .iter()
+        .all(|m| available(m.metadata.name.as_deref().unwrap_or_default()));
+    lean(&mut w);
+    w.metadata.uid = Some(format!("work-{}", wanted.name_any()));
+    w.metadata.resource_version = Some("7".into());
+    w.metadata.generation = Some(1);
     w.status = Some(
-        serde_json::from_value(json!({"conditions": [
-            condition(conditions::APPLIED, applied),
-            condition(conditions::AVAILABLE, available),
-        ]}))
+        serde_json::from_value(json!({
+            "conditions": [
+                condition(conditions::APPLIED, applied),
+                condition(conditions::AVAILABLE, applied && all_available),
+            ],
+            "manifests": manifests,
+        }))
         .expect("status"),
     );
     Arc::new(w)
+}
+
+fn mk_work(wanted: &Work, applied: bool, available: bool) -> Arc<Work> {
+    mk_work_with(wanted, applied, |_| available)
+}
+
+/// The hub's Works once plan `p` was carried out on `before`: what it wrote (reported on by the
+/// members as given), what it left as it was, without what it deleted.
+fn after(p: &Plan, before: &[Arc<Work>], applied: bool, available: bool) -> Vec<Arc<Work>> {
+    let deleted: BTreeSet<WorkId> = p
+        .deletes
+        .iter()
+        .map(|d| (d.namespace.clone(), d.name.clone()))
+        .collect();
+    let mut hub: Vec<Arc<Work>> = before
+        .iter()
+        .filter(|w| !deleted.contains(&key_of(w)) && !p.writes.contains(&key_of(w)))
+        .cloned()
+        .collect();
+    hub.extend(
+        p.writes
+            .iter()
+            .map(|id| mk_work(&p.wanted[id], applied, available)),
+    );
+    hub
+}
+
+/// The names of the objects a Work holds, in order.
+fn held_names(w: &Work) -> Vec<String> {
+    w.spec
+        .manifests
+        .iter()
+        .map(|m| m.metadata.name.clone().unwrap_or_default())
+        .collect()
 }
 
 fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
@@ -140,6 +200,7 @@ fn mk_observation(
         referenced: BTreeMap::new(),
         imports: BTreeMap::new(),
         absent_since: BTreeMap::new(),
+        others: Vec::new(),
     }
 }
 
@@ -150,12 +211,9 @@ fn three() -> Vec<Arc<Cluster>> {
         .collect()
 }
 
-/// The Works of a plan as the hub would have them once written and reported on.
+/// The Works of a first plan as the hub would have them once written and reported on.
 fn as_written(p: &Plan, applied: bool, available: bool) -> Vec<Arc<Work>> {
-    p.wanted
-        .values()
-        .map(|w| mk_work(w, applied, available))
-        .collect()
+    after(p, &[], applied, available)
 }
 
 #[test]
@@ -214,13 +272,55 @@ fn the_cache_keeps_of_a_work_its_digest_and_what_a_pass_reads() {
         cached.annotations().get(CACHED_SPEC_DIGEST),
         Some(&spec_digest(&wanted.spec))
     );
-    assert!(up_to_date(wanted, &cached));
+    let digest = spec_digest(&wanted.spec);
+    assert!(up_to_date(wanted, &digest, &cached));
     let mut changed = wanted.clone();
     changed.spec.manifests[0].data["spec"]["paused"] = json!(true);
-    assert!(!up_to_date(&changed, &cached));
+    assert!(!up_to_date(&changed, &spec_digest(&changed.spec), &cached));
     // A Work not from the cache is compared by its own spec.
-    assert!(up_to_date(wanted, wanted));
-    assert!(!up_to_date(&changed, wanted));
+    assert!(up_to_date(wanted, &digest, wanted));
+    assert!(!up_to_date(&changed, &spec_digest(&changed.spec), wanted));
+}
+
+#[test]
+fn a_specs_digest_from_its_manifests_json_is_its_digest() {
+    let manifests: Vec<DynamicObject> = [
+        mk_configmap("shop", "a", "ua", "1"),
+        mk_deployment("shop", "web", "uw", 6),
+    ]
+    .into_iter()
+    .map(|o| serde_json::from_value(crate::render::member_manifest(&o, None)).expect("a manifest"))
+    .collect();
+    let json: Vec<String> = manifests
+        .iter()
+        .map(|m| serde_json::to_string(m).expect("JSON"))
+        .collect();
+    for (delete_policy, ignore_fields) in [
+        (DeletePolicy::Delete, vec![]),
+        (
+            DeletePolicy::Orphan,
+            vec![
+                serde_json::from_value(
+                    json!({"manifest": {"kind": "Deployment"}, "jsonPaths": [".spec.replicas"]}),
+                )
+                .expect("ignoreFields"),
+            ],
+        ),
+    ] {
+        for n in 0..=manifests.len() {
+            let spec = WorkSpec {
+                manifests: manifests[..n].to_vec(),
+                delete_policy,
+                conflict_policy: Default::default(),
+                ignore_fields: ignore_fields.clone(),
+            };
+            assert_eq!(
+                spec_digest_with(&spec, json[..n].iter().map(String::as_str)).expect("digest"),
+                spec_digest(&spec),
+                "{n} manifests, {delete_policy:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -237,7 +337,9 @@ fn a_work_the_hub_already_has_as_wanted_is_not_written_again() {
         vec![],
     ))
     .expect("plan");
-    assert_eq!(first.writes.len(), 6, "every copy is new");
+    assert_eq!(first.copies.len(), 6);
+    assert_eq!(first.writes.len(), 3, "one Work per member holds both");
+    assert!(first.wanted.values().all(|w| held_names(w) == ["a", "b"]));
     let works = as_written(&first, true, true);
     let again = plan(&mk_observation(
         placement.clone(),
@@ -250,7 +352,7 @@ fn a_work_the_hub_already_has_as_wanted_is_not_written_again() {
     assert!(again.deletes.is_empty());
     assert!(
         again.wanted.values().all(|w| w.spec.manifests.is_empty()),
-        "a Work not to be written is kept without its manifest"
+        "a Work not to be written is kept without its manifests"
     );
 
     // One object edited: its three copies are written, nothing else.
@@ -260,13 +362,10 @@ fn a_work_the_hub_already_has_as_wanted_is_not_written_again() {
     ];
     let after_edit = plan(&mk_observation(placement, three(), edited, works)).expect("plan");
     assert_eq!(after_edit.writes.len(), 3);
-    assert!(after_edit.writes.iter().all(|(uid, _)| uid == "ua"));
-    assert!(
-        after_edit
-            .writes
-            .iter()
-            .all(|k| after_edit.wanted[k].spec.manifests[0].data["data"]["k"] == "2")
-    );
+    assert!(after_edit.writes.iter().all(|k| {
+        let m = &after_edit.wanted[k].spec.manifests;
+        m[0].data["data"]["k"] == "2" && m[1].data["data"]["k"] == "1"
+    }));
 }
 
 #[test]
@@ -289,6 +388,8 @@ fn a_type_that_cannot_be_read_keeps_its_works() {
     });
     let p = plan(&obs).expect("plan");
     assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+    assert!(p.writes.is_empty(), "{:?}", p.writes);
+    assert!(p.removals.is_empty(), "{:?}", p.removals);
     assert_eq!(p.kept.len(), 3);
     assert!(p.kept.values().all(|k| *k == Keep::TypeUnreadable));
 }
@@ -314,6 +415,7 @@ fn a_gone_object_keeps_its_works_for_the_grace_and_a_re_creation_keeps_them_for_
     ))
     .expect("plan");
     assert!(gone.deletes.is_empty());
+    assert!(gone.writes.is_empty());
     assert!(gone.kept.values().all(|k| *k == Keep::AwaitingGrace));
     assert!(gone.recheck_after.is_some_and(|r| r <= GONE_GRACE));
     let mut later = mk_observation(placement.clone(), three(), vec![], works.clone());
@@ -339,7 +441,12 @@ fn a_gone_object_keeps_its_works_for_the_grace_and_a_re_creation_keeps_them_for_
     ))
     .expect("plan");
     assert!(replaced.deletes.is_empty(), "{:?}", replaced.deletes);
-    assert_eq!(replaced.writes.len(), 3, "relabelled with the new UID");
+    assert!(replaced.removals.is_empty(), "{:?}", replaced.removals);
+    assert!(
+        replaced.writes.is_empty(),
+        "the same Works hold it as they are"
+    );
+    assert_eq!(replaced.copies.len(), 3);
 }
 
 #[test]
@@ -365,7 +472,8 @@ fn works_on_a_cluster_being_deleted_or_outside_the_selector_are_left_alone() {
     ))
     .expect("plan");
     assert!(p.deletes.is_empty(), "{:?}", p.deletes);
-    assert!(!p.wanted.keys().any(|(_, c)| c == "m1"), "not a target");
+    assert!(!p.copies.keys().any(|k| k.cluster == "m1"), "not a target");
+    assert!(p.writes.is_empty(), "{:?}", p.writes);
     assert_eq!(
         p.kept.values().collect::<Vec<_>>(),
         vec![&Keep::ClusterDeleting]
@@ -431,15 +539,12 @@ fn a_failed_members_copy_stays_until_its_replacements_are_available() {
         vec![&Keep::AwaitingReplacements]
     );
     // The replacements are written with more replicas; once available, the old copy goes.
-    let mut hub: Vec<Arc<Work>> = works
-        .iter()
-        .filter(|w| w.cluster_name() == Some("m1"))
-        .cloned()
-        .collect();
-    hub.extend(as_written(&moving, true, true));
+    assert_eq!(moving.writes.len(), 2, "{:?}", moving.writes);
+    let hub = after(&moving, &works, true, true);
     let moved = plan(&mk_observation(placement, failed, objects, hub)).expect("plan");
     assert_eq!(moved.deletes.len(), 1, "{:?}", moved.kept);
     assert_eq!(moved.deletes[0].why, Removal::Moved);
+    assert_eq!(moved.removals.len(), 1);
 }
 
 #[test]
@@ -567,10 +672,9 @@ proptest! {
         let before = plan(&mk_observation(placement.clone(), all, before_objects, vec![]))
             .expect("plan");
         let works: Vec<Arc<Work>> = before.wanted.values().map(|w| {
-            let i: usize = w.annotations()[flotilla_api::annotations::SOURCE_NAME][1..]
-                .parse().unwrap_or(0);
-            mk_work(w, true, s.objects[i].4)
+            mk_work_with(w, true, |name| s.objects[name[1..].parse::<usize>().unwrap_or(0)].4)
         }).collect();
+        let (api_version, kind) = if s.divided { ("apps/v1", "Deployment") } else { ("v1", "ConfigMap") };
 
         // Now: clusters change state, objects go, come back with another UID, or are unselected.
         let mut clusters = Vec::new();
@@ -596,9 +700,8 @@ proptest! {
         let mut obs = mk_observation(placement, clusters.clone(), objects.clone(), works.clone());
         obs.elsewhere = elsewhere.clone();
         if s.waited {
-            obs.absent_since = works.iter()
-                .filter_map(|w| source_uid_of(w))
-                .map(|u| (u, now() - GONE_GRACE))
+            obs.absent_since = (0..s.objects.len())
+                .map(|i| (ObjectKey::new(api_version, kind, &format!("o{i}")), now() - GONE_GRACE))
                 .collect();
         }
         if s.unreadable {
@@ -613,53 +716,77 @@ proptest! {
         let p = plan(&obs).expect("plan");
 
         let listed: BTreeMap<String, &DynamicObject> =
-            objects.iter().map(|o| (o.metadata.uid.clone().unwrap_or_default(), o)).collect();
-        for d in &p.deletes {
-            let id = (d.namespace.clone(), d.name.clone());
-            let work = works.iter().find(|w| key_of(w) == id).expect("a held Work");
-            prop_assert_eq!(d.uid.as_ref(), work.metadata.uid.as_ref());
-            prop_assert_eq!(d.resource_version.as_ref(), work.metadata.resource_version.as_ref());
-            prop_assert!(!s.unreadable, "deleted {} while its type is unreadable", d.name);
-            let cluster = work.cluster_name().unwrap_or_default().to_string();
-            let cluster_state = clusters.iter().find(|c| c.name_any() == cluster);
-            prop_assert!(!elsewhere.contains(&cluster), "deleted {} outside the selector", d.name);
+            objects.iter().map(|o| (o.name_any(), o)).collect();
+        let hub = |id: &WorkId| works.iter().find(|w| key_of(w) == *id);
+        // A copy leaves its member only for a reason that proves it unwanted.
+        for (copy, why) in &p.removals {
+            let cluster = &copy.cluster;
+            let name = &copy.object.name;
+            prop_assert!(!s.unreadable, "removed {name} while its type is unreadable");
+            let cluster_state = clusters.iter().find(|c| c.name_any() == *cluster);
+            prop_assert!(!elsewhere.contains(cluster), "removed {name} outside the selector");
             prop_assert!(
                 cluster_state.is_none_or(|c| c.metadata.deletion_timestamp.is_none()),
-                "deleted {} on a Cluster being deleted", d.name
+                "removed {name} on a Cluster being deleted"
             );
-            prop_assert!(
-                !p.wanted.values().any(|w| key_of(w) == id),
-                "deleted {} which the plan also wants", d.name
-            );
-            let uid = source_uid_of(work).unwrap_or_default();
-            let proven = match d.why {
+            prop_assert!(!p.copies.contains_key(copy), "removed {name} which the plan also wants");
+            let proven = match why {
                 Removal::ClusterGone => cluster_state.is_none(),
-                Removal::ObjectGone => !listed.contains_key(&uid) && s.waited,
+                Removal::ObjectGone => !listed.contains_key(name) && s.waited,
                 Removal::NotSelected => listed
-                    .get(&uid)
+                    .get(name)
                     .is_some_and(|o| o.labels().get("placed").map(String::as_str) == Some("no")),
                 Removal::Moved => {
-                    let replacements: Vec<(&CopyKey, &Work)> =
-                        p.wanted.iter().filter(|((u, _), _)| *u == uid).collect();
-                    let member_fine = clusters.iter().any(|c| c.name_any() == cluster
+                    let replacements: Vec<(&CopyKey, &WorkId)> =
+                        p.copies.iter().filter(|(k, _)| k.object == copy.object).collect();
+                    let member_fine = clusters.iter().any(|c| c.name_any() == *cluster
                         && c.status.as_ref().is_some_and(|s| s.conditions.iter()
                             .any(|c| c.type_ == "Ready" && c.status == "True")));
-                    // A replacement is available when the hub has it as wanted (not to be
-                    // written) and its member reports it available.
-                    !replacements.is_empty() && (member_fine || replacements.iter().all(|(k, r)| {
-                        !p.writes.contains(*k) && works.iter().any(|h| key_of(h) == key_of(r)
-                            && holds_now(h, conditions::AVAILABLE))
+                    // A replacement is available when the hub's Work holds it as wanted (its
+                    // manifest is the same, whatever else of that Work is written) and its
+                    // member reports it available.
+                    let as_wanted = |k: &CopyKey, id: &WorkId, h: &Work| {
+                        let theirs = h.spec.manifests.iter()
+                            .find(|m| m.metadata.name.as_deref() == Some(k.object.name.as_str()));
+                        let ours = p.wanted[id].spec.manifests.iter()
+                            .find(|m| m.metadata.name.as_deref() == Some(k.object.name.as_str()));
+                        !p.writes.contains(id) || theirs.zip(ours).is_some_and(|(t, o)|
+                            hub_manifest_digest(t) == manifest_digest(o))
+                    };
+                    !replacements.is_empty() && (member_fine || replacements.iter().all(|(k, id)| {
+                        hub(id).is_some_and(|h| as_wanted(k, id, h)
+                            && copy_holds_now(h, &k.object, conditions::AVAILABLE))
                     }))
                 }
-                Removal::Renamed => false,
+                Removal::TakenOver | Removal::Renamed => false,
             };
-            prop_assert!(proven, "deleted {} for {:?} without proof", d.name, d.why);
+            prop_assert!(proven, "removed {name} on {cluster} for {why:?} without proof");
+        }
+        // A Work is deleted only as it was observed, and only when every copy it holds leaves.
+        for d in &p.deletes {
+            let id = (d.namespace.clone(), d.name.clone());
+            let work = hub(&id).expect("a held Work");
+            prop_assert_eq!(d.uid.as_ref(), work.metadata.uid.as_ref());
+            prop_assert_eq!(d.resource_version.as_ref(), work.metadata.resource_version.as_ref());
+            prop_assert!(!p.wanted.contains_key(&id), "deleted {} which the plan also wants", d.name);
+            let cluster = work.cluster_name().unwrap_or_default();
+            for name in held_names(work) {
+                let key = CopyKey::new(ObjectKey::new(api_version, kind, &name), cluster);
+                prop_assert!(p.removals.contains_key(&key), "deleted {} holding {name}", d.name);
+            }
+        }
+        // A Work written holds every copy the hub's holds, but those removed.
+        for id in &p.writes {
+            let Some(before) = hub(id) else { continue };
+            let now = held_names(&p.wanted[id]);
+            let cluster = before.cluster_name().unwrap_or_default();
+            for name in held_names(before) {
+                let key = CopyKey::new(ObjectKey::new(api_version, kind, &name), cluster);
+                prop_assert!(now.contains(&name) || p.removals.contains_key(&key),
+                    "{} dropped {name} without a reason", id.1);
+            }
         }
     }
-}
-
-fn source_uid_of(w: &Work) -> Option<String> {
-    w.labels().get(flotilla_api::labels::SOURCE_UID).cloned()
 }
 
 #[test]
@@ -677,11 +804,15 @@ fn the_status_of_a_placement_of_3000_objects_stays_small() {
     ))
     .expect("plan");
     // Every copy applied, a few not yet available.
+    assert_eq!(
+        first.wanted.len(),
+        3 * 3000 / BUNDLE_MANIFESTS,
+        "3000 objects in Works of {BUNDLE_MANIFESTS} on each member"
+    );
     let works: Vec<Arc<Work>> = first
         .wanted
         .values()
-        .enumerate()
-        .map(|(i, w)| mk_work(w, true, i % 1000 != 0))
+        .map(|w| mk_work_with(w, true, |name| !name.ends_with("000")))
         .collect();
     let p = plan(&mk_observation(
         placement.clone(),
@@ -717,7 +848,7 @@ fn the_status_of_a_placement_of_3000_objects_stays_small() {
     );
     // What is not available comes first, and the conditions say so.
     assert!(
-        listed[..9].iter().all(|d| d["clusters"]
+        listed[..3].iter().all(|d| d["clusters"]
             .as_array()
             .expect("clusters")
             .iter()
@@ -733,4 +864,170 @@ fn the_status_of_a_placement_of_3000_objects_stays_small() {
         "{message}"
     );
     assert!(message.ends_with("and 4 more"), "{message}");
+}
+
+fn one() -> Vec<Arc<Cluster>> {
+    vec![mk_cluster("m1", "True")]
+}
+
+fn configmaps(range: std::ops::Range<usize>) -> Vec<DynamicObject> {
+    range
+        .map(|i| mk_configmap("shop", &format!("c{i:03}"), &format!("u{i}"), "v"))
+        .collect()
+}
+
+#[test]
+fn copies_of_one_type_share_works_of_bounded_size_and_stay_where_they_are() {
+    const B: usize = BUNDLE_MANIFESTS;
+    let placement = mk_placement("shop", "p", json!({}));
+    let first = plan(&mk_observation(
+        placement.clone(),
+        one(),
+        configmaps(0..(B * 5 / 2)),
+        vec![],
+    ))
+    .expect("plan");
+    let sizes: Vec<usize> = first.wanted.values().map(|w| held_names(w).len()).collect();
+    assert_eq!(sizes, [B, B, B / 2]);
+    let works = as_written(&first, true, true);
+    let index_of = |p: &Plan, name: &str| {
+        let id = &p.copies[&CopyKey::new(ObjectKey::new("v1", "ConfigMap", name), "m1")];
+        p.wanted[id].labels()[labels::BUNDLE].clone()
+    };
+    assert_eq!(index_of(&first, "c000"), "0");
+    assert_eq!(index_of(&first, &format!("c{:03}", B * 5 / 2 - 1)), "2");
+
+    // Ten objects of the first Work go (after the grace), five new ones come: the first Work
+    // loses the ten and takes the five; the other Works are not written.
+    let mut now_objects = configmaps(10..(B * 5 / 2));
+    now_objects.extend(configmaps((B * 5 / 2)..(B * 5 / 2 + 5)));
+    let mut obs = mk_observation(placement, one(), now_objects, works);
+    obs.absent_since = (0..10)
+        .map(|i| {
+            (
+                ObjectKey::new("v1", "ConfigMap", &format!("c{i:03}")),
+                now() - GONE_GRACE,
+            )
+        })
+        .collect();
+    let p = plan(&obs).expect("plan");
+    assert_eq!(p.writes.len(), 1, "{:?}", p.writes);
+    assert!(p.deletes.is_empty());
+    assert_eq!(p.removals.len(), 10);
+    assert!(p.removals.values().all(|r| *r == Removal::ObjectGone));
+    let written = &p.wanted[p.writes.iter().next().expect("a write")];
+    let names = held_names(written);
+    assert_eq!(names.len(), B - 5);
+    assert_eq!(names[0], "c010", "the copies that stay keep their order");
+    let new: Vec<String> = (0..5).map(|i| format!("c{:03}", B * 5 / 2 + i)).collect();
+    assert_eq!(&names[B - 10..], new.as_slice());
+    assert_eq!(index_of(&p, &format!("c{B:03}")), "1");
+}
+
+#[test]
+fn a_large_object_gets_a_work_of_its_own() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let big = |name: &str| {
+        let mut o = mk_configmap("shop", name, name, "v");
+        o.data["data"]["k"] = json!("x".repeat(BUNDLE_BYTES * 2 / 3));
+        o
+    };
+    let p = plan(&mk_observation(
+        placement,
+        one(),
+        vec![big("a"), big("b"), mk_configmap("shop", "c", "c", "v")],
+        vec![],
+    ))
+    .expect("plan");
+    let held: Vec<Vec<String>> = p.wanted.values().map(|w: &Work| held_names(w)).collect();
+    assert_eq!(held, [vec!["a", "c"], vec!["b"]], "{held:?}");
+}
+
+#[test]
+fn a_work_of_one_object_from_an_older_splitter_goes_once_its_copy_moved() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let objects = vec![mk_configmap("shop", "settings", "u1", "v")];
+    let legacy: Work = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+        "metadata": {"name": "configmap-settings", "namespace": "flotilla-cluster-m1",
+            "labels": {labels::CLUSTER: "m1", labels::PLACEMENT: "p", labels::SOURCE_UID: "u1"},
+            "annotations": {annotations::SOURCE_API_VERSION: "v1", annotations::SOURCE_KIND: "ConfigMap",
+                            annotations::SOURCE_NAMESPACE: "shop", annotations::SOURCE_NAME: "settings"}},
+        "spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": "settings", "namespace": "shop"}, "data": {"k": "v"}}]}
+    }))
+    .expect("work");
+    let hub = vec![mk_work(&legacy, true, true)];
+    let p = plan(&mk_observation(
+        placement.clone(),
+        one(),
+        objects.clone(),
+        hub.clone(),
+    ))
+    .expect("plan");
+    assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+    assert_eq!(p.writes.len(), 1);
+    let bundle = p.wanted.values().next().expect("the Work of its type");
+    assert_eq!(
+        bundle.annotations()[annotations::REPLACES],
+        "configmap-settings"
+    );
+    assert_eq!(p.kept.values().collect::<Vec<_>>(), [&Keep::RenamePending]);
+
+    // Once the new Work reports it applied, the old one goes.
+    let hub = after(&p, &hub, true, true);
+    let p = plan(&mk_observation(placement, one(), objects, hub)).expect("plan");
+    assert!(p.writes.is_empty(), "{:?}", p.writes);
+    assert_eq!(p.deletes.len(), 1);
+    assert_eq!(p.deletes[0].name, "configmap-settings");
+    assert_eq!(p.deletes[0].why, Removal::Renamed);
+    assert!(p.removals.is_empty(), "the member copy stays");
+}
+
+#[test]
+fn a_copy_another_placement_takes_stays_until_that_placements_work_holds_it() {
+    let older = mk_placement("shop", "all", json!({}));
+    let objects = vec![
+        mk_configmap("shop", "a", "ua", "1"),
+        mk_configmap("shop", "b", "ub", "1"),
+    ];
+    let first = plan(&mk_observation(
+        older.clone(),
+        one(),
+        objects.clone(),
+        vec![],
+    ))
+    .expect("plan");
+    let works = as_written(&first, true, true);
+    // A Placement that names `a` is more specific: it places `a` from now on.
+    let specific = mk_placement(
+        "shop",
+        "just-a",
+        json!({"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "a"}]}),
+    );
+    let mut obs = mk_observation(older.clone(), one(), objects.clone(), works.clone());
+    obs.neighbours = vec![older.clone(), specific.clone()];
+    let p = plan(&obs).expect("plan");
+    assert!(p.removals.is_empty(), "{:?}", p.removals);
+    assert!(p.writes.is_empty(), "{:?}", p.writes);
+    assert_eq!(p.kept.values().collect::<Vec<_>>(), [&Keep::HandingOver]);
+
+    // The other Placement's Work holds it, and its member applied it: this Work lets go.
+    let mut theirs = mk_observation(specific.clone(), one(), objects.clone(), vec![]);
+    theirs.neighbours = vec![older.clone(), specific.clone()];
+    let theirs = plan(&theirs).expect("plan");
+    obs.others = as_written(&theirs, true, true)
+        .into_iter()
+        .map(|work| Other {
+            work,
+            orphaned: false,
+        })
+        .collect();
+    let p = plan(&obs).expect("plan");
+    assert_eq!(
+        p.removals.values().collect::<Vec<_>>(),
+        [&Removal::TakenOver]
+    );
+    let written = &p.wanted[p.writes.iter().next().expect("a write")];
+    assert_eq!(held_names(written), ["b"]);
 }
