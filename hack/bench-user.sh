@@ -48,8 +48,15 @@ hub_requests() {
   k get --raw /metrics | awk '/^apiserver_request_total\{/ {n += $NF} END {printf "%d", n}'
 }
 # The same, by verb, resource and subresource: "verb resource[/subresource] count" lines.
-hub_requests_by() {
-  k get --raw /metrics | awk '/^apiserver_request_total\{/ {
+hub_requests_by() { requests_by "${HUB}"; }
+# The same, summed over every member's apiserver.
+member_requests_by() {
+  local m
+  for m in "${MEMBER_LIST[@]}"; do requests_by "${m#*=}"; done \
+    | awk '{n[$1 " " $2] += $3} END {for (k in n) print k, n[k]}'
+}
+requests_by() { # kubeconfig
+  "${KUBECTL}" --kubeconfig "$1" get --raw /metrics | awk '/^apiserver_request_total\{/ {
       verb = res = sub_ = ""
       if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
       if (match($0, /resource="[^"]*"/)) res = substr($0, RSTART + 10, RLENGTH - 11)
@@ -66,30 +73,63 @@ requests_between() { # before after
 user() { "${TARGET}/examples/bench_user" "$1" "$2" "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}"; }
 per_object() { awk -v a="$1" -v b="$2" -v n="${COUNT}" 'BEGIN {printf "%.1f", (b - a) / n}'; }
 
+# A CPU profile of the apiserver of `kubeconfig` over `seconds` into `out`.
+profile() { "${KUBECTL}" --kubeconfig "$1" get --raw "/debug/pprof/profile?seconds=$2" >"$3"; }
+FIRST_MEMBER="${MEMBER_LIST[0]#*=}"
 log "== baseline: ${COUNT} ConfigMaps created, edited and deleted straight in each of ${MEMBERS} members"
 cpu_before="$(cpu_snapshot)"
+direct_profile=""
+if [[ -n "${PROFILE_DIR}" ]]; then
+  # About the length of the direct create.
+  profile "${FIRST_MEMBER}" 3 "${PROFILE_DIR}/member-direct.pprof" & direct_profile="$!"
+fi
 DIRECT="$(user direct bench-user-direct)"
+[[ -z "${direct_profile}" ]] || wait "${direct_profile}" || log "no profile of the direct create"
 cpu_phase direct "${cpu_before}" "$(cpu_snapshot)"
 d_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${DIRECT}"; }
+# What the hub itself takes of the user's writes: the same client, the same objects, straight to
+# the hub in a namespace no Placement selects.
+log "== baseline: the same ${COUNT} ConfigMaps created, edited and deleted on the hub, placed nowhere"
+cpu_before="$(cpu_snapshot)"
+ALONE="$("${TARGET}/examples/bench_user" direct bench-user-alone "${COUNT}" "${CONCURRENCY}" "${HUB}" "hub=${HUB}")"
+cpu_phase alone "${cpu_before}" "$(cpu_snapshot)"
+a_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${ALONE}"; }
 
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
-declare -A MEMBERS_S PLACEMENT_S CALLS BY
+# The most file descriptors (nearly all connections: to the hub and the members) each controller
+# holds open during the hub's phases, sampled every 0.2 s.
+FDS="${RUN}/open-fds"
+(
+  shopt -s nullglob
+  most_splitter=0 most_syncer=0
+  while kill -0 "${SYNCER_PID}" 2>/dev/null; do
+    open=("/proc/${SPLITTER_PID}/fd/"*); ((${#open[@]} > most_splitter)) && most_splitter="${#open[@]}"
+    open=("/proc/${SYNCER_PID}/fd/"*); ((${#open[@]} > most_syncer)) && most_syncer="${#open[@]}"
+    echo "${most_splitter} ${most_syncer}" >"${FDS}.tmp" && mv "${FDS}.tmp" "${FDS}"
+    sleep 0.2
+  done
+) &
+SAMPLER="$!"
+PIDS+=("${SAMPLER}")
+declare -A MEMBERS_S PLACEMENT_S CALLS BY MEMBER_BY
 for phase in create edit; do
   log "== hub: ${phase} ${COUNT} ConfigMaps under a Placement (copies on ${MEMBERS} members)"
   before="$(hub_requests)"
   by_before="$(hub_requests_by)"
+  members_before="$(member_requests_by)"
   cpu_before="$(cpu_snapshot)"
-  profiling=""
+  profiling=()
   if [[ -n "${PROFILE_DIR}" ]]; then
-    k get --raw "/debug/pprof/profile?seconds=20" >"${PROFILE_DIR}/hub-${phase}.pprof" &
-    profiling="$!"
+    profile "${HUB}" 20 "${PROFILE_DIR}/hub-${phase}.pprof" & profiling+=("$!")
+    profile "${FIRST_MEMBER}" 20 "${PROFILE_DIR}/member-${phase}.pprof" & profiling+=("$!")
   fi
   read -r _ _ MEMBERS_S[${phase}] PLACEMENT_S[${phase}] < <(user "hub-${phase}" bench-user)
   cpu_phase "${phase}" "${cpu_before}" "$(cpu_snapshot)"
   CALLS[${phase}]="$(per_object "${before}" "$(hub_requests)")"
   BY[${phase}]="$(requests_between "${by_before}" "$(hub_requests_by)")"
-  [[ -z "${profiling}" ]] || wait "${profiling}" || log "no profile of the hub's ${phase}"
+  MEMBER_BY[${phase}]="$(requests_between "${members_before}" "$(member_requests_by)")"
+  for p in "${profiling[@]}"; do wait "${p}" || log "a profile of the ${phase} is missing"; done
   if [[ "${phase}" == create ]]; then
     sleep 10
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
@@ -106,13 +146,16 @@ read -r _ _ MEMBERS_S[delete] PLACEMENT_S[delete] < <(user hub-delete bench-user
 cpu_phase delete "${cpu_before}" "$(cpu_snapshot)"
 CALLS[delete]="$(per_object "${before}" "$(hub_requests)")"
 
+kill "${SAMPLER}" 2>/dev/null || true
+read -r SPLITTER_FDS SYNCER_FDS <"${FDS}" || SPLITTER_FDS="-" SYNCER_FDS="-"
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 kib_per_copy() { awk -v s="$1" -v i="$2" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.1f", (s - i) * 1024 / n}'; }
 echo
-echo "| phase (${COUNT} ConfigMaps, ${MEMBERS} members, concurrency ${CONCURRENCY}) | direct: members agree, s | hub: members agree, s | ratio | hub: Placement reports every copy, s | hub API requests per object |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| phase (${COUNT} ConfigMaps, ${MEMBERS} members, concurrency ${CONCURRENCY}) | direct: members agree, s | hub alone (placed nowhere), s | hub: members agree, s | ratio to direct | hub: Placement reports every copy, s | hub API requests per object |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for phase in create edit delete; do
-  echo "| ${phase} | $(d_time "${phase}") | ${MEMBERS_S[${phase}]} | $(ratio "${MEMBERS_S[${phase}]}" "$(d_time "${phase}")") | ${PLACEMENT_S[${phase}]} | ${CALLS[${phase}]} |"
+  echo "| ${phase} | $(d_time "${phase}") | $(a_time "${phase}") | ${MEMBERS_S[${phase}]} | $(ratio "${MEMBERS_S[${phase}]}" "$(d_time "${phase}")") | ${PLACEMENT_S[${phase}]} | ${CALLS[${phase}]} |"
 done
 echo
 echo "| 50 single edits on the hub, write to last member | s |"
@@ -121,22 +164,31 @@ echo "| p50 | ${P50} |"
 echo "| p99 | ${P99} |"
 echo "| max | ${PMAX} |"
 echo
-echo "| controller RSS | idle, MiB | ${COUNT} × ${MEMBERS} copies placed, MiB | KiB per placed object × member |"
-echo "|---|---:|---:|---:|"
-echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") |"
-echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") |"
-echo
-echo "| CPU seconds during the phase | direct (create+edit+delete) | hub create | hub edit | hub delete |"
+echo "| controller | RSS idle, MiB | RSS with ${COUNT} × ${MEMBERS} copies placed, MiB | KiB per placed object × member | open file descriptors at most (hub phases) |"
 echo "|---|---:|---:|---:|---:|"
+echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") | ${SPLITTER_FDS} |"
+echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") | ${SYNCER_FDS} |"
+echo
+echo "| CPU seconds during the phase | direct (create+edit+delete) | hub alone (create+edit+delete) | hub create | hub edit | hub delete |"
+echo "|---|---:|---:|---:|---:|---:|"
 for c in "${COMPONENTS[@]}"; do
-  echo "| ${c} | ${CPU[direct,${c}]} | ${CPU[create,${c}]} | ${CPU[edit,${c}]} | ${CPU[delete,${c}]} |"
+  echo "| ${c} | ${CPU[direct,${c}]} | ${CPU[alone,${c}]} | ${CPU[create,${c}]} | ${CPU[edit,${c}]} | ${CPU[delete,${c}]} |"
 done
 echo
 echo "The Placement with ${COUNT} objects × ${MEMBERS} copies placed: ${STATUS_BYTES} bytes (\`kubectl get -o json\`)."
 echo
-echo "| hub requests during the phase (most frequent) | create | edit |"
-echo "|---|---:|---:|"
-while read -r _ verb resource; do
+# A table of the most frequent requests of the create and the edit: title, then the two
+# requests_between outputs.
+requests_table() { # title create edit
+  local _ verb resource
+  echo "| $1 | create | edit |"
+  echo "|---|---:|---:|"
   count_in() { awk -v v="${verb}" -v r="${resource}" '$2 == v && $3 == r {print $1}' <<<"$1"; }
-  echo "| ${verb} ${resource} | $(count_in "${BY[create]}") | $(count_in "${BY[edit]}") |"
-done < <(head -n 8 <<<"${BY[create]}")
+  while read -r _ verb resource; do
+    echo "| ${verb} ${resource} | $(count_in "$2") | $(count_in "$3") |"
+  done < <(head -n 8 <<<"$2")
+}
+requests_table "hub requests during the phase (most frequent)" "${BY[create]}" "${BY[edit]}"
+echo
+requests_table "member requests during the phase, all members (most frequent; the direct path: one APPLY per object and member)" \
+  "${MEMBER_BY[create]}" "${MEMBER_BY[edit]}"

@@ -17,12 +17,16 @@
 #
 #   user     The user's path: N ConfigMaps (default 1000) created, edited and deleted on the hub
 #            under a Placement that places them on the M members, against the same client doing
-#            the same straight in the members in parallel (the baseline): seconds until every
-#            member agrees and until the Placement reports every copy; the hub's API requests
-#            per object; 50 single edits (write to last member, p50/p99); the splitter's and the
-#            syncer's RSS per placed object × member. With --profile DIR, a CPU profile of the
-#            hub's apiserver over the first 20 s of the hub's create and edit phases is written to
-#            DIR/hub-<phase>.pprof (read it with `go tool pprof -top DIR/hub-create.pprof`).
+#            the same straight in the members in parallel (the baseline) and on the hub alone,
+#            placed nowhere: seconds until every member agrees and until the Placement reports
+#            every copy; the hub's API requests per object, the hub's and the members' requests
+#            by verb; 50 single edits (write to last member, p50/p99); the splitter's and the
+#            syncer's RSS per placed object × member and most open file descriptors; each
+#            component's CPU seconds per phase. With --profile DIR, CPU profiles of the hub's
+#            and the first member's apiserver over the first 20 s of the hub's create and edit
+#            phases are written to DIR/hub-<phase>.pprof and DIR/member-<phase>.pprof, and of the
+#            first member's over the direct create to DIR/member-direct.pprof (read them with
+#            `go tool pprof -top DIR/hub-create.pprof`).
 #
 #   envelopes
 #            What the hub pays per object for Works of 1, 10 and 100 manifests: N objects
@@ -34,6 +38,7 @@
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
 #        hack/bench.sh user [--members M] [--count N] [--concurrency C] [--profile DIR]
 #        hack/bench.sh envelopes [--members M] [--count N] [--concurrency C]
+# Environment: FLOTILLA_BENCH_LOGS=DIR keeps the controllers' logs in DIR.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
@@ -67,6 +72,9 @@ PIDS=()
 cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill "${p}" 2>/dev/null || true; done
+  if [[ -n "${FLOTILLA_BENCH_LOGS:-}" ]]; then
+    mkdir -p "${FLOTILLA_BENCH_LOGS}" && cp "${RUN}"/*.log "${FLOTILLA_BENCH_LOGS}/" 2>/dev/null || true
+  fi
   "${CL[@]}" down >/dev/null 2>&1 || true
 }
 
@@ -77,7 +85,7 @@ cargo build --release --quiet -p flotilla-syncer -p flotilla-registration -p flo
 "${CL[@]}" down >/dev/null 2>&1 || true
 trap cleanup EXIT
 log "== starting hub + ${MEMBERS} members"
-[[ -z "${PROFILE_DIR}" ]] || export FLOTILLA_HUB_PROFILING=true
+[[ -z "${PROFILE_DIR}" ]] || export FLOTILLA_HUB_PROFILING=true FLOTILLA_MEMBER_PROFILING=true
 "${CL[@]}" up --members "${MEMBERS}" >/dev/null
 ENV_LINES="$("${CL[@]}" env)" || die "no environment to describe"
 eval "${ENV_LINES}"

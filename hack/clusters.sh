@@ -78,9 +78,9 @@ Options (also read from the environment):
                        By default member2 runs the older ${KUBERNETES_OLDER_VERSION}, every other
                        cluster (the hub too) ${KUBERNETES_VERSION}: the standard 3-member
                        environment has exactly one older member, member2.
-  FLOTILLA_HUB_PROFILING=true
-                       serve the hub apiserver's /debug/pprof (off by default, to save the two
-                       cores); hack/bench.sh user --profile uses it
+  FLOTILLA_HUB_PROFILING=true, FLOTILLA_MEMBER_PROFILING=true
+                       serve the hub's (the members') apiserver's /debug/pprof (off by default,
+                       to save the two cores); hack/bench.sh user --profile uses them
 
 How the clusters differ (member N is the member on port PORT+N; N at most ${MAX_MEMBER_INDEX}):
   cluster  version  service CIDR      pod CIDR     nodes                             region
@@ -97,6 +97,7 @@ EOF
 RUN_DIR="${FLOTILLA_RUN_DIR:-${TMPDIR:-/tmp}/flotilla-env}"
 PORT_BASE="${FLOTILLA_PORT_BASE:-16443}"
 HUB_PROFILING="${FLOTILLA_HUB_PROFILING:-false}"
+MEMBER_PROFILING="${FLOTILLA_MEMBER_PROFILING:-false}"
 # NAME=VERSION entries: --member-version options after FLOTILLA_MEMBER_VERSIONS, so the last wins.
 MEMBER_VERSIONS=()
 IFS=',' read -r -a MEMBER_VERSIONS <<<"${FLOTILLA_MEMBER_VERSIONS:-}"
@@ -345,9 +346,9 @@ wait_etcd() {
 
 # Flags as kubeadm and managed clusters set them where they matter to workloads (privileged
 # containers allowed, the Node authorizer and NodeRestriction, bootstrap tokens); priority and
-# fairness and profiling are off to save the two cores (profiling of the hub on request).
+# fairness and profiling are off to save the two cores (profiling on request).
 start_apiserver() { # name
-  local name="$1" dir="${CLUSTERS}/$1" profiling=false
+  local name="$1" dir="${CLUSTERS}/$1" profiling="${MEMBER_PROFILING}"
   [[ "$(cluster_role "${name}")" != hub ]] || profiling="${HUB_PROFILING}"
   start_proc "${name}.apiserver" "$(cluster_bin "${name}")/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$(etcd_port)" --etcd-prefix "/${name}/registry" \

@@ -658,12 +658,15 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
             .collect();
         let sources: BTreeSet<String> = ours
             .iter()
-            .map(|w| {
-                let a = w.annotations();
+            .flat_map(|w| w.spec.manifests.iter())
+            .map(|m| {
                 format!(
                     "{}/{}",
-                    a.get(annotations::SOURCE_KIND).cloned().unwrap_or_default(),
-                    a.get(annotations::SOURCE_NAME).cloned().unwrap_or_default()
+                    m.types
+                        .as_ref()
+                        .map(|t| t.kind.as_str())
+                        .unwrap_or_default(),
+                    m.metadata.name.as_deref().unwrap_or_default()
                 )
             })
             .collect();
@@ -685,13 +688,11 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
         );
         let manifest = ours
             .iter()
-            .find(|w| {
-                w.annotations()
-                    .get(annotations::SOURCE_NAME)
-                    .map(String::as_str)
-                    == Some("web")
+            .flat_map(|w| w.spec.manifests.iter())
+            .find(|m| {
+                m.types.as_ref().is_some_and(|t| t.kind == "Service")
+                    && m.metadata.name.as_deref() == Some("web")
             })
-            .and_then(|w| w.spec.manifests.first())
             .map(serde_json::to_value)
             .transpose()?
             .unwrap_or_default();

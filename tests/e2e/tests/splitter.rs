@@ -19,7 +19,7 @@ use flotilla_e2e::{
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -800,7 +800,7 @@ async fn works_named_the_old_way_are_renamed_without_touching_the_members() -> R
     .await?;
 
     // The Placement those Works belong to: the splitter writes the new names and hands over.
-    let new = names::work_name("", "ConfigMap", ns, "settings");
+    let new = names::bundle_name("", "ConfigMap", ns, "spread", 0);
     api::apply(
         hub,
         &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -938,15 +938,15 @@ async fn a_work_the_hub_refuses_does_not_stall_the_others() -> Result<()> {
     let env = Environment::get();
     let fleet = Fleet::start("refused").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
-    // An admission policy that refuses the Works of one ConfigMap of this test, as a size limit
-    // or a site policy would.
+    // An admission policy that refuses the Works holding one ConfigMap of this test, as a size
+    // limit or a site policy would.
     let name = format!("{ns}-refuse-poison");
     let rule = format!(
         "!(has(object.metadata.annotations) \
           && 'flotilla.dev/source-namespace' in object.metadata.annotations \
           && object.metadata.annotations['flotilla.dev/source-namespace'] == '{ns}' \
-          && 'flotilla.dev/source-name' in object.metadata.annotations \
-          && object.metadata.annotations['flotilla.dev/source-name'] == 'poison')"
+          && object.spec.manifests.exists(m, has(m.metadata) && has(m.metadata.name) \
+                                             && m.metadata.name == 'poison'))"
     );
     let mut policy = ClusterScopedObjects::new(&env.hub);
     for object in [
@@ -1001,15 +1001,22 @@ async fn a_work_the_hub_refuses_does_not_stall_the_others() -> Result<()> {
         hub,
         &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
                 "metadata": {"name": "configs", "namespace": ns},
-                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"},
+                                               {"apiVersion": "v1", "kind": "Secret"}]}}),
         false,
     )
     .await??;
-    for cm in ["poison", "fine"] {
+    // A refused Work holds back the copies it holds (those of one type), not the others.
+    for kind in ["ConfigMap", "Secret"] {
+        let name = if kind == "ConfigMap" {
+            "poison"
+        } else {
+            "fine"
+        };
         api::apply(
             hub,
-            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "namespace": ns},
-                    "data": {"a": "b"}}),
+            &json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": ns},
+                    "data": {"a": "Yg=="}}),
             false,
         )
         .await??;
@@ -1022,8 +1029,8 @@ async fn a_work_the_hub_refuses_does_not_stall_the_others() -> Result<()> {
     })
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
-    // ... while the other ConfigMap goes everywhere.
-    in_every_member::<ConfigMap>(members, ns, "fine").await?;
+    // ... while the Secret goes everywhere.
+    in_every_member::<Secret>(members, ns, "fine").await?;
     Ok(())
 }
 
@@ -1256,27 +1263,44 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     Ok(())
 }
 
-/// The Work name of the test namespace's object `name` of `group`/`kind`.
-fn work_of(fleet: &Fleet, group: &str, kind: &str, name: &str) -> String {
-    names::work_name(group, kind, fleet.ns.name(), name)
-}
-
-/// The Placement that places Work `work` on the first member (its label), if the Work exists.
-async fn placed_by(fleet: &Fleet, work: &str) -> Result<Option<String>> {
-    let (cluster, _) = &fleet.members[0];
+/// The Works on member `cluster` that hold the test namespace's object `kind`/`name`.
+async fn works_holding(fleet: &Fleet, cluster: &str, kind: &str, name: &str) -> Result<Vec<Work>> {
     let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(cluster));
     Ok(works
-        .get_opt(work)
+        .list(&ListParams::default())
         .await?
-        .and_then(|w| w.labels().get(labels::PLACEMENT).cloned()))
+        .items
+        .into_iter()
+        .filter(|w| {
+            w.annotations()
+                .get(annotations::SOURCE_NAMESPACE)
+                .map(String::as_str)
+                == Some(fleet.ns.name())
+                && w.spec.manifests.iter().any(|m| {
+                    m.types.as_ref().is_some_and(|t| t.kind == kind)
+                        && m.metadata.name.as_deref() == Some(name)
+                })
+        })
+        .collect())
 }
 
-async fn wait_placed_by(fleet: &Fleet, work: &str, placement: &str) -> Result<()> {
+/// The Placement whose Work alone holds object `kind`/`name` on the first member (its label),
+/// if one does.
+async fn placed_by(fleet: &Fleet, kind: &str, name: &str) -> Result<Option<String>> {
+    let (cluster, _) = &fleet.members[0];
+    let holding = works_holding(fleet, cluster, kind, name).await?;
+    Ok(match holding.as_slice() {
+        [only] => only.labels().get(labels::PLACEMENT).cloned(),
+        _ => None,
+    })
+}
+
+async fn wait_placed_by(fleet: &Fleet, kind: &str, name: &str, placement: &str) -> Result<()> {
     wait_for(
-        &format!("Work {work} to be placed by Placement {placement}"),
+        &format!("{kind} {name} to be placed by Placement {placement} alone"),
         Duration::from_secs(60),
         || async {
-            let by = placed_by(fleet, work).await?;
+            let by = placed_by(fleet, kind, name).await?;
             Ok(if by.as_deref() == Some(placement) {
                 Seen::Done(())
             } else {
@@ -1332,18 +1356,8 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
     Api::<ConfigMap>::namespaced(fleet.hub.clone(), ns)
         .create(&PostParams::default(), &cm)
         .await?;
-    wait_placed_by(
-        &fleet,
-        &work_of(&fleet, "apps", "Deployment", "web"),
-        "everything",
-    )
-    .await?;
-    wait_placed_by(
-        &fleet,
-        &work_of(&fleet, "", "ConfigMap", "settings"),
-        "everything",
-    )
-    .await?;
+    wait_placed_by(&fleet, "Deployment", "web", "everything").await?;
+    wait_placed_by(&fleet, "ConfigMap", "settings", "everything").await?;
     let uids = wait_for(
         "both objects in the first member",
         Duration::from_secs(60),
@@ -1364,12 +1378,7 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
         json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
     )
     .await?;
-    wait_placed_by(
-        &fleet,
-        &work_of(&fleet, "apps", "Deployment", "web"),
-        "web-only",
-    )
-    .await?;
+    wait_placed_by(&fleet, "Deployment", "web", "web-only").await?;
     wait_for(
         "Placement everything to say web is placed by web-only",
         Duration::from_secs(60),
@@ -1401,7 +1410,7 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
         "the ConfigMap to stay with the older Placement",
         Duration::from_secs(3),
         || async {
-            let by = placed_by(&fleet, &work_of(&fleet, "", "ConfigMap", "settings")).await?;
+            let by = placed_by(&fleet, "ConfigMap", "settings").await?;
             Ok(if by.as_deref() == Some("everything") {
                 Ok(())
             } else {
@@ -1415,12 +1424,7 @@ async fn the_most_specific_placement_places_an_object_and_ties_are_reported() ->
     placements
         .delete("web-only", &DeleteParams::default())
         .await?;
-    wait_placed_by(
-        &fleet,
-        &work_of(&fleet, "apps", "Deployment", "web"),
-        "everything",
-    )
-    .await?;
+    wait_placed_by(&fleet, "Deployment", "web", "everything").await?;
     ensure!(
         member_uids(&fleet).await? == uids,
         "handing objects between Placements must not recreate them in the member"
@@ -1498,10 +1502,9 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     hub_available(&deployments, 9).await?;
-    let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(&stopped));
-    let stale = works
-        .get_opt(&work_of(&fleet, "apps", "Deployment", "web"))
-        .await?;
+    let stale = works_holding(&fleet, &stopped, "Deployment", "web")
+        .await?
+        .pop();
     ensure!(
         stale
             .as_ref()
@@ -1525,9 +1528,9 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
                 Ok(copy) => copy,
                 Err(e) => return Ok(Seen::not_yet(format!("member not answering yet: {e}"))),
             };
-            let work = works
-                .get_opt(&work_of(&fleet, "apps", "Deployment", "web"))
-                .await?;
+            let work = works_holding(&fleet, &stopped, "Deployment", "web")
+                .await?
+                .pop();
             Ok(if copy.is_none() && work.is_none() {
                 Seen::Done(())
             } else {
@@ -1581,10 +1584,9 @@ async fn a_cluster_that_leaves_the_splitters_selector_keeps_its_copies() -> Resu
     // An edit reaches the other members; the one outside keeps its copy as it was.
     api::apply(hub, &settings("two"), false).await??;
     settings_everywhere(&members[1..], ns, "two", Duration::from_secs(30)).await?;
-    let works: Api<Work> = Api::namespaced(hub.clone(), &names::cluster_namespace(out));
-    let work = works
-        .get_opt(&work_of(&fleet, "", "ConfigMap", "settings"))
-        .await?;
+    let work = works_holding(&fleet, out, "ConfigMap", "settings")
+        .await?
+        .pop();
     assert!(
         work.as_ref()
             .is_some_and(|w| w.metadata.deletion_timestamp.is_none()),
