@@ -1,8 +1,8 @@
 //! Writing a Work's objects into a member, and deleting them: discovery, namespaces, the
 //! conflict check, server-side apply.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use flotilla_api::{
     ConflictPolicy, ManifestIdentity, ManifestStatus, annotations, field_managers, labels,
@@ -97,24 +97,33 @@ fn api_for(
 }
 
 /// Namespaces known to exist in each member, so that they are not read before every apply.
+/// Concurrent applies into a namespace not known yet wait for one check, not one each.
 #[derive(Default)]
 pub struct NamespaceCache {
-    known: Mutex<HashSet<(String, String)>>,
+    /// Per member and namespace: `true` once it is known to exist.
+    known: Mutex<HashMap<(String, String), Exists>>,
 }
 
+/// Whether one namespace of one member is known to exist; held while it is checked.
+type Exists = Arc<tokio::sync::Mutex<bool>>;
+
 impl NamespaceCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Exists>> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Creates namespace `name` in member `cluster` unless it is known to exist.
     async fn ensure(&self, cluster: &str, client: &Client, name: &str) -> Result<(), kube::Error> {
-        let key = (cluster.to_string(), name.to_string());
-        if self.lock().contains(&key) {
-            return Ok(());
+        let entry = self
+            .lock()
+            .entry((cluster.to_string(), name.to_string()))
+            .or_default()
+            .clone();
+        let mut exists = entry.lock().await;
+        if !*exists {
+            ensure_namespace(client, name).await?;
+            *exists = true;
         }
-        ensure_namespace(client, name).await?;
-        self.lock().insert(key);
         Ok(())
     }
 
@@ -125,7 +134,7 @@ impl NamespaceCache {
 
     /// Forgets every namespace of member `cluster`.
     pub fn forget_cluster(&self, cluster: &str) {
-        self.lock().retain(|(c, _)| c != cluster);
+        self.lock().retain(|(c, _), _| c != cluster);
     }
 }
 
@@ -418,7 +427,7 @@ pub async fn apply_manifest(
                 &resource,
                 namespace.as_deref(),
                 &id.name,
-                applied.metadata.resource_version.as_deref(),
+                Some(&applied.metadata),
             );
             Outcome::Applied(Box::new(applied))
         }

@@ -36,9 +36,27 @@ struct WatchKey {
 /// Object metadata as the watches keep it.
 pub type ObjectMeta = PartialObjectMeta<DynamicObject>;
 
-/// What the syncer last wrote, by (namespace, name): the resourceVersion it got back, or `None`
-/// while the write is in flight (its watch event may arrive before the response).
-type OwnWrites = Mutex<HashMap<(Option<String>, String), Option<String>>>;
+/// A write of the syncer whose watch event (its echo) has not arrived yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pending {
+    /// Sent, not answered: the echo may arrive before the answer.
+    InFlight,
+    /// Answered with this object, not echoed yet: the watch's copy is older than the member's.
+    Wrote(Written),
+}
+
+/// What the member answered to a write of the syncer: what [`MemberWatches::unchanged`] reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Written {
+    resource_version: String,
+    work: Option<String>,
+    hash: Option<String>,
+}
+
+/// The syncer's writes whose echo is pending, by (namespace, name). An entry lives from the
+/// write until its echo (or a deletion, or a restart of the watch), so the map holds only writes
+/// in flight, not one entry per object.
+type OwnWrites = Mutex<HashMap<(Option<String>, String), Pending>>;
 
 struct Running {
     stop: CancellationToken,
@@ -49,6 +67,40 @@ struct Running {
     /// The resourceVersion the syncer itself last wrote, per object: the watch event of our own
     /// write is not a member change.
     written: Arc<OwnWrites>,
+}
+
+impl Running {
+    fn key_of(&self, namespace: Option<&str>, name: &str) -> ObjectRef<ObjectMeta> {
+        let key = ObjectRef::new_with(name, self.resource.clone());
+        match namespace {
+            Some(ns) => key.within(ns),
+            None => key,
+        }
+    }
+}
+
+impl Written {
+    fn from_meta(m: &kube::api::ObjectMeta) -> Option<Self> {
+        Some(Self {
+            resource_version: m.resource_version.clone()?,
+            work: m
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(annotations::WORK))
+                .cloned(),
+            hash: crate::manifest::applied_hash(m.annotations.as_ref()).map(str::to_string),
+        })
+    }
+
+    /// What the watch has of an object, in the same terms (an object without a
+    /// resourceVersion matches nothing).
+    fn of(o: &ObjectMeta) -> Self {
+        Self::from_meta(&o.metadata).unwrap_or(Self {
+            resource_version: String::new(),
+            work: None,
+            hash: None,
+        })
+    }
 }
 
 impl Drop for Running {
@@ -162,6 +214,23 @@ impl MemberWatches {
             .collect()
     }
 
+    /// Runs `f` on the watch of this type in `cluster`, if there is one.
+    fn with_watch<R>(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        f: impl FnOnce(&Running) -> R,
+    ) -> Option<R> {
+        let state = self.lock();
+        state
+            .watches
+            .get(&WatchKey {
+                cluster: cluster.to_string(),
+                gvk: gvk_of(resource),
+            })
+            .map(f)
+    }
+
     /// The metadata of `name` as the watch of its type has it, if that type is watched.
     fn stored(
         &self,
@@ -170,16 +239,9 @@ impl MemberWatches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Arc<ObjectMeta>> {
-        let state = self.lock();
-        let running = state.watches.get(&WatchKey {
-            cluster: cluster.to_string(),
-            gvk: gvk_of(resource),
-        })?;
-        let mut key = ObjectRef::new_with(name, running.resource.clone());
-        if let Some(ns) = namespace {
-            key = key.within(ns);
-        }
-        running.store.get(&key)
+        self.with_watch(cluster, resource, |running| {
+            running.store.get(&running.key_of(namespace, name))
+        })?
     }
 
     /// Whether the watch of this type knows `name` as an object of `work_ref` (so that applying
@@ -192,8 +254,22 @@ impl MemberWatches {
         name: &str,
         work_ref: &str,
     ) -> bool {
-        self.stored(cluster, resource, namespace, name)
-            .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
+        self.with_watch(cluster, resource, |running| {
+            let answered = running
+                .written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(namespace.map(str::to_string), name.to_string()))
+                .is_some_and(
+                    |p| matches!(p, Pending::Wrote(w) if w.work.as_deref() == Some(work_ref)),
+                );
+            answered
+                || running
+                    .store
+                    .get(&running.key_of(namespace, name))
+                    .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
+        })
+        .unwrap_or(false)
     }
 
     /// The UID and resourceVersion of `name` as the watch of its type has it, when it is an
@@ -232,13 +308,29 @@ impl MemberWatches {
         hash: &str,
         resource_version: &str,
     ) -> bool {
-        self.stored(cluster, resource, namespace, name)
-            .is_some_and(|o| {
-                o.metadata.deletion_timestamp.is_none()
-                    && o.metadata.resource_version.as_deref() == Some(resource_version)
-                    && owner_annotation(&o) == Some(work_ref)
-                    && crate::manifest::applied_hash(o.metadata.annotations.as_ref()) == Some(hash)
-            })
+        let as_applied = |w: &Written| {
+            w.resource_version == resource_version
+                && w.work.as_deref() == Some(work_ref)
+                && w.hash.as_deref() == Some(hash)
+        };
+        self.with_watch(cluster, resource, |running| {
+            // The answer to our own write, while its echo is still on the way: the watch's copy
+            // (if any) is older, and any change after that write arrives after the echo.
+            let pending = running
+                .written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(namespace.map(str::to_string), name.to_string()))
+                .is_some_and(|p| matches!(p, Pending::Wrote(w) if as_applied(w)));
+            pending
+                || running
+                    .store
+                    .get(&running.key_of(namespace, name))
+                    .is_some_and(|o| {
+                        o.metadata.deletion_timestamp.is_none() && as_applied(&Written::of(&o))
+                    })
+        })
+        .unwrap_or(false)
     }
 
     /// The syncer is about to write this object: until [`Self::wrote`], its watch events are
@@ -250,49 +342,48 @@ impl MemberWatches {
         namespace: Option<&str>,
         name: &str,
     ) {
-        self.record(cluster, resource, namespace, name, Some(None));
+        self.with_watch(cluster, resource, |running| {
+            running
+                .written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    (namespace.map(str::to_string), name.to_string()),
+                    Pending::InFlight,
+                );
+        });
     }
 
-    /// The syncer wrote this object and got `resource_version` back (`None`: the write failed):
-    /// the watch event of exactly that version is not a change.
+    /// The syncer wrote this object and the member answered with `applied` (`None`: the write
+    /// failed): the watch event of exactly that version is not a change, and until it arrives
+    /// the answer is the object's latest state.
     pub fn wrote(
         &self,
         cluster: &str,
         resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
-        resource_version: Option<&str>,
+        applied: Option<&kube::api::ObjectMeta>,
     ) {
-        self.record(
-            cluster,
-            resource,
-            namespace,
-            name,
-            resource_version.map(|rv| Some(rv.to_string())),
-        );
-    }
-
-    fn record(
-        &self,
-        cluster: &str,
-        resource: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        entry: Option<Option<String>>,
-    ) {
-        let state = self.lock();
-        let Some(running) = state.watches.get(&WatchKey {
-            cluster: cluster.to_string(),
-            gvk: gvk_of(resource),
-        }) else {
-            return;
-        };
-        let mut written = running.written.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (namespace.map(str::to_string), name.to_string());
-        match entry {
-            Some(e) => written.insert(key, e),
-            None => written.remove(&key),
-        };
+        self.with_watch(cluster, resource, |running| {
+            let key = (namespace.map(str::to_string), name.to_string());
+            // Under the lock the watch task takes for each event: an echo is either already in
+            // the store (seen below) or handled after this entry is in place.
+            let mut written = running.written.lock().unwrap_or_else(|e| e.into_inner());
+            let answer = applied.and_then(Written::from_meta);
+            let echoed = answer.as_ref().is_none_or(|w| {
+                running
+                    .store
+                    .get(&running.key_of(namespace, name))
+                    .and_then(|o| o.metadata.resource_version.clone())
+                    .as_deref()
+                    == Some(w.resource_version.as_str())
+            });
+            match answer {
+                Some(w) if !echoed => written.insert(key, Pending::Wrote(w)),
+                _ => written.remove(&key),
+            };
+        });
     }
 
     fn gauge(&self, cluster: &str) -> prometheus::IntGauge {
@@ -341,8 +432,7 @@ impl MemberWatches {
             // applied it is kept: a copy of every managed object's metadata would be most of the
             // syncer's memory.
             .modify(lean)
-            .reflect(writer)
-            .touched_objects();
+            .reflect(writer);
         let cluster = key.cluster.clone();
         let kind = key.gvk.kind.clone();
         let mut trigger = self.trigger.clone();
@@ -363,17 +453,17 @@ impl MemberWatches {
                     next = events.next() => next,
                 };
                 match next {
-                    Some(Ok(object)) => {
+                    Some(Ok(event)) => {
                         if failing {
                             tracing::info!(cluster, kind, "the member watch works again");
                             failing = false;
                         }
+                        let Some(object) = echo_or_change(&own_writes, event) else {
+                            continue;
+                        };
                         let Some(work) = work_of(&object) else {
                             continue;
                         };
-                        if is_own_write(&own_writes, &object) {
-                            continue;
-                        }
                         tracking.member_changed(work.clone());
                         if trigger.send(work).await.is_err() {
                             break;
@@ -428,22 +518,57 @@ fn owner_annotation(object: &ObjectMeta) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Whether this event is the echo of the syncer's own last write of the object.
-fn is_own_write(written: &OwnWrites, object: &ObjectMeta) -> bool {
-    let key = (
+/// The object of a watch event that is a change to react to; `None` for the echo of the
+/// syncer's own write (whose pending entry it clears) and for events without an object.
+fn echo_or_change(written: &OwnWrites, event: watcher::Event<ObjectMeta>) -> Option<ObjectMeta> {
+    let mut written = written.lock().unwrap_or_else(|e| e.into_inner());
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            (!is_own_write(&mut written, &o)).then_some(o)
+        }
+        watcher::Event::Delete(o) => {
+            written.remove(&key_of(&o));
+            Some(o)
+        }
+        // A relist may skip echoes: what was answered is no longer known to be the latest.
+        watcher::Event::Init => {
+            written.retain(|_, p| *p == Pending::InFlight);
+            None
+        }
+        watcher::Event::InitDone => None,
+    }
+}
+
+fn key_of(object: &ObjectMeta) -> (Option<String>, String) {
+    (
         object.metadata.namespace.clone(),
         object.metadata.name.clone().unwrap_or_default(),
-    );
-    let written = written.lock().unwrap_or_else(|e| e.into_inner());
+    )
+}
+
+/// Whether this event is the echo of the syncer's own write of the object; the echo of an
+/// answered write clears its entry.
+fn is_own_write(
+    written: &mut HashMap<(Option<String>, String), Pending>,
+    object: &ObjectMeta,
+) -> bool {
     if object.metadata.deletion_timestamp.is_some() {
         return false;
     }
+    let key = key_of(object);
     match written.get(&key) {
         // A write is in flight: this is most likely its echo; anything else is seen on the
         // write's own response or the next event.
-        Some(None) => true,
-        Some(Some(rv)) => object.metadata.resource_version.as_deref() == Some(rv.as_str()),
-        None => false,
+        Some(Pending::InFlight) => true,
+        Some(Pending::Wrote(w))
+            if object.metadata.resource_version.as_deref() == Some(w.resource_version.as_str()) =>
+        {
+            written.remove(&key);
+            true
+        }
+        // An event of another version before the echo: an older one still on its way, or a
+        // change by someone else (then the echo has passed, or the watch restarted).
+        Some(Pending::Wrote(_)) | None => false,
     }
 }
 
@@ -507,19 +632,54 @@ mod tests {
         assert!(work_of(&meta(Some("/web"), "1")).is_none());
     }
 
+    fn answered(rv: &str) -> Pending {
+        Pending::Wrote(Written {
+            resource_version: rv.into(),
+            work: None,
+            hash: None,
+        })
+    }
+
     #[test]
     fn the_echo_of_our_own_write_is_not_a_change() {
         let key = (Some("shop".to_string()), "settings".to_string());
-        let written = Mutex::new(HashMap::from([(key.clone(), Some("7".to_string()))]));
-        assert!(is_own_write(&written, &meta(None, "7")));
-        assert!(!is_own_write(&written, &meta(None, "8")));
-        let in_flight = Mutex::new(HashMap::from([(key, None)]));
-        assert!(is_own_write(&in_flight, &meta(None, "9")));
+        let mut written = HashMap::from([(key.clone(), answered("7"))]);
+        // Another version first (an older event still on its way): a change, the entry stays.
+        assert!(!is_own_write(&mut written, &meta(None, "6")));
+        assert!(written.contains_key(&key));
+        // The echo: not a change, and nothing is pending any more.
+        assert!(is_own_write(&mut written, &meta(None, "7")));
+        assert!(written.is_empty());
+        assert!(!is_own_write(&mut written, &meta(None, "7")));
+        let mut in_flight = HashMap::from([(key.clone(), Pending::InFlight)]);
+        assert!(is_own_write(&mut in_flight, &meta(None, "9")));
+        assert!(in_flight.contains_key(&key));
         let mut deleted = meta(None, "7");
         deleted.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
-        assert!(!is_own_write(&written, &deleted));
+        let mut written = HashMap::from([(key, answered("7"))]);
+        assert!(!is_own_write(&mut written, &deleted));
+    }
+
+    #[test]
+    fn a_deletion_or_a_relist_ends_what_was_pending() {
+        let key = (Some("shop".to_string()), "settings".to_string());
+        let other = (Some("shop".to_string()), "other".to_string());
+        let written = Mutex::new(HashMap::from([
+            (key.clone(), answered("7")),
+            (other.clone(), Pending::InFlight),
+        ]));
+        assert!(echo_or_change(&written, watcher::Event::Init).is_none());
+        let left = written.lock().expect("lock").clone();
+        assert_eq!(left, HashMap::from([(other, Pending::InFlight)]));
+        written
+            .lock()
+            .expect("lock")
+            .insert(key.clone(), answered("7"));
+        let gone = echo_or_change(&written, watcher::Event::Delete(meta(None, "8")));
+        assert!(gone.is_some());
+        assert!(!written.lock().expect("lock").contains_key(&key));
     }
 }
