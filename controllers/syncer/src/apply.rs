@@ -370,10 +370,9 @@ pub async fn apply_manifest(
         );
     }
     // Nothing changed since this syncer applied it: nothing to send, no conflict to check.
-    if let Some(hash) =
-        prepared.object["metadata"]["annotations"][annotations::MANIFEST_HASH].as_str()
-        && let Some((rv, object)) = last_applied(prepared, previous)
-        && shared.watches.unchanged(
+    let hash = prepared.object["metadata"]["annotations"][annotations::MANIFEST_HASH].as_str();
+    let stale = match (hash, last_applied(prepared, previous)) {
+        (Some(hash), Some((rv, object))) => match shared.watches.unchanged(
             cluster,
             &resource,
             namespace.as_deref(),
@@ -381,10 +380,13 @@ pub async fn apply_manifest(
             work_ref,
             hash,
             &rv,
-        )
-    {
-        return (Some(resource), Outcome::Unchanged(Box::new(object)));
-    }
+        ) {
+            Ok(()) => return (Some(resource), Outcome::Unchanged(Box::new(object))),
+            Err(stale) => Some(stale),
+        },
+        _ => None,
+    };
+    tracing::debug!(cluster, object = %describe(id), work = work_ref, ?stale, "applying");
     // An object the member watch knows as this Work's needs no conflict check.
     let known = shared
         .watches

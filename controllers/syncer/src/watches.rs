@@ -36,6 +36,23 @@ struct WatchKey {
 /// Object metadata as the watches keep it.
 pub type ObjectMeta = PartialObjectMeta<DynamicObject>;
 
+/// Why a manifest the syncer applied before is applied again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stale {
+    /// Its type has no member watch (yet).
+    NotWatched,
+    /// The member watch does not have the object (gone, or not listed yet).
+    Unseen,
+    /// The member object is being deleted.
+    Deleting,
+    /// The member object belongs to another Work.
+    OtherWork,
+    /// The manifest changed since it was applied.
+    ManifestChanged,
+    /// The member object changed since it was applied (by anyone), or the status is older.
+    ObjectChanged,
+}
+
 /// A write of the syncer whose watch event (its echo) has not arrived yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Pending {
@@ -296,7 +313,7 @@ impl MemberWatches {
     /// Whether the watch of this type has `name` as this syncer last applied it for `work_ref`:
     /// with manifest hash `hash`, at `resource_version` (what the Work's status reports), and
     /// not being deleted. Then there is nothing to apply: any change since, by anyone, would
-    /// have changed its resourceVersion.
+    /// have changed its resourceVersion. Otherwise, why it must be applied.
     #[allow(clippy::too_many_arguments)]
     pub fn unchanged(
         &self,
@@ -307,11 +324,17 @@ impl MemberWatches {
         work_ref: &str,
         hash: &str,
         resource_version: &str,
-    ) -> bool {
-        let as_applied = |w: &Written| {
-            w.resource_version == resource_version
-                && w.work.as_deref() == Some(work_ref)
-                && w.hash.as_deref() == Some(hash)
+    ) -> Result<(), Stale> {
+        let compare = |w: &Written| {
+            if w.work.as_deref() != Some(work_ref) {
+                Err(Stale::OtherWork)
+            } else if w.hash.as_deref() != Some(hash) {
+                Err(Stale::ManifestChanged)
+            } else if w.resource_version != resource_version {
+                Err(Stale::ObjectChanged)
+            } else {
+                Ok(())
+            }
         };
         self.with_watch(cluster, resource, |running| {
             // The answer to our own write, while its echo is still on the way: the watch's copy
@@ -321,16 +344,20 @@ impl MemberWatches {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&(namespace.map(str::to_string), name.to_string()))
-                .is_some_and(|p| matches!(p, Pending::Wrote(w) if as_applied(w)));
-            pending
-                || running
-                    .store
-                    .get(&running.key_of(namespace, name))
-                    .is_some_and(|o| {
-                        o.metadata.deletion_timestamp.is_none() && as_applied(&Written::of(&o))
-                    })
+                .is_some_and(|p| matches!(p, Pending::Wrote(w) if compare(w).is_ok()));
+            if pending {
+                return Ok(());
+            }
+            let o = running
+                .store
+                .get(&running.key_of(namespace, name))
+                .ok_or(Stale::Unseen)?;
+            if o.metadata.deletion_timestamp.is_some() {
+                return Err(Stale::Deleting);
+            }
+            compare(&Written::of(&o))
         })
-        .unwrap_or(false)
+        .unwrap_or(Err(Stale::NotWatched))
     }
 
     /// The syncer is about to write this object: until [`Self::wrote`], its watch events are

@@ -242,10 +242,11 @@ pub async fn serve(
             // Not read by the syncer, and much of a Work's size.
             w.metadata.managed_fields = None;
             keep.take(w);
-            written.seen(w);
         })
         .reflect(writer)
         .applied_objects()
+        // Once the store has this version: a reconciliation reads the store, then `own_status`.
+        .inspect_ok(move |w| written.seen(w))
         .predicate_filter(spec_or_lifecycle, Default::default())
         .inspect_ok(move |w| seen.work_seen(w));
     // Changes of applied objects in the members trigger their Works.
@@ -403,6 +404,13 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
     // A place of this member's share of the syncer's concurrency, then a common one: while a
     // member is slow or does not answer, its Works wait behind each other, not before others.
     let _slot = state.slots.take(&cluster).await;
+    // The Work as the cache has it now, not as it was when this reconciliation was queued: the
+    // wait for a slot can be long, and meanwhile the cache may have caught up with the status
+    // this syncer wrote last (and stopped holding that status apart).
+    let work = match state.works.get(&key) {
+        Some(now) if now.uid() == work.uid() => now,
+        _ => work,
+    };
     let member_change = state.tracking.take_member_change(&key);
     if state.targets.serving(&cluster) != Serving::Yes
         && !may_let_go(&work, &cluster, &state).await?
