@@ -141,10 +141,14 @@ log "== hub: 50 single edits of one ConfigMap among ${COUNT}"
 read -r _ P50 P99 PMAX < <(user hub-single bench-user)
 log "== hub: delete ${COUNT} ConfigMaps"
 before="$(hub_requests)"
+by_before="$(hub_requests_by)"
+members_before="$(member_requests_by)"
 cpu_before="$(cpu_snapshot)"
 read -r _ _ MEMBERS_S[delete] PLACEMENT_S[delete] < <(user hub-delete bench-user)
 cpu_phase delete "${cpu_before}" "$(cpu_snapshot)"
 CALLS[delete]="$(per_object "${before}" "$(hub_requests)")"
+BY[delete]="$(requests_between "${by_before}" "$(hub_requests_by)")"
+MEMBER_BY[delete]="$(requests_between "${members_before}" "$(member_requests_by)")"
 
 kill "${SAMPLER}" 2>/dev/null || true
 read -r SPLITTER_FDS SYNCER_FDS <"${FDS}" || SPLITTER_FDS="-" SYNCER_FDS="-"
@@ -177,18 +181,19 @@ done
 echo
 echo "The Placement with ${COUNT} objects × ${MEMBERS} copies placed: ${STATUS_BYTES} bytes (\`kubectl get -o json\`)."
 echo
-# A table of the most frequent requests of the create and the edit: title, then the two
-# requests_between outputs.
-requests_table() { # title create edit
+# A table of the most frequent requests of each phase: title, then the requests_between outputs
+# of the create, the edit and the delete (rows: the eight most frequent of any phase).
+requests_table() { # title create edit delete
   local _ verb resource
-  echo "| $1 | create | edit |"
-  echo "|---|---:|---:|"
+  echo "| $1 | create | edit | delete |"
+  echo "|---|---:|---:|---:|"
   count_in() { awk -v v="${verb}" -v r="${resource}" '$2 == v && $3 == r {print $1}' <<<"$1"; }
-  while read -r _ verb resource; do
-    echo "| ${verb} ${resource} | $(count_in "$2") | $(count_in "$3") |"
-  done < <(head -n 8 <<<"$2")
+  while read -r verb resource; do
+    echo "| ${verb} ${resource} | $(count_in "$2") | $(count_in "$3") | $(count_in "$4") |"
+  done < <(printf '%s\n' "$2" "$3" "$4" | awk 'NF == 3 {n[$2 " " $3] += $1} END {for (k in n) print n[k], k}' \
+    | sort -rn | head -n 10 | cut -d' ' -f2-)
 }
-requests_table "hub requests during the phase (most frequent)" "${BY[create]}" "${BY[edit]}"
+requests_table "hub requests during the phase (most frequent)" "${BY[create]}" "${BY[edit]}" "${BY[delete]}"
 echo
 requests_table "member requests during the phase, all members (most frequent; the direct path: one APPLY per object and member)" \
-  "${MEMBER_BY[create]}" "${MEMBER_BY[edit]}"
+  "${MEMBER_BY[create]}" "${MEMBER_BY[edit]}" "${MEMBER_BY[delete]}"
