@@ -87,6 +87,19 @@ struct Running {
 }
 
 impl Running {
+    /// The member's answer to the syncer's write of this object, while its echo is pending.
+    fn answered(&self, namespace: Option<&str>, name: &str) -> Option<Written> {
+        match self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.map(str::to_string), name.to_string()))
+        {
+            Some(Pending::Wrote(w)) => Some(w.clone()),
+            _ => None,
+        }
+    }
+
     fn key_of(&self, namespace: Option<&str>, name: &str) -> ObjectRef<ObjectMeta> {
         let key = ObjectRef::new_with(name, self.resource.clone());
         match namespace {
@@ -273,13 +286,8 @@ impl MemberWatches {
     ) -> bool {
         self.with_watch(cluster, resource, |running| {
             let answered = running
-                .written
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&(namespace.map(str::to_string), name.to_string()))
-                .is_some_and(
-                    |p| matches!(p, Pending::Wrote(w) if w.work.as_deref() == Some(work_ref)),
-                );
+                .answered(namespace, name)
+                .is_some_and(|w| w.work.as_deref() == Some(work_ref));
             answered
                 || running
                     .store
@@ -340,11 +348,8 @@ impl MemberWatches {
             // The answer to our own write, while its echo is still on the way: the watch's copy
             // (if any) is older, and any change after that write arrives after the echo.
             let pending = running
-                .written
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&(namespace.map(str::to_string), name.to_string()))
-                .is_some_and(|p| matches!(p, Pending::Wrote(w) if compare(w).is_ok()));
+                .answered(namespace, name)
+                .is_some_and(|w| compare(&w).is_ok());
             if pending {
                 return Ok(());
             }
