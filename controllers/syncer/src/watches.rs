@@ -56,8 +56,9 @@ pub enum Stale {
 /// A write of the syncer whose watch event (its echo) has not arrived yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Pending {
-    /// Sent, not answered: the echo may arrive before the answer.
-    InFlight,
+    /// Sent, not answered: the echo may arrive before the answer. Holds the resourceVersions
+    /// of the events seen meanwhile, so that the answer can tell whether its echo has passed.
+    InFlight(Vec<String>),
     /// Answered with this object, not echoed yet: the watch's copy is older than the member's.
     Wrote(Written),
 }
@@ -87,19 +88,6 @@ struct Running {
 }
 
 impl Running {
-    /// The member's answer to the syncer's write of this object, while its echo is pending.
-    fn answered(&self, namespace: Option<&str>, name: &str) -> Option<Written> {
-        match self
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(namespace.map(str::to_string), name.to_string()))
-        {
-            Some(Pending::Wrote(w)) => Some(w.clone()),
-            _ => None,
-        }
-    }
-
     fn key_of(&self, namespace: Option<&str>, name: &str) -> ObjectRef<ObjectMeta> {
         let key = ObjectRef::new_with(name, self.resource.clone());
         match namespace {
@@ -284,17 +272,8 @@ impl MemberWatches {
         name: &str,
         work_ref: &str,
     ) -> bool {
-        self.with_watch(cluster, resource, |running| {
-            let answered = running
-                .answered(namespace, name)
-                .is_some_and(|w| w.work.as_deref() == Some(work_ref));
-            answered
-                || running
-                    .store
-                    .get(&running.key_of(namespace, name))
-                    .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
-        })
-        .unwrap_or(false)
+        self.stored(cluster, resource, namespace, name)
+            .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
     }
 
     /// The UID and resourceVersion of `name` as the watch of its type has it, when it is an
@@ -344,25 +323,13 @@ impl MemberWatches {
                 Ok(())
             }
         };
-        self.with_watch(cluster, resource, |running| {
-            // The answer to our own write, while its echo is still on the way: the watch's copy
-            // (if any) is older, and any change after that write arrives after the echo.
-            let pending = running
-                .answered(namespace, name)
-                .is_some_and(|w| compare(&w).is_ok());
-            if pending {
-                return Ok(());
-            }
-            let o = running
-                .store
-                .get(&running.key_of(namespace, name))
-                .ok_or(Stale::Unseen)?;
-            if o.metadata.deletion_timestamp.is_some() {
-                return Err(Stale::Deleting);
-            }
-            compare(&Written::of(&o))
-        })
-        .unwrap_or(Err(Stale::NotWatched))
+        let o = self
+            .stored(cluster, resource, namespace, name)
+            .ok_or(Stale::Unseen)?;
+        if o.metadata.deletion_timestamp.is_some() {
+            return Err(Stale::Deleting);
+        }
+        compare(&Written::of(&o))
     }
 
     /// The syncer is about to write this object: until [`Self::wrote`], its watch events are
@@ -381,14 +348,13 @@ impl MemberWatches {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(
                     (namespace.map(str::to_string), name.to_string()),
-                    Pending::InFlight,
+                    Pending::InFlight(Vec::new()),
                 );
         });
     }
 
     /// The syncer wrote this object and the member answered with `applied` (`None`: the write
-    /// failed): the watch event of exactly that version is not a change, and until it arrives
-    /// the answer is the object's latest state.
+    /// failed): the watch event of exactly that version is not a change.
     pub fn wrote(
         &self,
         cluster: &str,
@@ -403,18 +369,17 @@ impl MemberWatches {
             // the store (seen below) or handled after this entry is in place.
             let mut written = running.written.lock().unwrap_or_else(|e| e.into_inner());
             let answer = applied.and_then(Written::from_meta);
-            let echoed = answer.as_ref().is_none_or(|w| {
-                running
-                    .store
-                    .get(&running.key_of(namespace, name))
-                    .and_then(|o| o.metadata.resource_version.clone())
-                    .as_deref()
-                    == Some(w.resource_version.as_str())
-            });
-            match answer {
-                Some(w) if !echoed => written.insert(key, Pending::Wrote(w)),
-                _ => written.remove(&key),
+            let seen = match written.remove(&key) {
+                Some(Pending::InFlight(seen)) => seen,
+                _ => Vec::new(),
             };
+            let stored = running
+                .store
+                .get(&running.key_of(namespace, name))
+                .and_then(|o| o.metadata.resource_version.clone());
+            if let Some(pending) = after_answer(&seen, stored.as_deref(), answer) {
+                written.insert(key, pending);
+            }
         });
     }
 
@@ -564,11 +529,22 @@ fn echo_or_change(written: &OwnWrites, event: watcher::Event<ObjectMeta>) -> Opt
         }
         // A relist may skip echoes: what was answered is no longer known to be the latest.
         watcher::Event::Init => {
-            written.retain(|_, p| *p == Pending::InFlight);
+            written.retain(|_, p| matches!(p, Pending::InFlight(_)));
             None
         }
         watcher::Event::InitDone => None,
     }
+}
+
+/// What stays pending once a write is answered with `answer` (`None`: it failed), after the
+/// events of `seen` arrived while it was in flight, with the watch's store at `stored`: the
+/// answer, unless its echo came already (later events may have come too, so the store can be
+/// newer than the answer) or the write failed.
+fn after_answer(seen: &[String], stored: Option<&str>, answer: Option<Written>) -> Option<Pending> {
+    let answer = answer?;
+    let echoed =
+        seen.contains(&answer.resource_version) || stored == Some(answer.resource_version.as_str());
+    (!echoed).then_some(Pending::Wrote(answer))
 }
 
 fn key_of(object: &ObjectMeta) -> (Option<String>, String) {
@@ -588,10 +564,13 @@ fn is_own_write(
         return false;
     }
     let key = key_of(object);
-    match written.get(&key) {
+    match written.get_mut(&key) {
         // A write is in flight: this is most likely its echo; anything else is seen on the
         // write's own response or the next event.
-        Some(Pending::InFlight) => true,
+        Some(Pending::InFlight(seen)) => {
+            seen.extend(object.metadata.resource_version.clone());
+            true
+        }
         Some(Pending::Wrote(w))
             if object.metadata.resource_version.as_deref() == Some(w.resource_version.as_str()) =>
         {
@@ -683,7 +662,7 @@ mod tests {
         assert!(is_own_write(&mut written, &meta(None, "7")));
         assert!(written.is_empty());
         assert!(!is_own_write(&mut written, &meta(None, "7")));
-        let mut in_flight = HashMap::from([(key.clone(), Pending::InFlight)]);
+        let mut in_flight = HashMap::from([(key.clone(), Pending::InFlight(Vec::new()))]);
         assert!(is_own_write(&mut in_flight, &meta(None, "9")));
         assert!(in_flight.contains_key(&key));
         let mut deleted = meta(None, "7");
@@ -696,16 +675,41 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_whose_echo_has_passed_is_not_pending() {
+        let answer = |rv: &str| Written {
+            resource_version: rv.into(),
+            work: None,
+            hash: None,
+        };
+        // The echo is still to come: the answer is the object's state until then.
+        assert_eq!(
+            after_answer(&["4".into()], Some("4"), Some(answer("5"))),
+            Some(answered("5"))
+        );
+        // The echo came while the write was in flight, and a member controller's change after
+        // it: the store is newer than the answer, which must not stand for the object.
+        assert_eq!(
+            after_answer(&["5".into(), "6".into()], Some("6"), Some(answer("5"))),
+            None
+        );
+        assert_eq!(after_answer(&[], Some("5"), Some(answer("5"))), None);
+        assert_eq!(after_answer(&["5".into()], None, None), None);
+    }
+
+    #[test]
     fn a_deletion_or_a_relist_ends_what_was_pending() {
         let key = (Some("shop".to_string()), "settings".to_string());
         let other = (Some("shop".to_string()), "other".to_string());
         let written = Mutex::new(HashMap::from([
             (key.clone(), answered("7")),
-            (other.clone(), Pending::InFlight),
+            (other.clone(), Pending::InFlight(Vec::new())),
         ]));
         assert!(echo_or_change(&written, watcher::Event::Init).is_none());
         let left = written.lock().expect("lock").clone();
-        assert_eq!(left, HashMap::from([(other, Pending::InFlight)]));
+        assert_eq!(
+            left,
+            HashMap::from([(other, Pending::InFlight(Vec::new()))])
+        );
         written
             .lock()
             .expect("lock")
