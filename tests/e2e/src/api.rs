@@ -297,6 +297,32 @@ impl Drop for ClusterScopedObjects {
     }
 }
 
+/// The Works on member `cluster` (in its `flotilla-cluster-<name>` namespace on the hub) whose
+/// objects come from hub namespace `namespace`: a test's own, on a hub other tests share.
+pub async fn works_from(
+    hub: &Client,
+    cluster: &str,
+    namespace: &str,
+) -> Result<Vec<flotilla_api::Work>> {
+    use kube::ResourceExt;
+    let works: Api<flotilla_api::Work> = Api::namespaced(
+        hub.clone(),
+        &flotilla_api::names::cluster_namespace(cluster),
+    );
+    Ok(works
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|w| {
+            w.annotations()
+                .get(flotilla_api::annotations::SOURCE_NAMESPACE)
+                .map(String::as_str)
+                == Some(namespace)
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use flotilla_api::{Placement, Work, annotations, names};
+use flotilla_api::Placement;
 use flotilla_e2e::{
     ClusterInfo, Environment, Seen, TestNamespace, client_from, parse_version, wait_for,
 };
@@ -643,19 +643,7 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
 
         // The Works of the namespace on this member: none for what Kubernetes made, and the
         // Service's without the hub's address or allocated node port.
-        let works: Api<Work> = Api::namespaced(hub.clone(), &names::cluster_namespace(cluster));
-        let ours: Vec<Work> = works
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|w| {
-                w.annotations()
-                    .get(annotations::SOURCE_NAMESPACE)
-                    .map(String::as_str)
-                    == Some(ns)
-            })
-            .collect();
+        let ours = flotilla_e2e::api::works_from(hub, cluster, ns).await?;
         let sources: BTreeSet<String> = ours
             .iter()
             .flat_map(|w| w.spec.manifests.iter())

@@ -19,7 +19,7 @@ use flotilla_e2e::{
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -1265,21 +1265,14 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
 
 /// The Works on member `cluster` that hold the test namespace's object `kind`/`name`.
 async fn works_holding(fleet: &Fleet, cluster: &str, kind: &str, name: &str) -> Result<Vec<Work>> {
-    let works: Api<Work> = Api::namespaced(fleet.hub.clone(), &names::cluster_namespace(cluster));
-    Ok(works
-        .list(&ListParams::default())
+    Ok(api::works_from(&fleet.hub, cluster, fleet.ns.name())
         .await?
-        .items
         .into_iter()
         .filter(|w| {
-            w.annotations()
-                .get(annotations::SOURCE_NAMESPACE)
-                .map(String::as_str)
-                == Some(fleet.ns.name())
-                && w.spec.manifests.iter().any(|m| {
-                    m.types.as_ref().is_some_and(|t| t.kind == kind)
-                        && m.metadata.name.as_deref() == Some(name)
-                })
+            w.spec.manifests.iter().any(|m| {
+                m.types.as_ref().is_some_and(|t| t.kind == kind)
+                    && m.metadata.name.as_deref() == Some(name)
+            })
         })
         .collect())
 }
