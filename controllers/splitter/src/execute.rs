@@ -50,16 +50,21 @@ pub async fn execute(
     }
     outcome.failed_writes.sort();
 
-    stream::iter(plan.deletes.clone())
+    let deleted: Vec<(WorkId, Option<Work>)> = stream::iter(plan.deletes.clone())
         .map(|d| delete(client.clone(), d))
         .buffer_unordered(PARALLEL_WRITES)
-        .try_collect::<Vec<()>>()
+        .try_collect()
         .await?;
     for written in outcome.written.values() {
         recent.record(written.clone());
     }
-    for d in &plan.deletes {
-        recent.forget(&(d.namespace.clone(), d.name.clone()));
+    for (id, answer) in deleted {
+        match answer {
+            // Being deleted (the syncer's finalizer holds it): so the next pass sees it, not
+            // the Work as the cache still has it, which it would delete again.
+            Some(deleting) => recent.record(deleting),
+            None => recent.forget(&id),
+        }
     }
     Ok(outcome)
 }
@@ -116,7 +121,10 @@ async fn write(
     Ok((key, result))
 }
 
-async fn delete(client: kube::Client, d: Deletion) -> Result<(), Error> {
+/// Deletes one Work, if it is still the one the plan decided on. The Work as the hub answered
+/// (lean), when it is still there being deleted.
+async fn delete(client: kube::Client, d: Deletion) -> Result<(WorkId, Option<Work>), Error> {
+    let id = (d.namespace.clone(), d.name.clone());
     let api: Api<Work> = Api::namespaced(client, &d.namespace);
     // Only the Work this decision was made on: changed since (409), the next pass decides.
     let params = DeleteParams {
@@ -128,8 +136,15 @@ async fn delete(client: kube::Client, d: Deletion) -> Result<(), Error> {
     };
     tracing::debug!(namespace = %d.namespace, name = %d.name, why = ?d.why, "deleting Work");
     match api.delete(&d.name, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Ok(answer) => Ok((
+            id,
+            answer.left().map(|mut deleting| {
+                deleting.metadata.managed_fields = None;
+                crate::plan::lean(&mut deleting);
+                deleting
+            }),
+        )),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok((id, None)),
         Err(e) => Err(e.into()),
     }
 }

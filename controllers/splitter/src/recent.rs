@@ -68,12 +68,15 @@ impl RecentWrites {
 }
 
 /// Whether the cache's `cached` is at least as new as `written`: the same Work (UID) at the same
-/// or a later generation, or another Work under the name that is not being deleted.
+/// or a later generation, and being deleted if `written` is; or another Work under the name that
+/// is not being deleted.
 fn caught_up(cached: &Work, written: &Work) -> bool {
     if cached.uid() != written.uid() {
         return cached.metadata.deletion_timestamp.is_none();
     }
     cached.metadata.generation >= written.metadata.generation
+        && (written.metadata.deletion_timestamp.is_none()
+            || cached.metadata.deletion_timestamp.is_some())
 }
 
 /// The cache's Works, each replaced by a newer write of it, and the Works written that the cache
@@ -145,6 +148,22 @@ mod tests {
         // The cache has another live Work under the name: the cache counts.
         let merged = merge(vec![work("a", "other", 1)], vec![work("a", "new", 1)]);
         assert_eq!(merged[0].uid().as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn a_deletion_counts_until_the_cache_has_it() {
+        let mut deleting = (*work("a", "ua", 2)).clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        let deleting = Arc::new(deleting);
+        // The cache still has the Work live, at the same generation: the deletion counts.
+        let merged = merge(vec![work("a", "ua", 2)], vec![deleting.clone()]);
+        assert!(merged[0].metadata.deletion_timestamp.is_some());
+        // The cache has the deletion too: the cache counts.
+        let merged = merge(vec![deleting.clone()], vec![deleting]);
+        assert!(merged[0].metadata.deletion_timestamp.is_some());
     }
 
     #[test]

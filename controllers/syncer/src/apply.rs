@@ -475,11 +475,11 @@ pub async fn delete_manifest(
         Err(e) => return Err(format!("{}: {e}", describe(id))),
     };
     let (api, namespace) = api_for(client, &resource, &scope, id);
-    if let Some((uid, resource_version)) =
-        shared
-            .watches
-            .owned(cluster, &resource, namespace.as_deref(), &id.name, work_ref)
-    {
+    let known = shared
+        .watches
+        .owned(cluster, &resource, namespace.as_deref(), &id.name, work_ref);
+    tracing::debug!(cluster, object = %describe(id), work = work_ref, watched = known.is_some(), "deleting");
+    if let Some((uid, resource_version)) = known {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid),
@@ -488,7 +488,9 @@ pub async fn delete_manifest(
             ..DeleteParams::background()
         };
         match api.delete(&id.name, &params).await {
-            Ok(_) => return Ok(false),
+            // A `Status` answer: the object is gone (an object that still has finalizers, or a
+            // grace period, comes back as it is now, and its watch tells when it is gone).
+            Ok(answer) => return Ok(answer.is_right()),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
             // Changed since the watch saw it: look at it as it is.
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -501,11 +503,23 @@ pub async fn delete_manifest(
             Ok(true)
         }
         Ok(Some(existing)) if existing.metadata.deletion_timestamp.is_some() => Ok(false),
-        Ok(Some(_)) => match api.delete(&id.name, &DeleteParams::background()).await {
-            Ok(_) => Ok(false),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
-            Err(e) => Err(format!("{}: {e}", describe(id))),
-        },
+        Ok(Some(existing)) => {
+            // Exactly the object just read: one made since under the name is not this Work's.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: existing.metadata.uid.clone(),
+                    resource_version: existing.metadata.resource_version.clone(),
+                }),
+                ..DeleteParams::background()
+            };
+            match api.delete(&id.name, &params).await {
+                Ok(answer) => Ok(answer.is_right()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+                // Changed since it was read: the next look decides.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(format!("{}: {e}", describe(id))),
+            }
+        }
         Err(e) => Err(format!("{}: {e}", describe(id))),
     }
 }

@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod own_status;
 pub mod pull;
+pub mod released;
 pub mod shard;
 pub mod status;
 pub mod targets;

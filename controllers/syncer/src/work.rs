@@ -36,6 +36,7 @@ use crate::lean::{Manifests, Whole};
 use crate::manifest::{lists, named, prepare, removed, same_object};
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::own_status::{OwnStatus, resource_version_in};
+use crate::released::Released;
 use crate::shard::{self, ShardConfig, Shards};
 use crate::status::{Verdict, manifest_entry, same_ignoring_times, work_conditions};
 use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
@@ -80,6 +81,8 @@ struct Syncer {
     manifests: Arc<Manifests>,
     /// The statuses this syncer wrote that the cache does not have yet.
     own_status: Arc<OwnStatus>,
+    /// The deleted Works this syncer let go of that the cache still has.
+    released: Released,
     /// The Works reconciled right now: `--concurrency` in all, `--member-concurrency` of one
     /// member.
     slots: MemberSlots,
@@ -288,6 +291,7 @@ pub async fn serve(
         works: cached,
         manifests,
         own_status,
+        released: Released::default(),
     });
 
     if let Some(shards) = shards.filter(|_| state.args.shard_by_cluster) {
@@ -354,6 +358,7 @@ pub async fn serve(
                 .filter_map(|w| w.uid())
                 .collect();
             janitor.manifests.retain(|uid| cached.contains(uid));
+            janitor.released.retain(|uid| cached.contains(uid));
         }
     });
 
@@ -411,6 +416,10 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
         Some(now) if now.uid() == work.uid() => now,
         _ => work,
     };
+    if state.released.done_with(&work) {
+        // Its objects are gone and its finalizer removed: the cache has yet to see it go.
+        return Ok(Action::await_change());
+    }
     let member_change = state.tracking.take_member_change(&key);
     if state.targets.serving(&cluster) != Serving::Yes
         && !may_let_go(&work, &cluster, &state).await?
@@ -430,6 +439,9 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
     // In pull mode too: the agent's credential may add and remove this finalizer, and nothing
     // else of a Work (admission policy flotilla-agent-works).
     let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
+    // A deleted Work that `finalizer` is done with has no finalizer of this syncer left.
+    let deleting = work.metadata.deletion_timestamp.is_some();
+    let released = work.clone();
     let result = finalizer(&api, finalizers::SYNCER, work, |event| async {
         match event {
             FinalizerEvent::Apply(w) => match state.manifests.whole(&w) {
@@ -466,6 +478,11 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
     })
     .instrument(span)
     .await
+    .inspect(|_| {
+        if deleting {
+            state.released.let_go(&released);
+        }
+    })
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer(other.to_string()),
@@ -597,6 +614,7 @@ async fn prune(
         })
         .collect();
     let before: &[ManifestIdentity] = work.status.as_ref().map_or(&[], |s| &s.removing);
+    tracing::debug!(work = %work_ref, candidates = candidates.len(), "pruning");
     let mut remaining = Vec::new();
     let mut started = Vec::new();
     // Those another Work names now are its to keep; the others go, a few at a time.
@@ -927,6 +945,7 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
     // others a few at a time, like applies.
     let (last, first): (Vec<ManifestIdentity>, Vec<ManifestIdentity>) =
         named.chain(removing).partition(holds_others);
+    tracing::debug!(work = %work_ref, objects = first.len() + last.len(), "cleaning up");
     let shared = state.appliers();
     let delete = |id: ManifestIdentity| {
         let (shared, client, work_ref) = (&shared, &member.client, &work_ref);
