@@ -135,6 +135,13 @@ for phase in create edit; do
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
     SYNCER_LOADED="$(rss "${SYNCER_PID}")"
     STATUS_BYTES="$(k -n bench-user get placement user -o json | wc -c)"
+    # The largest Work as the hub stores it, and how much of that is its managed fields.
+    read -r WORK_BYTES WORK_MF_BYTES < <(k get works -A -o json --show-managed-fields | python3 -c '
+import json, sys
+works = json.load(sys.stdin)["items"]
+size = lambda o: len(json.dumps(o, separators=(",", ":")))
+w = max(works, key=size)
+print(size(w), size(w["metadata"].get("managedFields", [])))')
   fi
 done
 log "== hub: 50 single edits of one ConfigMap among ${COUNT}"
@@ -144,8 +151,13 @@ before="$(hub_requests)"
 by_before="$(hub_requests_by)"
 members_before="$(member_requests_by)"
 cpu_before="$(cpu_snapshot)"
+profiling=()
+if [[ -n "${PROFILE_DIR}" ]]; then
+  profile "${HUB}" 10 "${PROFILE_DIR}/hub-delete.pprof" & profiling+=("$!")
+fi
 read -r _ _ MEMBERS_S[delete] PLACEMENT_S[delete] < <(user hub-delete bench-user)
 cpu_phase delete "${cpu_before}" "$(cpu_snapshot)"
+for p in "${profiling[@]}"; do wait "${p}" || log "a profile of the delete is missing"; done
 CALLS[delete]="$(per_object "${before}" "$(hub_requests)")"
 BY[delete]="$(requests_between "${by_before}" "$(hub_requests_by)")"
 MEMBER_BY[delete]="$(requests_between "${members_before}" "$(member_requests_by)")"
@@ -180,6 +192,7 @@ for c in "${COMPONENTS[@]}"; do
 done
 echo
 echo "The Placement with ${COUNT} objects × ${MEMBERS} copies placed: ${STATUS_BYTES} bytes (\`kubectl get -o json\`)."
+echo "The largest Work: ${WORK_BYTES} bytes as compact JSON, ${WORK_MF_BYTES} of them managed fields."
 echo
 # A table of the most frequent requests of each phase: title, then the requests_between outputs
 # of the create, the edit and the delete (rows: the eight most frequent of any phase).

@@ -24,7 +24,8 @@
 #            syncer's RSS per placed object × member and most open file descriptors; each
 #            component's CPU seconds per phase. With --profile DIR, CPU profiles of the hub's
 #            and the first member's apiserver over the first 20 s of the hub's create and edit
-#            phases are written to DIR/hub-<phase>.pprof and DIR/member-<phase>.pprof, and of the
+#            phases are written to DIR/hub-<phase>.pprof and DIR/member-<phase>.pprof, the hub's
+#            over the first 10 s of the delete to DIR/hub-delete.pprof, and of the
 #            first member's over the direct create to DIR/member-direct.pprof (read them with
 #            `go tool pprof -top DIR/hub-create.pprof`).
 #

@@ -127,11 +127,11 @@ pub struct WorkStatus {
     pub conditions: Vec<Condition>,
 
     /// The observed state of each manifest's object in the member.
+    // Atomic: the syncer is its only writer and writes it whole, so ownership per entry is of
+    // no use, and would have the hub keep (and merge on every status write) managed fields as
+    // large as the list itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["ordinal"]
-    ))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub manifests: Vec<ManifestStatus>,
 
     /// Objects this Work applied whose manifests it no longer has: the syncer deletes them from
