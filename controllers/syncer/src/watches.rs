@@ -9,17 +9,18 @@
 //! member uses the type any more, or when the member goes. Watches never delete anything: a watch
 //! that restarts or comes back from an unreachable member only triggers reconciliations.
 //!
-//! The watches also keep the metadata of every managed object (without `managedFields`), so that
-//! applying an object the syncer already manages needs no extra read from the member.
+//! The watches also keep, of every managed object, what finds its Work and tells whether it
+//! changed since the syncer applied it ([`Seen`]), so that applying or deleting an object the
+//! syncer already manages needs no extra read from the member.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use flotilla_api::{Work, annotations, labels};
 use futures::channel::mpsc;
-use futures::{SinkExt, StreamExt};
+use futures::{SinkExt, StreamExt, TryStreamExt};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
@@ -71,29 +72,86 @@ struct Written {
     hash: Option<String>,
 }
 
+/// A member object by namespace and name.
+type ObjectKey = (Option<String>, String);
+
 /// The syncer's writes whose echo is pending, by (namespace, name). An entry lives from the
 /// write until its echo (or a deletion, or a restart of the watch), so the map holds only writes
 /// in flight, not one entry per object.
-type OwnWrites = Mutex<HashMap<(Option<String>, String), Pending>>;
+type OwnWrites = Mutex<HashMap<ObjectKey, Pending>>;
+
+/// What a member watch keeps of one object: a few strings, where its whole metadata took about
+/// five times the memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    uid: Option<Box<str>>,
+    /// Its resourceVersion, Work and manifest hash, as a write's answer is compared.
+    state: Written,
+    deleting: bool,
+}
+
+impl Seen {
+    fn of(o: &ObjectMeta) -> Self {
+        Self {
+            uid: o.metadata.uid.as_deref().map(Box::from),
+            state: Written::of(o),
+            deleting: o.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// The objects a member watch has seen, kept the way a reflector keeps its store: a relist
+/// replaces them all once it is complete.
+#[derive(Default)]
+struct Objects {
+    live: HashMap<ObjectKey, Seen>,
+    relisting: Option<HashMap<ObjectKey, Seen>>,
+}
+
+impl Objects {
+    fn apply(&mut self, event: &watcher::Event<ObjectMeta>) {
+        match event {
+            watcher::Event::Apply(o) => {
+                self.live.insert(key_of(o), Seen::of(o));
+            }
+            watcher::Event::Delete(o) => {
+                self.live.remove(&key_of(o));
+            }
+            watcher::Event::Init => self.relisting = Some(HashMap::new()),
+            watcher::Event::InitApply(o) => {
+                self.relisting
+                    .get_or_insert_default()
+                    .insert(key_of(o), Seen::of(o));
+            }
+            watcher::Event::InitDone => {
+                if let Some(mut listed) = self.relisting.take() {
+                    listed.shrink_to_fit();
+                    self.live = listed;
+                }
+            }
+        }
+    }
+}
+
+type Store = Arc<Mutex<Objects>>;
 
 struct Running {
     stop: CancellationToken,
     /// Identifies the member client the watch uses; a new client restarts the watch.
     client_key: String,
-    resource: ApiResource,
-    store: Store<ObjectMeta>,
+    store: Store,
     /// The resourceVersion the syncer itself last wrote, per object: the watch event of our own
     /// write is not a member change.
     written: Arc<OwnWrites>,
 }
 
 impl Running {
-    fn key_of(&self, namespace: Option<&str>, name: &str) -> ObjectRef<ObjectMeta> {
-        let key = ObjectRef::new_with(name, self.resource.clone());
-        match namespace {
-            Some(ns) => key.within(ns),
-            None => key,
-        }
+    fn get(&self, namespace: Option<&str>, name: &str) -> Option<Seen> {
+        let objects = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        objects
+            .live
+            .get(&(namespace.map(str::to_string), name.to_string()))
+            .cloned()
     }
 }
 
@@ -249,17 +307,15 @@ impl MemberWatches {
             .map(f)
     }
 
-    /// The metadata of `name` as the watch of its type has it, if that type is watched.
+    /// `name` as the watch of its type has it, if that type is watched.
     fn stored(
         &self,
         cluster: &str,
         resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
-    ) -> Option<Arc<ObjectMeta>> {
-        self.with_watch(cluster, resource, |running| {
-            running.store.get(&running.key_of(namespace, name))
-        })?
+    ) -> Option<Seen> {
+        self.with_watch(cluster, resource, |running| running.get(namespace, name))?
     }
 
     /// Whether the watch of this type knows `name` as an object of `work_ref` (so that applying
@@ -273,7 +329,7 @@ impl MemberWatches {
         work_ref: &str,
     ) -> bool {
         self.stored(cluster, resource, namespace, name)
-            .is_some_and(|o| owner_annotation(&o) == Some(work_ref))
+            .is_some_and(|o| o.state.work.as_deref() == Some(work_ref))
     }
 
     /// The UID and resourceVersion of `name` as the watch of its type has it, when it is an
@@ -288,13 +344,13 @@ impl MemberWatches {
         work_ref: &str,
     ) -> Option<(String, String)> {
         let o = self.stored(cluster, resource, namespace, name)?;
-        if owner_annotation(&o) != Some(work_ref) || o.metadata.deletion_timestamp.is_some() {
+        if o.state.work.as_deref() != Some(work_ref)
+            || o.deleting
+            || o.state.resource_version.is_empty()
+        {
             return None;
         }
-        Some((
-            o.metadata.uid.clone()?,
-            o.metadata.resource_version.clone()?,
-        ))
+        Some((o.uid?.into(), o.state.resource_version))
     }
 
     /// Whether the watch of this type has `name` as this syncer last applied it for `work_ref`:
@@ -326,10 +382,10 @@ impl MemberWatches {
         let o = self
             .stored(cluster, resource, namespace, name)
             .ok_or(Stale::Unseen)?;
-        if o.metadata.deletion_timestamp.is_some() {
+        if o.deleting {
             return Err(Stale::Deleting);
         }
-        compare(&Written::of(&o))
+        compare(&o.state)
     }
 
     /// The syncer is about to write this object: until [`Self::wrote`], its watch events are
@@ -374,9 +430,8 @@ impl MemberWatches {
                 _ => Vec::new(),
             };
             let stored = running
-                .store
-                .get(&running.key_of(namespace, name))
-                .and_then(|o| o.metadata.resource_version.clone());
+                .get(namespace, name)
+                .map(|o| o.state.resource_version);
             if let Some(pending) = after_answer(&seen, stored.as_deref(), answer) {
                 written.insert(key, pending);
             }
@@ -412,8 +467,8 @@ impl MemberWatches {
 
     fn start(&self, key: &WatchKey, u: &Use<'_>) -> Running {
         let stop = self.shutdown.child_token();
-        let writer = reflector::store::Writer::<ObjectMeta>::new(u.resource.clone());
-        let store = writer.as_reader();
+        let store = Store::default();
+        let objects = store.clone();
         let written: Arc<OwnWrites> = Arc::default();
         let api: Api<ObjectMeta> = Api::all_with(u.client.clone(), u.resource);
         let selector = format!(
@@ -429,7 +484,13 @@ impl MemberWatches {
             // applied it is kept: a copy of every managed object's metadata would be most of the
             // syncer's memory.
             .modify(lean)
-            .reflect(writer);
+            // Into the store before the event is looked at: see `wrote`.
+            .inspect_ok(move |event| {
+                objects
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .apply(event);
+            });
         let cluster = key.cluster.clone();
         let kind = key.gvk.kind.clone();
         let mut trigger = self.trigger.clone();
@@ -480,7 +541,6 @@ impl MemberWatches {
         Running {
             stop,
             client_key: u.client_key.to_string(),
-            resource: u.resource.clone(),
             store,
             written,
         }
@@ -503,16 +563,6 @@ fn lean(object: &mut ObjectMeta) {
     if let Some(annotations) = &mut m.annotations {
         annotations.retain(|k, _| k == annotations::WORK || k == annotations::MANIFEST_HASH);
     }
-}
-
-/// The `flotilla.dev/work` annotation of a member object.
-fn owner_annotation(object: &ObjectMeta) -> Option<&str> {
-    object
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(annotations::WORK)
-        .map(String::as_str)
 }
 
 /// The object of a watch event that is a change to react to; `None` for the echo of the
@@ -547,7 +597,7 @@ fn after_answer(seen: &[String], stored: Option<&str>, answer: Option<Written>) 
     (!echoed).then_some(Pending::Wrote(answer))
 }
 
-fn key_of(object: &ObjectMeta) -> (Option<String>, String) {
+fn key_of(object: &ObjectMeta) -> ObjectKey {
     (
         object.metadata.namespace.clone(),
         object.metadata.name.clone().unwrap_or_default(),
@@ -556,10 +606,7 @@ fn key_of(object: &ObjectMeta) -> (Option<String>, String) {
 
 /// Whether this event is the echo of the syncer's own write of the object; the echo of an
 /// answered write clears its entry.
-fn is_own_write(
-    written: &mut HashMap<(Option<String>, String), Pending>,
-    object: &ObjectMeta,
-) -> bool {
+fn is_own_write(written: &mut HashMap<ObjectKey, Pending>, object: &ObjectMeta) -> bool {
     if object.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -613,6 +660,38 @@ mod tests {
         o.metadata.annotations =
             annotation.map(|a| [(annotations::WORK.to_string(), a.to_string())].into());
         o
+    }
+
+    #[test]
+    fn a_relist_replaces_what_the_watch_kept_once_it_is_complete() {
+        let mut objects = Objects::default();
+        let mut other = meta(Some("flotilla-cluster-m1/web"), "1");
+        other.metadata.name = Some("gone".into());
+        objects.apply(&watcher::Event::Apply(other.clone()));
+        objects.apply(&watcher::Event::Apply(meta(
+            Some("flotilla-cluster-m1/web"),
+            "2",
+        )));
+        let key = (Some("shop".to_string()), "settings".to_string());
+        assert_eq!(objects.live[&key].state.resource_version, "2");
+        assert_eq!(
+            objects.live[&key].state.work.as_deref(),
+            Some("flotilla-cluster-m1/web")
+        );
+        // While relisting, the watch's objects stay as they were.
+        objects.apply(&watcher::Event::Init);
+        objects.apply(&watcher::Event::InitApply(meta(
+            Some("flotilla-cluster-m1/web"),
+            "5",
+        )));
+        assert_eq!(objects.live.len(), 2);
+        assert_eq!(objects.live[&key].state.resource_version, "2");
+        // Then the relist is what there is: what it did not list is gone.
+        objects.apply(&watcher::Event::InitDone);
+        assert_eq!(objects.live.len(), 1);
+        assert_eq!(objects.live[&key].state.resource_version, "5");
+        objects.apply(&watcher::Event::Delete(meta(None, "6")));
+        assert!(objects.live.is_empty());
     }
 
     #[test]
