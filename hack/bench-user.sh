@@ -87,6 +87,13 @@ DIRECT="$(user direct bench-user-direct)"
 [[ -z "${direct_profile}" ]] || wait "${direct_profile}" || log "no profile of the direct create"
 cpu_phase direct "${cpu_before}" "$(cpu_snapshot)"
 d_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${DIRECT}"; }
+# The same with the labels and annotations the syncer adds to every object it applies: what the
+# members pay for them.
+log "== baseline: the same, with the labels and annotations the syncer adds"
+cpu_before="$(cpu_snapshot)"
+LINKED="$(user direct-linked bench-user-linked)"
+cpu_phase linked "${cpu_before}" "$(cpu_snapshot)"
+l_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${LINKED}"; }
 # What the hub itself takes of the user's writes: the same client, the same objects, straight to
 # the hub in a namespace no Placement selects.
 log "== baseline: the same ${COUNT} ConfigMaps created, edited and deleted on the hub, placed nowhere"
@@ -168,10 +175,10 @@ read -r SPLITTER_FDS SYNCER_FDS <"${FDS}" || SPLITTER_FDS="-" SYNCER_FDS="-"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 kib_per_copy() { awk -v s="$1" -v i="$2" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.1f", (s - i) * 1024 / n}'; }
 echo
-echo "| phase (${COUNT} ConfigMaps, ${MEMBERS} members, concurrency ${CONCURRENCY}) | direct: members agree, s | hub alone (placed nowhere), s | hub: members agree, s | ratio to direct | hub: Placement reports every copy, s | hub API requests per object |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| phase (${COUNT} ConfigMaps, ${MEMBERS} members, concurrency ${CONCURRENCY}) | direct: members agree, s | direct with the syncer's labels and annotations, s | hub alone (placed nowhere), s | hub: members agree, s | ratio to direct | hub: Placement reports every copy, s | hub API requests per object |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for phase in create edit delete; do
-  echo "| ${phase} | $(d_time "${phase}") | $(a_time "${phase}") | ${MEMBERS_S[${phase}]} | $(ratio "${MEMBERS_S[${phase}]}" "$(d_time "${phase}")") | ${PLACEMENT_S[${phase}]} | ${CALLS[${phase}]} |"
+  echo "| ${phase} | $(d_time "${phase}") | $(l_time "${phase}") | $(a_time "${phase}") | ${MEMBERS_S[${phase}]} | $(ratio "${MEMBERS_S[${phase}]}" "$(d_time "${phase}")") | ${PLACEMENT_S[${phase}]} | ${CALLS[${phase}]} |"
 done
 echo
 echo "| 50 single edits on the hub, write to last member | s |"
@@ -185,10 +192,10 @@ echo "|---|---:|---:|---:|---:|"
 echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") | ${SPLITTER_FDS} |"
 echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") | ${SYNCER_FDS} |"
 echo
-echo "| CPU seconds during the phase | direct (create+edit+delete) | hub alone (create+edit+delete) | hub create | hub edit | hub delete |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| CPU seconds during the phase | direct (create+edit+delete) | direct with the syncer's labels and annotations | hub alone (create+edit+delete) | hub create | hub edit | hub delete |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for c in "${COMPONENTS[@]}"; do
-  echo "| ${c} | ${CPU[direct,${c}]} | ${CPU[alone,${c}]} | ${CPU[create,${c}]} | ${CPU[edit,${c}]} | ${CPU[delete,${c}]} |"
+  echo "| ${c} | ${CPU[direct,${c}]} | ${CPU[linked,${c}]} | ${CPU[alone,${c}]} | ${CPU[create,${c}]} | ${CPU[edit,${c}]} | ${CPU[delete,${c}]} |"
 done
 echo
 echo "The Placement with ${COUNT} objects × ${MEMBERS} copies placed: ${STATUS_BYTES} bytes (\`kubectl get -o json\`)."

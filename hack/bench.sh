@@ -17,7 +17,8 @@
 #
 #   user     The user's path: N ConfigMaps (default 1000) created, edited and deleted on the hub
 #            under a Placement that places them on the M members, against the same client doing
-#            the same straight in the members in parallel (the baseline) and on the hub alone,
+#            the same straight in the members in parallel (the baseline; once more with the
+#            labels and annotations the syncer adds to each object) and on the hub alone,
 #            placed nowhere: seconds until every member agrees and until the Placement reports
 #            every copy; the hub's API requests per object, the hub's and the members' requests
 #            by verb; 50 single edits (write to last member, p50/p99); the splitter's and the

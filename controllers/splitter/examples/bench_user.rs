@@ -6,9 +6,10 @@
 //! Placement reports every copy applied (or, after deletion, none placed). Then 50 single edits
 //! of one object on the hub, each timed from the write until the last member has it.
 //!
-//! Usage: bench_user <direct|hub-create|hub-edit|hub-delete|hub-single> <namespace> <count>
-//!        <concurrency> <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
-//! `direct` runs create, edit and delete straight in the members; each `hub-*` runs one phase on
+//! Usage: bench_user <direct|direct-linked|hub-create|hub-edit|hub-delete|hub-single> <namespace>
+//!        <count> <concurrency> <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
+//! `direct` runs create, edit and delete straight in the members; `direct-linked` the same with
+//! the labels and annotations the syncer adds to each object it applies; each `hub-*` runs one phase on
 //! the hub (so that the caller can read memory and API metrics between phases), where the
 //! namespace must exist with Placement `user` selecting ConfigMaps labelled `bench=user`.
 //! Prints `phase <name> <seconds until the members agree> <seconds until the Placement agrees>`
@@ -42,6 +43,23 @@ fn configmap(namespace: &str, i: usize, version: &str) -> serde_json::Value {
            "metadata": {"name": format!("bench-{i}"), "namespace": namespace,
                         "labels": {"bench": "user"}},
            "data": {"version": version, "payload": "x".repeat(256)}})
+}
+
+/// The ConfigMap as the syncer applies it in a member: with the labels and annotations that
+/// link it to its Work (what mode `direct-linked` measures the members' cost of).
+fn linked_configmap(namespace: &str, i: usize, version: &str) -> serde_json::Value {
+    let mut object = configmap(namespace, i, version);
+    let metadata = &mut object["metadata"];
+    metadata["labels"]["flotilla.dev/managed"] = json!("true");
+    metadata["labels"]["flotilla.dev/cluster"] = json!("member1");
+    metadata["annotations"] = json!({
+        "flotilla.dev/work": format!("flotilla-cluster-member1/configmap-{namespace}-0123456789-{}", i / 50),
+        "flotilla.dev/manifest-hash": format!("{:016x}", i),
+        "flotilla.dev/source-api-version": "v1",
+        "flotilla.dev/source-kind": "ConfigMap",
+        "flotilla.dev/source-namespace": namespace,
+    });
+    object
 }
 
 async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
@@ -156,8 +174,10 @@ async fn write_all(
     n: usize,
     concurrency: usize,
     version: Option<&str>,
+    linked: bool,
 ) -> Result<()> {
     let params = PatchParams::apply("flotilla-bench").force();
+    let render = if linked { linked_configmap } else { configmap };
     let writes = targets
         .iter()
         .flat_map(|c| (0..n).map(move |i| (c.clone(), i)));
@@ -169,7 +189,7 @@ async fn write_all(
                 let name = format!("bench-{i}");
                 match version {
                     Some(v) => api
-                        .patch(&name, &params, &Patch::Apply(configmap(namespace, i, v)))
+                        .patch(&name, &params, &Patch::Apply(render(namespace, i, v)))
                         .await
                         .map(|_| ()),
                     None => match api.delete(&name, &DeleteParams::default()).await {
@@ -191,7 +211,7 @@ async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let [_, mode, namespace, n, concurrency, hub, members] = args.as_slice() else {
         bail!(
-            "usage: bench_user <direct|hub> <namespace> <count> <concurrency> <hub-kubeconfig> <member>=<kubeconfig>,..."
+            "usage: bench_user <direct|direct-linked|hub-create|hub-edit|hub-delete|hub-single> <namespace> <count> <concurrency> <hub-kubeconfig> <member>=<kubeconfig>,..."
         );
     };
     let n: usize = n.parse()?;
@@ -204,13 +224,14 @@ async fn main() -> Result<()> {
     }
     let copies = i32::try_from(n * member_clients.len())?;
     let phases: Vec<(&str, Option<&str>, usize, i32)> = match mode.as_str() {
-        "direct" | "hub-create" => vec![("create", Some("v1"), n, copies)],
+        "direct" | "direct-linked" | "hub-create" => vec![("create", Some("v1"), n, copies)],
         "hub-edit" => vec![("edit", Some("v2"), n, copies)],
         "hub-delete" => vec![("delete", None, 0, 0)],
         "hub-single" => vec![],
         other => bail!("unknown mode {other}"),
     };
-    let on_hub = mode != "direct";
+    let linked = mode == "direct-linked";
+    let on_hub = !mode.starts_with("direct");
     let phases = if on_hub {
         phases
     } else {
@@ -237,7 +258,7 @@ async fn main() -> Result<()> {
     }
     for (phase, version, expected, placed) in phases {
         let started = Instant::now();
-        write_all(&targets, namespace, n, concurrency, version).await?;
+        write_all(&targets, namespace, n, concurrency, version, linked).await?;
         members_agree(&seen, expected, version.unwrap_or("-")).await?;
         let members_done = started.elapsed().as_secs_f64();
         let placement_done = if on_hub {
