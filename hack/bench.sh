@@ -22,7 +22,8 @@
 #            placed nowhere: seconds until every member agrees and until the Placement reports
 #            every copy; the hub's API requests per object, the hub's and the members' requests
 #            by verb; 50 single edits (write to last member, p50/p99); the splitter's and the
-#            syncer's RSS per placed object × member and most open file descriptors; each
+#            syncer's RSS and live heap (their allocator's metrics) per placed object × member,
+#            and most open file descriptors; each
 #            component's CPU seconds per phase. With --profile DIR, CPU profiles of the hub's
 #            and the first member's apiserver over the first 20 s of the hub's create and edit
 #            phases are written to DIR/hub-<phase>.pprof and DIR/member-<phase>.pprof, the hub's

@@ -51,6 +51,10 @@ struct ImporterCommand {
     importer: PullImporterArgs,
 }
 
+// The allocator every controller uses (and whose statistics its metrics report).
+#[global_allocator]
+static GLOBAL: flotilla_runtime::allocator::Jemalloc = flotilla_runtime::allocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();

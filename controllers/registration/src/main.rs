@@ -43,6 +43,10 @@ enum Command {
     },
 }
 
+// The allocator every controller uses (and whose statistics its metrics report).
+#[global_allocator]
+static GLOBAL: flotilla_runtime::allocator::Jemalloc = flotilla_runtime::allocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

@@ -7,6 +7,7 @@
 //! Lease, and stops them on SIGTERM/SIGINT — or exits with an error when leadership is lost, so
 //! that two leaders never act at once.
 
+pub mod allocator;
 pub mod cache;
 pub mod cli;
 pub mod error;
@@ -32,6 +33,11 @@ pub use leader::{LeaderElector, LeaseConfig};
 pub use member_client::{MemberClient, MemberClientError, MemberClients};
 pub use metrics::Metrics;
 pub use server::Health;
+
+// The tests run on the controllers' allocator too, so that what it reports can be checked.
+#[cfg(test)]
+#[global_allocator]
+static GLOBAL: allocator::Jemalloc = allocator::Jemalloc;
 
 /// How long stopping controllers may take before the process exits anyway.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -72,6 +72,9 @@ impl Metrics {
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(build_info))?;
+        registry.register(Box::new(crate::allocator::AllocatorCollector::new(
+            &prefix,
+        )?))?;
         Ok(Self {
             registry,
             prefix,
@@ -148,6 +151,24 @@ mod tests {
         );
         assert!(text.contains("flotilla_syncer_leader 0"), "{text}");
         assert!(text.contains("flotilla_syncer_build_info"), "{text}");
+    }
+
+    #[test]
+    fn the_allocator_reports_the_live_heap_and_what_it_keeps_resident() {
+        let m = Metrics::new("syncer").expect("metrics");
+        let held = vec![0u8; 8 << 20];
+        let text = m.encode();
+        let value = |name: &str| -> i64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+        };
+        let allocated = value("flotilla_syncer_allocator_allocated_bytes");
+        let resident = value("flotilla_syncer_allocator_resident_bytes");
+        assert!(allocated >= 8 << 20, "{allocated}");
+        assert!(resident >= allocated, "{resident} < {allocated}");
+        drop(held);
     }
 
     #[test]

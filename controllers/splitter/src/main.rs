@@ -16,8 +16,9 @@ struct Args {
     splitter: SplitterArgs,
 }
 
+// The allocator every controller uses (and whose statistics its metrics report).
 #[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static GLOBAL: flotilla_runtime::allocator::Jemalloc = flotilla_runtime::allocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -80,7 +80,8 @@ fn caught_up(cached: &Work, written: &Work) -> bool {
 }
 
 /// The cache's Works, each replaced by a newer write of it, and the Works written that the cache
-/// does not have yet.
+/// does not have yet. A deletion stands only for a Work the cache still has: one the cache no
+/// longer has is gone (its deletion may have completed before the answer was recorded).
 pub fn merge(cached: Vec<Arc<Work>>, recent: Vec<Arc<Work>>) -> Vec<Arc<Work>> {
     let mut by_id: HashMap<WorkId, Arc<Work>> =
         recent.into_iter().map(|w| (key_of(&w), w)).collect();
@@ -91,7 +92,11 @@ pub fn merge(cached: Vec<Arc<Work>>, recent: Vec<Arc<Work>>) -> Vec<Arc<Work>> {
             _ => c,
         })
         .collect();
-    out.extend(by_id.into_values());
+    out.extend(
+        by_id
+            .into_values()
+            .filter(|w| w.metadata.deletion_timestamp.is_none()),
+    );
     out
 }
 
@@ -162,8 +167,10 @@ mod tests {
         let merged = merge(vec![work("a", "ua", 2)], vec![deleting.clone()]);
         assert!(merged[0].metadata.deletion_timestamp.is_some());
         // The cache has the deletion too: the cache counts.
-        let merged = merge(vec![deleting.clone()], vec![deleting]);
+        let merged = merge(vec![deleting.clone()], vec![deleting.clone()]);
         assert!(merged[0].metadata.deletion_timestamp.is_some());
+        // The cache no longer has it: it is gone, whatever was recorded of its deletion.
+        assert!(merge(vec![], vec![deleting]).is_empty());
     }
 
     #[test]

@@ -24,8 +24,9 @@ struct Args {
     syncer: SyncerArgs,
 }
 
+// The allocator every controller uses (and whose statistics its metrics report).
 #[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static GLOBAL: flotilla_runtime::allocator::Jemalloc = flotilla_runtime::allocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
