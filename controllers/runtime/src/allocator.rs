@@ -11,8 +11,8 @@
 //! its own (`.cargo/config.toml`), and [`Metrics`](crate::Metrics) reports, at each scrape,
 //! `<prefix>_allocator_allocated_bytes` (the live heap: what the controller holds) and
 //! `<prefix>_allocator_resident_bytes` (what the allocator keeps in memory for it: the live heap,
-//! the allocator's own metadata, and freed pages not yet given back). Their difference against
-//! the process's RSS is memory not allocated through it (stacks, TLS libraries' own buffers).
+//! the allocator's own metadata, and freed pages not yet given back). The process's RSS beyond
+//! that is memory not allocated through it: the binary's code and data, thread stacks.
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
