@@ -16,6 +16,7 @@ pub mod hub;
 pub mod leader;
 pub mod member_client;
 pub mod metrics;
+pub mod pool;
 pub mod server;
 pub mod telemetry;
 

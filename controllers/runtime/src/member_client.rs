@@ -275,15 +275,12 @@ impl<'a> Checked<'a> {
     }
 
     fn client(&self) -> Result<Client, MemberClientError> {
-        Client::try_from(self.config.clone()).map_err(|e| self.unusable(&e))
+        crate::pool::client(&self.config, None).map_err(|e| self.unusable(&e))
     }
 
     /// A client that has at most `limit` requests in flight; the others wait for a place.
     fn limited_client(&self, limit: usize) -> Result<Client, MemberClientError> {
-        Ok(kube::client::ClientBuilder::try_from(self.config.clone())
-            .map_err(|e| self.unusable(&e))?
-            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(limit))
-            .build())
+        crate::pool::client(&self.config, Some(limit)).map_err(|e| self.unusable(&e))
     }
 
     fn unusable(&self, e: &kube::Error) -> MemberClientError {
