@@ -166,9 +166,13 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} in {text}"))
         };
         let allocated = value("flotilla_syncer_allocator_allocated_bytes");
+        let active = value("flotilla_syncer_allocator_active_bytes");
+        let metadata = value("flotilla_syncer_allocator_metadata_bytes");
         let resident = value("flotilla_syncer_allocator_resident_bytes");
         assert!(allocated >= 8 << 20, "{allocated}");
-        assert!(resident >= allocated, "{resident} < {allocated}");
+        assert!(active >= allocated, "{active} < {allocated}");
+        assert!(metadata > 0, "{metadata}");
+        assert!(resident >= active, "{resident} < {active}");
         drop(held);
     }
 
