@@ -17,14 +17,15 @@ sleep 5
 
 rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 # A controller's live heap and what its allocator keeps resident, MiB, from its /metrics (the
-# one port it listens on): "allocated resident".
+# one port it listens on): "allocated resident active".
 heap() { # pid metric-prefix
   local port
   port="$(ss -ltnpH 2>/dev/null | awk -v p="pid=$1," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}')"
   curl -sf "http://127.0.0.1:${port}/metrics" | awk -v p="$2" '
     $1 == p "_allocator_allocated_bytes" {a = $2}
+    $1 == p "_allocator_active_bytes" {c = $2}
     $1 == p "_allocator_resident_bytes" {r = $2}
-    END {printf "%.1f %.1f\n", a / 1048576, r / 1048576}'
+    END {printf "%.1f %.1f %.1f\n", a / 1048576, r / 1048576, c / 1048576}'
 }
 # CPU seconds (user + system) used so far by the processes of each component: where the time of
 # a phase goes on a machine whose cores every process shares.
@@ -114,8 +115,8 @@ a_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${ALONE}"; }
 
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
-read -r SPLITTER_HEAP_IDLE SPLITTER_RES_IDLE < <(heap "${SPLITTER_PID}" flotilla_splitter)
-read -r SYNCER_HEAP_IDLE SYNCER_RES_IDLE < <(heap "${SYNCER_PID}" flotilla_syncer)
+read -r SPLITTER_HEAP_IDLE SPLITTER_RES_IDLE SPLITTER_ACT_IDLE < <(heap "${SPLITTER_PID}" flotilla_splitter)
+read -r SYNCER_HEAP_IDLE SYNCER_RES_IDLE SYNCER_ACT_IDLE < <(heap "${SYNCER_PID}" flotilla_syncer)
 # The most file descriptors (nearly all connections: to the hub and the members) each controller
 # holds open during the hub's phases, sampled every 0.2 s.
 FDS="${RUN}/open-fds"
@@ -153,8 +154,8 @@ for phase in create edit; do
     sleep 10
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
     SYNCER_LOADED="$(rss "${SYNCER_PID}")"
-    read -r SPLITTER_HEAP SPLITTER_RES < <(heap "${SPLITTER_PID}" flotilla_splitter)
-    read -r SYNCER_HEAP SYNCER_RES < <(heap "${SYNCER_PID}" flotilla_syncer)
+    read -r SPLITTER_HEAP SPLITTER_RES SPLITTER_ACT < <(heap "${SPLITTER_PID}" flotilla_splitter)
+    read -r SYNCER_HEAP SYNCER_RES SYNCER_ACT < <(heap "${SYNCER_PID}" flotilla_syncer)
     STATUS_BYTES="$(k -n bench-user get placement user -o json | wc -c)"
     # The largest Work as the hub stores it, and how much of that is its managed fields.
     read -r WORK_BYTES WORK_MF_BYTES < <(k get works -A -o json --show-managed-fields | python3 -c '
@@ -206,10 +207,10 @@ echo "|---|---:|---:|---:|---:|"
 echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") | ${SPLITTER_FDS} |"
 echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") | ${SYNCER_FDS} |"
 echo
-echo "| controller | live heap idle, MiB | live heap with the copies placed, MiB | KiB per placed object × member | allocator resident idle / placed, MiB |"
-echo "|---|---:|---:|---:|---:|"
-echo "| splitter | ${SPLITTER_HEAP_IDLE} | ${SPLITTER_HEAP} | $(kib_per_copy "${SPLITTER_HEAP}" "${SPLITTER_HEAP_IDLE}") | ${SPLITTER_RES_IDLE} / ${SPLITTER_RES} |"
-echo "| syncer | ${SYNCER_HEAP_IDLE} | ${SYNCER_HEAP} | $(kib_per_copy "${SYNCER_HEAP}" "${SYNCER_HEAP_IDLE}") | ${SYNCER_RES_IDLE} / ${SYNCER_RES} |"
+echo "| controller | live heap idle, MiB | live heap with the copies placed, MiB | KiB per placed object × member | pages holding live objects (active) idle / placed, MiB | allocator resident idle / placed, MiB |"
+echo "|---|---:|---:|---:|---:|---:|"
+echo "| splitter | ${SPLITTER_HEAP_IDLE} | ${SPLITTER_HEAP} | $(kib_per_copy "${SPLITTER_HEAP}" "${SPLITTER_HEAP_IDLE}") | ${SPLITTER_ACT_IDLE} / ${SPLITTER_ACT} | ${SPLITTER_RES_IDLE} / ${SPLITTER_RES} |"
+echo "| syncer | ${SYNCER_HEAP_IDLE} | ${SYNCER_HEAP} | $(kib_per_copy "${SYNCER_HEAP}" "${SYNCER_HEAP_IDLE}") | ${SYNCER_ACT_IDLE} / ${SYNCER_ACT} | ${SYNCER_RES_IDLE} / ${SYNCER_RES} |"
 echo
 echo "| CPU seconds during the phase | direct (create+edit+delete) | direct with the syncer's labels and annotations | hub alone (create+edit+delete) | hub create | hub edit | hub delete |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
