@@ -986,7 +986,8 @@ async fn client_from_kubeconfig(kubeconfig: Kubeconfig) -> Result<Client, AgentE
         .map_err(|e| AgentError::Client(redact(&e)))?;
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(60));
-    flotilla_runtime::pool::client(&config, None).map_err(|e| AgentError::Client(redact(&e)))
+    flotilla_runtime::pool::client(&config, None, flotilla_runtime::pool::Retries::Patient)
+        .map_err(|e| AgentError::Client(redact(&e)))
 }
 
 async fn client_from_kubeconfig_text(text: &str) -> Result<Client, AgentError> {

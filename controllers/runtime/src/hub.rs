@@ -37,7 +37,8 @@ pub async fn connect(
 ) -> anyhow::Result<Option<Client>> {
     let config = config(kubeconfig).await?;
     let url = config.cluster_url.to_string();
-    let client = crate::pool::client(&config, None).context("building the hub client")?;
+    let client = crate::pool::client(&config, None, crate::pool::Retries::Patient)
+        .context("building the hub client")?;
     let mut delay = FIRST_RETRY;
     loop {
         let error = match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {

@@ -275,12 +275,14 @@ impl<'a> Checked<'a> {
     }
 
     fn client(&self) -> Result<Client, MemberClientError> {
-        crate::pool::client(&self.config, None).map_err(|e| self.unusable(&e))
+        crate::pool::client(&self.config, None, crate::pool::Retries::Brief)
+            .map_err(|e| self.unusable(&e))
     }
 
     /// A client that has at most `limit` requests in flight; the others wait for a place.
     fn limited_client(&self, limit: usize) -> Result<Client, MemberClientError> {
-        crate::pool::client(&self.config, Some(limit)).map_err(|e| self.unusable(&e))
+        crate::pool::client(&self.config, Some(limit), crate::pool::Retries::Brief)
+            .map_err(|e| self.unusable(&e))
     }
 
     fn unusable(&self, e: &kube::Error) -> MemberClientError {

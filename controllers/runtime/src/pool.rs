@@ -28,15 +28,43 @@ pub const IDLE_CONNECTIONS: usize = 16;
 /// 200 ms); short enough that a burst's connections do not outlive it by long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A client for `config`: kube's own stack (base URL, server retries, credentials, extra
-/// headers, the connect, read and write timeouts of `config`) over a pool bounded by
-/// [`IDLE_CONNECTIONS`] and [`IDLE_TIMEOUT`], and, given a `limit`, at most that many requests
-/// in flight (the others wait for a place).
+/// How a client retries a request the server answered 429, 503 or 504 (and `Retry-After`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retries {
+    /// kube's default: up to 15 retries, backing off from 5 ms up to 1000 s (about three minutes
+    /// in all). For the hub, without which nothing goes on anyway.
+    Patient,
+    /// Up to 3 retries within about a second. For a member: one that keeps answering 503 (an
+    /// overloaded or broken apiserver) then fails the request soon, and the reconciliation that
+    /// sent it is retried with its own backoff, instead of holding a worker for minutes.
+    Brief,
+}
+
+impl Retries {
+    fn policy(self) -> RetryPolicy {
+        match self {
+            Self::Patient => RetryPolicy::server_retry(),
+            Self::Brief => {
+                RetryPolicy::new(Duration::from_millis(5), Duration::from_secs(1), 3, true)
+                    .expect("valid backoff parameters")
+            }
+        }
+    }
+}
+
+/// A client for `config`: kube's own stack (base URL, retries of 429/503/504 unless `config`
+/// turns them off, credentials, extra headers, the connect, read and write timeouts of `config`)
+/// over a pool bounded by [`IDLE_CONNECTIONS`] and [`IDLE_TIMEOUT`], and, given a `limit`, at
+/// most that many requests in flight (the others wait for a place).
 ///
 /// Unlike kube's `Client::try_from`, the client carries no expiry of a client certificate that
 /// an exec plugin issued (nothing here reads it: a controller restarts on an expired
 /// credential).
-pub fn client(config: &Config, limit: Option<usize>) -> Result<Client, kube::Error> {
+pub fn client(
+    config: &Config,
+    limit: Option<usize>,
+    retries: Retries,
+) -> Result<Client, kube::Error> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     let mut connector =
@@ -58,7 +86,7 @@ pub fn client(config: &Config, limit: Option<usize>) -> Result<Client, kube::Err
         .option_layer(
             config
                 .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+                .then(|| RetryLayer::new(retries.policy())),
         )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
@@ -75,18 +103,24 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
-    /// Connections a test server has open now, opened in all, and requests in flight at most.
+    /// Connections a test server has open now, opened in all, requests served, and requests in
+    /// flight at most.
     #[derive(Default)]
     struct Counts {
         open: AtomicUsize,
         opened: AtomicUsize,
+        served: AtomicUsize,
         in_flight: AtomicUsize,
         most_in_flight: AtomicUsize,
     }
 
-    /// A plain HTTP/1.1 server that answers every request with `{}` after `delay`, on
-    /// keep-alive connections (the narrow part of the client this tests is its pool).
-    async fn server(delay: Duration) -> (String, Arc<Counts>) {
+    const OK: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    const UNAVAILABLE: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
+
+    /// A plain HTTP/1.1 server that gives every request `answer` after `delay`, on keep-alive
+    /// connections (the narrow parts of the client this tests are its pool and its retries).
+    async fn server(delay: Duration, answer: &'static str) -> (String, Arc<Counts>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let url = format!("http://{}", listener.local_addr().expect("an address"));
         let counts = Arc::new(Counts::default());
@@ -110,7 +144,7 @@ mod tests {
                             c.most_in_flight.fetch_max(now, Ordering::SeqCst);
                             tokio::time::sleep(delay).await;
                             c.in_flight.fetch_sub(1, Ordering::SeqCst);
-                            let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                            c.served.fetch_add(1, Ordering::SeqCst);
                             if stream.write_all(answer.as_bytes()).await.is_err() {
                                 break;
                             }
@@ -138,9 +172,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_shares_connections_and_they_close_once_idle() {
-        let (url, counts) = server(Duration::from_millis(20)).await;
+        let (url, counts) = server(Duration::from_millis(20), OK).await;
         let config = Config::new(url.parse().expect("a URL"));
-        let client = client(&config, Some(8)).expect("a client");
+        let client = client(&config, Some(8), Retries::Brief).expect("a client");
         burst(&client, 200).await;
         assert!(
             counts.most_in_flight.load(Ordering::SeqCst) <= 8,
@@ -165,5 +199,27 @@ mod tests {
         }
         // And the client still works.
         burst(&client, 1).await;
+    }
+
+    #[tokio::test]
+    async fn a_member_that_keeps_answering_503_fails_a_request_within_seconds() {
+        let (url, counts) = server(Duration::ZERO, UNAVAILABLE).await;
+        let config = Config::new(url.parse().expect("a URL"));
+        let member = client(&config, None, Retries::Brief).expect("a client");
+        let started = std::time::Instant::now();
+        let request = http::Request::get("/version")
+            .body(Vec::new())
+            .expect("a request");
+        assert!(member.request_text(request).await.is_err());
+        assert_eq!(
+            counts.served.load(Ordering::SeqCst),
+            4,
+            "one try and 3 retries"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
