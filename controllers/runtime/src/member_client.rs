@@ -274,9 +274,8 @@ impl<'a> Checked<'a> {
         }
     }
 
-    fn client(&self) -> Result<Client, MemberClientError> {
-        crate::pool::client(&self.config, None, crate::pool::Retries::Brief)
-            .map_err(|e| self.unusable(&e))
+    fn client(&self, retries: crate::pool::Retries) -> Result<Client, MemberClientError> {
+        crate::pool::client(&self.config, None, retries).map_err(|e| self.unusable(&e))
     }
 
     /// A client that has at most `limit` requests in flight; the others wait for a place.
@@ -297,7 +296,11 @@ pub async fn client_from_kubeconfig(
     secret: &str,
     key: &str,
 ) -> Result<Client, MemberClientError> {
-    Checked::new(kubeconfig, secret, key).await?.client()
+    // Used for a pull agent's credential for the hub, which it cannot do without: kube's
+    // patient retries, as for every controller's own hub client.
+    Checked::new(kubeconfig, secret, key)
+        .await?
+        .client(crate::pool::Retries::Patient)
 }
 
 /// How long a request to a member may go unanswered. A member whose apiserver stops answering
@@ -327,7 +330,7 @@ pub async fn member_client_from_kubeconfig(
     key: &str,
 ) -> Result<MemberClient, MemberClientError> {
     let mut checked = Checked::new(kubeconfig, secret, key).await?;
-    let watches = checked.client()?;
+    let watches = checked.client(crate::pool::Retries::Brief)?;
     checked.config.read_timeout = Some(MEMBER_REQUEST_TIMEOUT);
     checked.config.write_timeout = Some(MEMBER_REQUEST_TIMEOUT);
     // Counted from each request, not from when its pooled connection went idle.
