@@ -7,14 +7,14 @@
 //! static GLOBAL: flotilla_runtime::allocator::Jemalloc = flotilla_runtime::allocator::Jemalloc;
 //! ```
 //!
-//! It is built to give freed memory back to the system within about a second, from a thread of
-//! its own (`.cargo/config.toml`), and [`Metrics`](crate::Metrics) reports, at each scrape,
+//! It is built (`.cargo/config.toml`) to give freed memory back to the system within about a
+//! second, from a thread of its own, with small per-thread caches and one-page slabs, and [`Metrics`](crate::Metrics) reports, at each scrape,
 //! `<prefix>_allocator_allocated_bytes` (the live heap: what the controller holds) and
 //! `<prefix>_allocator_active_bytes` (the pages that hold live allocations: the live heap and the
 //! free space in partly used pages), `<prefix>_allocator_metadata_bytes` (its own bookkeeping)
 //! and `<prefix>_allocator_resident_bytes` (what the allocator keeps in memory for it: the live
-//! heap, the allocator's own metadata, and freed pages not yet given back). The process's RSS beyond
-//! that is memory not allocated through it: the binary's code and data, thread stacks.
+//! heap, the allocator's own metadata, and freed pages not yet given back). The process's RSS
+//! beyond that is memory not allocated through it: the binary's code and data, thread stacks.
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;

@@ -1,6 +1,7 @@
 //! Clients with a bounded pool of idle connections.
 //!
-//! kube's default client keeps every connection it opened for 90 s after its last request. A
+//! kube's default client keeps every connection it opened: its pool has no timer, so an idle
+//! connection past its 90 s is only noticed when the pool is next asked for one. A
 //! controller's requests come in bursts (a Work's objects, a relist, a Placement of thousands of
 //! objects): a burst opens as many connections as it has requests in flight, and each then sits
 //! idle with a TLS session and its buffers on both sides (about 17 KiB of the syncer's heap per
@@ -21,7 +22,7 @@ use tower::{BoxError, ServiceBuilder};
 /// finds the connection the one before it let go of. With 4, the syncer opened 72–170
 /// connections per member during a create of 3,000 copies instead of 17–23 (a TLS handshake on
 /// both sides for each).
-pub const IDLE_CONNECTIONS: usize = 16;
+pub const IDLE_CONNECTIONS: usize = crate::member_client::MEMBER_REQUESTS_IN_FLIGHT;
 
 /// How long an idle connection is kept. Long enough for the requests of a burst, which follow
 /// each other within milliseconds, and for the next pass of a reconciliation (a debounce of
