@@ -1,12 +1,13 @@
 //! `Work`: the objects to apply to one member cluster, and what the member reports back.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use kube::api::DynamicObject;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use crate::common::{ConflictPolicy, DeletePolicy, IgnoreFields};
+use crate::condition::ConditionStatus;
 use crate::names;
 
 /// The objects to apply to the member cluster, and how.
@@ -126,6 +127,12 @@ pub struct WorkStatus {
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
 
+    /// The Work's `metadata.generation` that `manifests` reports on: the syncer last applied
+    /// that spec to the member (an entry's `applied` and `available` say how it went). Older
+    /// than the Work's generation while the member has not been reached since the spec changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
     /// The observed state of each manifest's object in the member.
     // Atomic: the syncer is its only writer and writes it whole, so ownership per entry is of
     // no use, and would have the hub keep (and merge on every status write) managed fields as
@@ -170,19 +177,52 @@ pub struct ManifestStatus {
     #[schemars(schema_with = "crate::common::preserve_unknown_object")]
     pub status: Option<serde_json::Value>,
 
-    /// `Applied` and `Available` for this object, with the member's message when it rejected the
-    /// manifest.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::common::conditions_schema")]
-    pub conditions: Vec<Condition>,
+    /// `True` when the member holds the manifest as written; `False` when it was not applied
+    /// (`reason` and `message` say why, such as the member's answer).
+    #[serde(default)]
+    pub applied: ConditionStatus,
+
+    /// `True` when the applied object is available (read from its status: a workload's
+    /// `Available` or `Ready` condition, a newer spec observed; an object without such a status
+    /// is available once it exists); `False` with a `reason` of `NotAvailable` or `Degraded`.
+    /// Unset while the manifest is not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<ConditionStatus>,
+
+    /// Why `applied` or `available` is not `True`, in CamelCase (`Conflict`, `ApplyFailed`,
+    /// `UnknownResourceType`, `NotAvailable`, `Degraded`, ...); unset when both are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+
+    /// What went wrong, for people: the member's message when it refused the manifest, or what
+    /// the object's status says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// When `applied` or `available` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+impl ManifestStatus {
+    /// `applied` for [`conditions::APPLIED`](crate::conditions::APPLIED), `available` for
+    /// [`conditions::AVAILABLE`](crate::conditions::AVAILABLE) (`Unknown` when unset), and
+    /// `Unknown` for anything else.
+    pub fn get(&self, type_: &str) -> ConditionStatus {
+        match type_ {
+            crate::conditions::APPLIED => self.applied,
+            crate::conditions::AVAILABLE => self.available.unwrap_or_default(),
+            _ => ConditionStatus::Unknown,
+        }
+    }
 }
 
 /// The identity of an object in a member.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestIdentity {
-    /// API group (empty for the core group).
-    #[serde(default)]
+    /// API group (empty or unset for the core group).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
 
     /// API version.

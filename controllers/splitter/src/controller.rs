@@ -544,8 +544,9 @@ fn work_inputs(work: &Work) -> u64 {
         for c in &status.conditions {
             (&c.type_, &c.status, &c.reason, c.observed_generation).hash(&mut h);
         }
+        status.observed_generation.hash(&mut h);
         for m in &status.manifests {
-            (m.generation, m.observed_generation).hash(&mut h);
+            (m.generation, m.observed_generation, m.applied, m.available).hash(&mut h);
             m.status.as_ref().map(ToString::to_string).hash(&mut h);
         }
     }

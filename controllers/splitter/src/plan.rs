@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{
     ClusterDecision, ClusterExclusion, ObjectDecision, ReplicaSchedulingType,
 };
@@ -336,11 +337,20 @@ pub fn manifest_status<'a>(w: &'a Work, key: &ObjectKey) -> Option<&'a ManifestS
 /// Whether condition `type_` of object `key` in Work `w` is True for the Work's current spec: a
 /// copy just given more replicas is not available until its member has them.
 pub fn copy_holds_now(w: &Work, key: &ObjectKey, type_: &str) -> bool {
-    manifest_status(w, key).is_some_and(|m| {
-        m.conditions.iter().any(|c| {
-            c.type_ == type_ && c.status == "True" && c.observed_generation == w.metadata.generation
-        })
-    })
+    copy_condition_now(w, key, type_) == ConditionStatus::True
+}
+
+/// Condition `type_` of object `key` in Work `w` as its member reports it for the Work's
+/// current spec; `Unknown` until the member has been reached with that spec.
+pub fn copy_condition_now(w: &Work, key: &ObjectKey, type_: &str) -> ConditionStatus {
+    let current = w
+        .status
+        .as_ref()
+        .is_some_and(|s| s.observed_generation == w.metadata.generation);
+    match manifest_status(w, key) {
+        Some(m) if current => m.get(type_),
+        _ => ConditionStatus::Unknown,
+    }
 }
 
 /// A Work's namespace and name.
@@ -619,11 +629,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     let claimed = |key: &CopyKey| {
         others.iter().any(|(_, h)| {
             h.work.cluster_name() == Some(key.cluster.as_str())
-                && manifest_status(h.work, &key.object).is_some_and(|m| {
-                    m.conditions
-                        .iter()
-                        .any(|c| c.type_ == conditions::APPLIED && c.status == "True")
-                })
+                && manifest_status(h.work, &key.object)
+                    .is_some_and(|m| m.applied == ConditionStatus::True)
         })
     };
 

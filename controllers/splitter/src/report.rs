@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use crate::aggregate::{copy_of, deployment_status, max_unavailable};
 use crate::observe::resource;
 use crate::plan::{
-    CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_holds_now, key_of,
-    manifest_status,
+    CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_condition_now,
+    copy_holds_now, key_of,
 };
 
 /// At most this many member entries (`clusters` and `excluded` of every decision, at least one
@@ -77,15 +77,9 @@ impl<'a> Current<'a> {
     /// Condition `type_` of a wanted copy, as its member reports it for the Work as wanted;
     /// `Unknown` until it does.
     fn condition(&self, key: &CopyKey, type_: &str) -> ConditionStatus {
-        let Some(work) = self.work_of(key) else {
-            return ConditionStatus::Unknown;
-        };
-        manifest_status(work, &key.object)
-            .and_then(|m| m.conditions.iter().find(|c| c.type_ == type_))
-            .filter(|c| c.observed_generation == work.metadata.generation)
-            .map_or(ConditionStatus::Unknown, |c| {
-                ConditionStatus::parse(&c.status)
-            })
+        self.work_of(key).map_or(ConditionStatus::Unknown, |w| {
+            copy_condition_now(w, &key.object, type_)
+        })
     }
 
     /// `Kind/name on member` of every copy being removed from its member: those of Works being

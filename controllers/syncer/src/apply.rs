@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use flotilla_api::condition::ConditionStatus;
 use flotilla_api::{
     ConflictPolicy, ManifestIdentity, ManifestStatus, annotations, field_managers, labels,
 };
@@ -267,10 +268,7 @@ fn last_applied(
     previous: Option<&ManifestStatus>,
 ) -> Option<(String, DynamicObject)> {
     let previous = previous?;
-    let applied = previous
-        .conditions
-        .iter()
-        .any(|c| c.type_ == flotilla_api::conditions::APPLIED && c.status == "True");
+    let applied = previous.applied == ConditionStatus::True;
     let rv = previous.resource_version.clone().filter(|_| applied)?;
     let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": prepared.object.get("apiVersion")?,

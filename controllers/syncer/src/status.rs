@@ -1,7 +1,7 @@
 //! Pure status logic: what a Work's `Applied`, `Available` and `Degraded` conditions and
 //! per-manifest status say, from what happened in the member.
 
-use flotilla_api::condition::set_condition;
+use flotilla_api::condition::ConditionStatus;
 use flotilla_api::{ManifestIdentity, ManifestStatus, WorkStatus, conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -107,66 +107,66 @@ pub fn manifest_status(
             .as_ref()
             .and_then(|s| s.get("observedGeneration"))
             .and_then(Value::as_i64),
-        conditions: Vec::new(),
         status,
+        ..ManifestStatus::default()
     }
 }
 
 /// The status of manifest `ordinal` from what happened to it: as [`manifest_status`] when it was
-/// applied, and this object's own `Applied` (with the member's message when it refused the
-/// manifest) and `Available` conditions for Work generation `generation`. A condition that did
-/// not change keeps its time from `previous`, the manifest's last status.
+/// applied, with whether it is `applied` and `available` and, when one of them is not, the
+/// reason and message (the member's, when it refused the manifest). The transition time is kept
+/// from `previous`, the manifest's last status, unless `applied` or `available` changed.
 pub fn manifest_entry(
     ordinal: usize,
     identity: &ManifestIdentity,
     outcome: &Outcome,
     previous: Option<&ManifestStatus>,
-    generation: Option<i64>,
     now: Timestamp,
 ) -> ManifestStatus {
-    let refused = |reason: &'static str, message: &str| {
-        (
-            ManifestStatus {
-                ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
-                identity: identity.clone(),
-                ..ManifestStatus::default()
-            },
-            vec![Verdict::new(conditions::APPLIED, "False", reason, message)],
-        )
-    };
-    let (mut entry, verdicts) = match outcome {
+    let mut entry = match outcome {
         Outcome::Applied(object) | Outcome::Unchanged(object) => {
-            let available = match health(object) {
-                Health::Available => Verdict::new(
-                    conditions::AVAILABLE,
-                    "True",
-                    reasons::AVAILABLE,
-                    "available",
-                ),
+            let mut entry = manifest_status(ordinal, identity, object);
+            entry.applied = ConditionStatus::True;
+            let (available, why) = match health(object) {
+                Health::Available => (ConditionStatus::True, None),
                 Health::NotAvailable(m) => {
-                    Verdict::new(conditions::AVAILABLE, "False", reasons::NOT_AVAILABLE, m)
+                    (ConditionStatus::False, Some((reasons::NOT_AVAILABLE, m)))
                 }
-                Health::Degraded(m) => {
-                    Verdict::new(conditions::AVAILABLE, "False", reasons::DEGRADED, m)
-                }
+                Health::Degraded(m) => (ConditionStatus::False, Some((reasons::DEGRADED, m))),
             };
-            let applied = Verdict::new(conditions::APPLIED, "True", reasons::APPLIED, "applied");
-            (
-                manifest_status(ordinal, identity, object),
-                vec![applied, available],
-            )
+            entry.available = Some(available);
+            (entry.reason, entry.message) = why.map(|(r, m)| (r.to_string(), m)).unzip();
+            entry
         }
-        Outcome::Conflict(message) => refused(reasons::CONFLICT, message),
-        Outcome::Failed { reason, message } => refused(reason, message),
+        // Not applied: nothing is known of its availability.
+        Outcome::Conflict(message) => refused(ordinal, identity, reasons::CONFLICT, message),
+        Outcome::Failed { reason, message } => refused(ordinal, identity, reason, message),
     };
-    let mut conditions: Vec<Condition> = previous.map(|p| p.conditions.clone()).unwrap_or_default();
-    // Not applied: nothing is known of its availability.
-    conditions.retain(|c| verdicts.iter().any(|v| v.type_ == c.type_));
-    for v in verdicts {
-        set_condition(&mut conditions, v.into_condition(now, generation));
+    entry.last_transition_time = match previous {
+        Some(p) if (p.applied, p.available) == (entry.applied, entry.available) => {
+            p.last_transition_time.clone()
+        }
+        _ => None,
     }
-    entry.conditions = conditions;
+    .or(Some(Time(now)));
     entry
+}
+
+/// The status of a manifest that was not applied, and why.
+fn refused(
+    ordinal: usize,
+    identity: &ManifestIdentity,
+    reason: &str,
+    message: &str,
+) -> ManifestStatus {
+    ManifestStatus {
+        ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
+        identity: identity.clone(),
+        applied: ConditionStatus::False,
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        ..ManifestStatus::default()
+    }
 }
 
 /// Whether two Work statuses say the same, apart from condition times (which a member's
@@ -177,7 +177,7 @@ pub fn same_ignoring_times(a: &WorkStatus, b: &WorkStatus) -> bool {
         let clear = |c: &mut Condition| c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
         s.conditions.iter_mut().for_each(clear);
         for m in &mut s.manifests {
-            m.conditions.iter_mut().for_each(clear);
+            m.last_transition_time = None;
         }
         s
     }
@@ -386,7 +386,6 @@ mod tests {
                 &id(),
                 &Outcome::Applied(Box::new(deployment(4, 4, "True"))),
                 None,
-                Some(1),
                 Timestamp::from_second(secs).expect("time"),
             );
             WorkStatus {
@@ -394,6 +393,7 @@ mod tests {
                     Verdict::new(conditions::APPLIED, "True", reasons::APPLIED, "1 applied")
                         .into_condition(Timestamp::from_second(secs).expect("time"), Some(1)),
                 ],
+                observed_generation: Some(1),
                 manifests: vec![s],
                 removing: vec![],
             }
@@ -404,6 +404,9 @@ mod tests {
         assert!(!same_ignoring_times(&at(1), &changed));
         let mut generation = at(1);
         generation.conditions[0].observed_generation = Some(2);
+        assert!(!same_ignoring_times(&at(1), &generation));
+        let mut generation = at(1);
+        generation.observed_generation = Some(2);
         assert!(!same_ignoring_times(&at(1), &generation));
     }
 
@@ -418,10 +421,6 @@ mod tests {
         );
     }
 
-    fn condition<'a>(s: &'a ManifestStatus, type_: &str) -> Option<&'a Condition> {
-        s.conditions.iter().find(|c| c.type_ == type_)
-    }
-
     #[test]
     fn every_manifest_says_whether_it_is_applied_and_available() {
         let at = |secs| Timestamp::from_second(secs).expect("time");
@@ -430,51 +429,70 @@ mod tests {
             &id(),
             &Outcome::Applied(Box::new(deployment(1, 1, "True"))),
             None,
-            Some(3),
             at(1),
         );
-        let applied = condition(&ok, conditions::APPLIED).expect("Applied");
         assert_eq!(
-            (applied.status.as_str(), applied.observed_generation),
-            ("True", Some(3))
+            (ok.applied, ok.available, ok.reason.as_deref()),
+            (ConditionStatus::True, Some(ConditionStatus::True), None)
         );
-        assert_eq!(
-            condition(&ok, conditions::AVAILABLE).map(|c| c.status.as_str()),
-            Some("True")
+        assert_eq!(ok.last_transition_time, Some(Time(at(1))));
+
+        // Applied and available again: the time stays.
+        let again = manifest_entry(
+            0,
+            &id(),
+            &Outcome::Unchanged(Box::new(deployment(1, 1, "True"))),
+            Some(&ok),
+            at(2),
         );
+        assert_eq!(again.last_transition_time, Some(Time(at(1))));
 
         let waiting = manifest_entry(
             0,
             &id(),
             &Outcome::Applied(Box::new(deployment(2, 1, "True"))),
             Some(&ok),
-            Some(4),
             at(2),
         );
-        let available = condition(&waiting, conditions::AVAILABLE).expect("Available");
         assert_eq!(
-            (available.status.as_str(), available.reason.as_str()),
-            ("False", reasons::NOT_AVAILABLE)
+            (
+                waiting.applied,
+                waiting.available,
+                waiting.reason.as_deref()
+            ),
+            (
+                ConditionStatus::True,
+                Some(ConditionStatus::False),
+                Some(reasons::NOT_AVAILABLE)
+            )
         );
-        // Applied did not change: it keeps its time.
-        assert_eq!(
-            condition(&waiting, conditions::APPLIED).map(|c| c.last_transition_time.clone()),
-            Some(applied.last_transition_time.clone())
+        assert!(
+            waiting
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("generation 2 not observed")),
+            "{:?}",
+            waiting.message
         );
+        assert_eq!(waiting.last_transition_time, Some(Time(at(2))));
 
         let refused = Outcome::Failed {
             reason: reasons::APPLY_FAILED,
             message: "spec.replicas: Invalid".into(),
         };
-        let failed = manifest_entry(0, &id(), &refused, Some(&ok), Some(5), at(3));
-        let applied = condition(&failed, conditions::APPLIED).expect("Applied");
+        let failed = manifest_entry(0, &id(), &refused, Some(&ok), at(3));
         assert_eq!(
-            (applied.status.as_str(), applied.reason.as_str()),
-            ("False", reasons::APPLY_FAILED)
+            (failed.applied, failed.reason.as_deref()),
+            (ConditionStatus::False, Some(reasons::APPLY_FAILED))
         );
-        assert!(applied.message.contains("Invalid"));
         assert!(
-            condition(&failed, conditions::AVAILABLE).is_none(),
+            failed
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("Invalid"))
+        );
+        assert_eq!(
+            failed.available, None,
             "not applied: nothing said of availability"
         );
         assert!(failed.status.is_none() && failed.resource_version.is_none());
@@ -484,12 +502,35 @@ mod tests {
             &id(),
             &Outcome::Conflict("is managed by Work x".into()),
             None,
-            Some(5),
             at(3),
         );
-        assert_eq!(
-            condition(&conflict, conditions::APPLIED).map(|c| c.reason.as_str()),
-            Some(reasons::CONFLICT)
+        assert_eq!(conflict.reason.as_deref(), Some(reasons::CONFLICT));
+    }
+
+    /// The entry of an applied, available ConfigMap says so in few bytes: a Work of 50 of them
+    /// is written to the hub (and cached by the syncer and the splitter) on every change.
+    #[test]
+    fn the_entry_of_an_applied_object_is_compact() {
+        let cm = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "config-0042", "namespace": "team-a", "resourceVersion": "123456"}}));
+        let identity = ManifestIdentity {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: Some("configmaps".into()),
+            namespace: Some("team-a".into()),
+            name: "config-0042".into(),
+        };
+        let entry = manifest_entry(
+            7,
+            &identity,
+            &Outcome::Applied(Box::new(cm)),
+            None,
+            Timestamp::from_second(1_800_000_000).expect("time"),
         );
+        let json = serde_json::to_string(&entry).expect("serializes");
+        assert!(json.len() <= 240, "{} bytes: {json}", json.len());
+        let back: ManifestStatus = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(back, entry);
     }
 }

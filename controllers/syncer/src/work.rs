@@ -546,12 +546,17 @@ async fn write_status(
             v.into_condition(now, work.metadata.generation),
         );
     }
-    let (manifests, removing) = match observed {
-        Some(o) => (o.manifests, o.removing),
-        None => (old.manifests.clone(), old.removing.clone()),
+    let (observed_generation, manifests, removing) = match observed {
+        Some(o) => (work.metadata.generation, o.manifests, o.removing),
+        None => (
+            old.observed_generation,
+            old.manifests.clone(),
+            old.removing.clone(),
+        ),
     };
     let new = WorkStatus {
         conditions,
+        observed_generation,
         manifests,
         removing,
     };
@@ -562,6 +567,9 @@ async fn write_status(
     }
     // Fields left out are no longer the syncer's, and go: an empty `removing` is not kept.
     let mut status = json!({ "conditions": new.conditions, "manifests": new.manifests });
+    if let Some(generation) = new.observed_generation {
+        status["observedGeneration"] = json!(generation);
+    }
     if !new.removing.is_empty() {
         status["removing"] = json!(new.removing);
     }
@@ -819,7 +827,6 @@ async fn apply(
             &prepared.identity,
             &outcome,
             before,
-            work.metadata.generation,
             now,
         ));
         outcomes.push((prepared.identity, outcome));

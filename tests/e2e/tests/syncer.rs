@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use flotilla_api::condition::ConditionStatus;
 use flotilla_api::labels;
 use flotilla_e2e::syncer_setup::{Options, SyncerSetup};
 use flotilla_e2e::{Seen, wait_for};
@@ -216,24 +217,25 @@ async fn a_manifest_removed_from_a_work_leaves_the_member_unless_another_work_ta
         .await?;
     // Each manifest says whether it is applied, and why not.
     let entry = b.status.unwrap_or_default().manifests;
-    let said = entry
-        .first()
-        .and_then(|m| m.conditions.iter().find(|c| c.type_ == "Applied"));
     ensure!(
-        said.is_some_and(|c| c.status == "False"
-            && c.reason == "Conflict"
-            && c.message.contains("managed by Work")),
+        entry
+            .first()
+            .is_some_and(|m| m.applied == ConditionStatus::False
+                && m.available.is_none()
+                && m.reason.as_deref() == Some("Conflict")
+                && m.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("managed by Work"))),
         "the manifest of Work b says it conflicts: {entry:?}"
     );
-    let a = works.get("a").await?.status.unwrap_or_default().manifests;
+    let a = works.get("a").await?.status.unwrap_or_default();
     ensure!(
-        a.len() == 3
-            && a.iter().all(|m| {
-                ["Applied", "Available"].iter().all(|t| {
-                    m.conditions
-                        .iter()
-                        .any(|c| c.type_ == *t && c.status == "True")
-                })
+        a.observed_generation.is_some()
+            && a.manifests.len() == 3
+            && a.manifests.iter().all(|m| {
+                m.applied == ConditionStatus::True
+                    && m.available == Some(ConditionStatus::True)
+                    && m.reason.is_none()
             }),
         "every manifest of Work a is applied and available: {a:?}"
     );

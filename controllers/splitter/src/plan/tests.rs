@@ -80,7 +80,7 @@ fn mk_deployment(ns: &str, name: &str, uid: &str, replicas: u32) -> DynamicObjec
 }
 
 /// A Work as the splitter's cache holds it once the hub has it: lean (see [`lean`]), with the
-/// member's report of every manifest (`Applied`, and `Available` where `available` says so) for
+/// member's report of every manifest (`applied`, and `available` where `available` says so) for
 /// its current generation.
 fn mk_work_with(wanted: &Work, applied: bool, available: impl Fn(&str) -> bool) -> Arc<Work> {
     let mut w = wanted.clone();
@@ -103,8 +103,8 @@ fn mk_work_with(wanted: &Work, applied: bool, available: impl Fn(&str) -> bool) 
             json!({"ordinal": i,
                    "identity": {"group": group, "version": version, "kind": t.kind,
                                 "namespace": m.metadata.namespace, "name": name},
-                   "conditions": [condition(conditions::APPLIED, applied),
-                                  condition(conditions::AVAILABLE, applied && available(&name))]})
+                   "applied": if applied { "True" } else { "False" },
+                   "available": applied.then(|| if available(&name) { "True" } else { "False" })})
         })
         .collect();
     let all_available = w
@@ -122,6 +122,7 @@ fn mk_work_with(wanted: &Work, applied: bool, available: impl Fn(&str) -> bool) 
                 condition(conditions::APPLIED, applied),
                 condition(conditions::AVAILABLE, applied && all_available),
             ],
+            "observedGeneration": 1,
             "manifests": manifests,
         }))
         .expect("status"),
