@@ -21,7 +21,8 @@ use flotilla_api::Work;
 use futures::FutureExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::manifest::{Prepared, belongs_to, is_managed, lists};
+use crate::lean::Manifests;
+use crate::manifest::{Prepared, belongs_to, is_managed};
 use crate::watches::MemberWatches;
 
 /// What happened to one manifest.
@@ -218,6 +219,8 @@ pub struct Appliers<'a> {
     pub watches: &'a MemberWatches,
     /// The Works this syncer serves, to tell whether an object's Work still holds it.
     pub works: &'a Store<Work>,
+    /// What the cached Works name.
+    pub manifests: &'a Manifests,
 }
 
 /// The Work a member object belongs to, as `(namespace, name)`, from its `flotilla.dev/work`.
@@ -236,6 +239,7 @@ fn owner_of(existing: &DynamicObject) -> Option<(&str, &str)> {
 /// deleted and created again.
 pub fn owner_let_go(
     works: &Store<Work>,
+    manifests: &Manifests,
     existing: &DynamicObject,
     id: &ManifestIdentity,
     work_ref: &str,
@@ -249,7 +253,7 @@ pub fn owner_let_go(
     }
     works
         .get(&ObjectRef::new(name).within(namespace))
-        .is_none_or(|owner| !lists(&owner, id))
+        .is_none_or(|owner| !manifests.may_list(&owner, id))
 }
 
 /// The Work a manifest is applied for: its `<namespace>/<name>`, the Works it replaces (its
@@ -392,7 +396,7 @@ pub async fn apply_manifest(
     if !known {
         match api.get_opt(&id.name).await {
             Ok(Some(existing)) => {
-                let let_go = owner_let_go(shared.works, &existing, id, work_ref);
+                let let_go = owner_let_go(shared.works, shared.manifests, &existing, id, work_ref);
                 if let Err(why) = may_write(&existing, work_ref, replaces, policy, let_go) {
                     return (
                         Some(resource),

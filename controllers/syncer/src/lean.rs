@@ -1,26 +1,29 @@
 //! What the syncer's cache keeps of a Work.
 //!
 //! A Work holds up to a hundred complete objects, and decoded (`DynamicObject`, its metadata and
-//! data as maps) each takes several times its JSON. The cache keeps every Work lean instead:
-//! each manifest reduced to a *skeleton* (apiVersion, kind, namespace and name: what telling
-//! which Work names an object needs), and the manifests themselves, as compact JSON, beside it
-//! ([`Manifests`]). A reconciliation that applies a Work gets it whole again with
-//! [`Manifests::whole`], for the generation it reconciles.
+//! data as maps) each takes several times its JSON. The cache keeps every Work lean instead: its
+//! `spec.manifests` empty, and beside it ([`Manifests`]) the manifests as compact JSON and the
+//! objects they name (type, namespace and name, what telling which Work names an object needs),
+//! in a compact form. A reconciliation that applies a Work gets it whole again with
+//! [`Manifests::whole`], for the generation it reconciles; what a cached Work names is read with
+//! [`Manifests::names`].
 //!
-//! A skeleton has no content at all (`data` is `null`, which no manifest the watch decodes has:
-//! its content is always an object, if an empty one) and [`crate::manifest::prepare`] refuses
-//! it: a skeleton applied to a member would empty the object there.
+//! A lean Work has no manifests at all, which no Work the hub serves has (`spec.manifests` has
+//! at least one item), and [`crate::manifest::prepare`] refuses it: taken for a Work of no
+//! manifests, it would have every object it applied removed from the member.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use flotilla_api::Work;
+use flotilla_api::{ManifestIdentity, Work};
 use kube::ResourceExt;
-use kube::api::{DynamicObject, ObjectMeta};
+use kube::api::DynamicObject;
 
-/// Whether `manifest` is a skeleton the cache made.
-pub fn is_skeleton(manifest: &DynamicObject) -> bool {
-    manifest.data.is_null()
+use crate::manifest::same_object;
+
+/// Whether `work` is the cache's lean form of a Work.
+pub fn is_lean(work: &Work) -> bool {
+    work.spec.manifests.is_empty()
 }
 
 /// A cached Work, whole again.
@@ -34,8 +37,17 @@ pub enum Whole {
     Missing,
 }
 
-/// The manifests of the cached Works, as compact JSON, by Work UID, with the generation they
-/// are of.
+/// What a cached Work's manifests name.
+#[derive(Debug, PartialEq)]
+pub enum Names {
+    /// The objects, in the order of the manifests (those that name none left out).
+    Known(Vec<ManifestIdentity>),
+    /// Not kept (see [`Whole::Missing`]): the Work may name anything.
+    Unknown,
+}
+
+/// The manifests of the cached Works, as compact JSON, and the objects they name, by Work UID,
+/// with the generation they are of.
 #[derive(Default)]
 pub struct Manifests {
     by_uid: Mutex<HashMap<String, Kept>>,
@@ -44,16 +56,58 @@ pub struct Manifests {
 struct Kept {
     generation: Option<i64>,
     json: Box<[u8]>,
+    names: Box<[Named]>,
+}
+
+/// An object a manifest names. The API version and kind are shared by the manifests of a Work
+/// of one type, as the splitter writes them.
+struct Named {
+    api_version: Arc<str>,
+    kind: Arc<str>,
+    namespace: Option<Box<str>>,
+    name: Box<str>,
+}
+
+impl Named {
+    fn of(m: &DynamicObject, last: Option<&Named>) -> Option<Self> {
+        let types = m.types.as_ref()?;
+        let name = m.metadata.name.as_deref().filter(|n| !n.is_empty())?;
+        let share = |s: &str, prev: Option<&Arc<str>>| match prev {
+            Some(p) if **p == *s => p.clone(),
+            _ => Arc::from(s),
+        };
+        Some(Self {
+            api_version: share(&types.api_version, last.map(|l| &l.api_version)),
+            kind: share(&types.kind, last.map(|l| &l.kind)),
+            namespace: m.metadata.namespace.as_deref().map(Box::from),
+            name: Box::from(name),
+        })
+    }
+
+    fn identity(&self) -> ManifestIdentity {
+        let (group, version) = match self.api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), self.api_version.to_string()),
+        };
+        ManifestIdentity {
+            group,
+            version,
+            kind: self.kind.to_string(),
+            resource: None,
+            namespace: self.namespace.as_deref().map(str::to_string),
+            name: self.name.to_string(),
+        }
+    }
 }
 
 impl Manifests {
-    /// For every Work the watch brings, before the cache has it: keeps its manifests and leaves
-    /// it with their skeletons.
+    /// For every Work the watch brings, before the cache has it: keeps its manifests and what
+    /// they name, and leaves it lean.
     pub fn take(&self, work: &mut Work) {
         let Some(uid) = work.uid() else {
             return;
         };
-        if work.spec.manifests.iter().all(is_skeleton) {
+        if is_lean(work) {
             return;
         }
         // Most events of a Work are of its status: the manifests of its generation are kept.
@@ -63,23 +117,28 @@ impl Manifests {
             .is_some_and(|k| k.generation == work.metadata.generation);
         if !kept {
             let json = serde_json::to_vec(&work.spec.manifests).unwrap_or_default();
+            let mut names: Vec<Named> = Vec::with_capacity(work.spec.manifests.len());
+            for m in &work.spec.manifests {
+                if let Some(n) = Named::of(m, names.last()) {
+                    names.push(n);
+                }
+            }
             by_uid.insert(
                 uid,
                 Kept {
                     generation: work.metadata.generation,
                     json: json.into_boxed_slice(),
+                    names: names.into_boxed_slice(),
                 },
             );
         }
         drop(by_uid);
-        for m in &mut work.spec.manifests {
-            *m = skeleton(m);
-        }
+        work.spec.manifests = Vec::new();
     }
 
     /// `work` (from the cache) with its manifests, if those kept are of its generation.
     pub fn whole(&self, work: &Work) -> Whole {
-        if !work.spec.manifests.iter().any(is_skeleton) {
+        if !is_lean(work) {
             return Whole::Found(Box::new(work.clone()));
         }
         let by_uid = self.lock();
@@ -98,6 +157,27 @@ impl Manifests {
         Whole::Found(Box::new(whole))
     }
 
+    /// The objects `work` (from the cache, or whole) names.
+    pub fn names(&self, work: &Work) -> Names {
+        if !is_lean(work) {
+            return Names::Known(crate::manifest::named(work));
+        }
+        let by_uid = self.lock();
+        match work.uid().and_then(|uid| by_uid.get(&uid)) {
+            Some(kept) => Names::Known(kept.names.iter().map(Named::identity).collect()),
+            None => Names::Unknown,
+        }
+    }
+
+    /// Whether `work` (from the cache, or whole) may name object `id`: it does, or what it
+    /// names is not known.
+    pub fn may_list(&self, work: &Work, id: &ManifestIdentity) -> bool {
+        match self.names(work) {
+            Names::Known(names) => names.iter().any(|n| same_object(n, id)),
+            Names::Unknown => true,
+        }
+    }
+
     /// Forgets the manifests of every Work but those `live` says are still cached.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
         self.lock().retain(|uid, _| live(uid));
@@ -114,20 +194,6 @@ impl Manifests {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
         self.by_uid.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// What the cache keeps of a manifest: its type, namespace and name, marked as a skeleton.
-fn skeleton(m: &DynamicObject) -> DynamicObject {
-    DynamicObject {
-        types: m.types.clone(),
-        metadata: ObjectMeta {
-            name: m.metadata.name.clone(),
-            namespace: m.metadata.namespace.clone(),
-            ..ObjectMeta::default()
-        },
-        // No annotation as a mark: a map of one entry took half the skeleton's memory.
-        data: serde_json::Value::Null,
     }
 }
 
@@ -159,36 +225,64 @@ mod tests {
         w
     }
 
-    #[test]
-    fn a_manifest_without_content_is_not_a_skeleton() {
-        let bare: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}
-        }))
-        .expect("a Namespace");
-        assert!(!is_skeleton(&bare));
-        // And a lean Work still serializes (for logs and tests).
-        let mut cached = work(1, "one");
-        Manifests::default().take(&mut cached);
-        let value = serde_json::to_value(&cached).expect("serializable");
-        assert_eq!(value["spec"]["manifests"][0]["metadata"]["name"], "a");
+    fn id(name: &str) -> ManifestIdentity {
+        ManifestIdentity {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: None,
+            namespace: Some("shop".into()),
+            name: name.into(),
+        }
     }
 
     #[test]
-    fn a_cached_work_keeps_skeletons_and_is_whole_again_for_its_generation() {
+    fn a_lean_work_still_serializes() {
+        let mut cached = work(1, "one");
+        Manifests::default().take(&mut cached);
+        let value = serde_json::to_value(&cached).expect("serializable");
+        assert_eq!(value["spec"]["manifests"], json!([]));
+    }
+
+    #[test]
+    fn a_cached_work_is_lean_names_its_objects_and_is_whole_again_for_its_generation() {
         let manifests = Manifests::default();
         let original = work(1, "one");
         let mut cached = original.clone();
         manifests.take(&mut cached);
-        let skeleton = &cached.spec.manifests[0];
-        assert!(is_skeleton(skeleton));
-        assert_eq!(skeleton.metadata.name.as_deref(), Some("a"));
-        assert_eq!(skeleton.metadata.namespace.as_deref(), Some("shop"));
-        assert_eq!(
-            skeleton.types.as_ref().map(|t| t.kind.as_str()),
-            Some("ConfigMap")
-        );
-        assert_eq!(skeleton.metadata.labels, None);
+        assert!(is_lean(&cached));
+        assert_eq!(manifests.names(&cached), Names::Known(vec![id("a")]));
+        assert!(manifests.may_list(&cached, &id("a")));
+        assert!(!manifests.may_list(&cached, &id("b")));
         assert_eq!(manifests.whole(&cached), Whole::Found(Box::new(original)));
+    }
+
+    #[test]
+    fn what_a_forgotten_work_names_is_unknown_and_may_be_anything() {
+        let manifests = Manifests::default();
+        let mut cached = work(1, "one");
+        manifests.take(&mut cached);
+        manifests.retain(|_| false);
+        assert_eq!(manifests.names(&cached), Names::Unknown);
+        assert!(manifests.may_list(&cached, &id("b")));
+        // A whole Work names what its manifests name, kept or not.
+        assert_eq!(
+            manifests.names(&work(1, "one")),
+            Names::Known(vec![id("a")])
+        );
+    }
+
+    #[test]
+    fn the_manifests_of_one_type_share_its_api_version_and_kind() {
+        let mut w = work(1, "one");
+        let second = w.spec.manifests[0].clone();
+        w.spec.manifests.push(second);
+        let manifests = Manifests::default();
+        manifests.take(&mut w);
+        let by_uid = manifests.lock();
+        let names = &by_uid.get("u-1").expect("kept").names;
+        assert!(Arc::ptr_eq(&names[0].kind, &names[1].kind));
+        assert!(Arc::ptr_eq(&names[0].api_version, &names[1].api_version));
     }
 
     #[test]

@@ -12,9 +12,10 @@ pub enum ManifestError {
     NoType(usize),
     #[error("manifest {0} has no metadata.name")]
     NoName(usize),
-    /// The cache's skeleton of a manifest, not the manifest: never to be applied.
-    #[error("manifest {0} is the cache's skeleton of it, not the manifest")]
-    Skeleton(usize),
+    /// The cache's lean form of a Work (see [`crate::lean`]), without its manifests: never to
+    /// be applied.
+    #[error("the Work is the cache's lean form of it, without its manifests")]
+    Lean,
 }
 
 /// A manifest ready to apply: its identity and the object to send.
@@ -61,14 +62,14 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
     })
     .collect();
 
+    if crate::lean::is_lean(work) {
+        return vec![Err(ManifestError::Lean)];
+    }
     work.spec
         .manifests
         .iter()
         .enumerate()
         .map(|(ordinal, manifest)| {
-            if crate::lean::is_skeleton(manifest) {
-                return Err(ManifestError::Skeleton(ordinal));
-            }
             let identity = identity(ordinal, manifest)?;
             let mut object = serde_json::to_value(manifest).unwrap_or(Value::Null);
             let Some(obj) = object.as_object_mut() else {
@@ -233,7 +234,7 @@ pub fn removed(
 }
 
 /// The objects `work`'s manifests name, in order, leaving out those that name none (no kind or
-/// no name). The cache's skeletons name them too.
+/// no name). Of a Work from the cache, [`crate::lean::Manifests::names`] says.
 pub fn named(work: &Work) -> Vec<ManifestIdentity> {
     work.spec
         .manifests
@@ -241,15 +242,6 @@ pub fn named(work: &Work) -> Vec<ManifestIdentity> {
         .enumerate()
         .filter_map(|(ordinal, m)| identity(ordinal, m).ok())
         .collect()
-}
-
-/// Whether one of `work`'s manifests names object `id`.
-pub fn lists(work: &Work, id: &ManifestIdentity) -> bool {
-    work.spec
-        .manifests
-        .iter()
-        .filter_map(ManifestIdentity::of)
-        .any(|m| same_object(&m, id))
 }
 
 /// Whether an object found in a member was put there by Flotilla (it carries the managed label).
@@ -429,24 +421,20 @@ mod tests {
     }
 
     #[test]
-    fn the_caches_skeleton_of_a_manifest_is_never_prepared_for_a_member() {
+    fn the_caches_lean_work_is_never_prepared_for_a_member() {
         let mut w = work(vec![configmap("a")], vec![]);
         w.metadata.uid = Some("u-1".into());
         w.metadata.generation = Some(1);
         crate::lean::Manifests::default().take(&mut w);
-        assert_eq!(prepare(&w), vec![Err(ManifestError::Skeleton(0))]);
-        // Nor is anything removed while it is a skeleton; the skeleton still names its object.
+        assert_eq!(prepare(&w), vec![Err(ManifestError::Lean)]);
+        // Nor is anything removed for it: it is not a Work that names nothing.
         assert!(removed(&status(&[id("b", Some("shop"))], &[]), &prepare(&w)).is_empty());
-        assert!(lists(&w, &id("a", Some("shop"))));
-        assert_eq!(named(&w), vec![id("a", Some("shop"))]);
     }
 
     #[test]
-    fn a_work_lists_the_objects_its_manifests_name() {
+    fn a_work_names_the_objects_its_manifests_name() {
         let w = work(vec![configmap("a")], vec![]);
-        assert!(lists(&w, &id("a", Some("shop"))));
-        assert!(!lists(&w, &id("a", Some("other"))));
-        assert!(!lists(&w, &id("b", Some("shop"))));
+        assert_eq!(named(&w), vec![id("a", Some("shop"))]);
     }
 
     #[test]

@@ -32,8 +32,8 @@ use crate::apply::{
     Appliers, DiscoveryCache, NamespaceCache, Outcome, WorkRef, apply_manifest, delete_manifest,
     describe,
 };
-use crate::lean::{Manifests, Whole};
-use crate::manifest::{lists, named, prepare, removed, same_object};
+use crate::lean::{Manifests, Names, Whole};
+use crate::manifest::{prepare, removed, same_object};
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::own_status::{OwnStatus, resource_version_in};
 use crate::released::Released;
@@ -95,6 +95,7 @@ impl Syncer {
             namespaces: &self.namespaces,
             watches: &self.watches,
             works: &self.works,
+            manifests: &self.manifests,
         }
     }
 
@@ -627,22 +628,23 @@ async fn prune(
     let mut started = Vec::new();
     // Those another Work names now are its to keep; the others go, a few at a time.
     let shared = state.appliers();
-    let results: Vec<(ManifestIdentity, Result<bool, String>)> = futures::stream::iter(
-        candidates
-            .into_iter()
-            .filter(|id| !others.iter().any(|other| lists(other, id))),
-    )
-    .map(|id| {
-        let (shared, work_ref) = (&shared, &work_ref);
-        async move {
-            let result = delete_manifest(shared, cluster, client, &id, work_ref).await;
-            (id, result)
-        }
-    })
-    // In order, so that `status.removing` keeps its order from one look to the next.
-    .buffered(APPLY_CONCURRENCY)
-    .collect()
-    .await;
+    let results: Vec<(ManifestIdentity, Result<bool, String>)> =
+        futures::stream::iter(candidates.into_iter().filter(|id| {
+            !others
+                .iter()
+                .any(|other| state.manifests.may_list(other, id))
+        }))
+        .map(|id| {
+            let (shared, work_ref) = (&shared, &work_ref);
+            async move {
+                let result = delete_manifest(shared, cluster, client, &id, work_ref).await;
+                (id, result)
+            }
+        })
+        // In order, so that `status.removing` keeps its order from one look to the next.
+        .buffered(APPLY_CONCURRENCY)
+        .collect()
+        .await;
     for (id, result) in results {
         match result {
             Ok(true) => {}
@@ -946,7 +948,20 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
         Err(why) => return Err(Error::MemberUnavailable(why.to_string())),
     };
     let work_ref = work_ref(work);
-    let named = named(work).into_iter().rev();
+    let named = match state.manifests.names(work) {
+        Names::Known(named) => named,
+        // Its manifests were let go of: the Work as the hub has it now says what it names.
+        Names::Unknown => {
+            let namespace = work.namespace().unwrap_or_default();
+            let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
+            match api.get_opt(&work.name_any()).await? {
+                Some(now) if now.uid() == work.uid() => crate::manifest::named(&now),
+                // Gone: its finalizer was removed, so its objects are.
+                _ => return Ok(Action::await_change()),
+            }
+        }
+    };
+    let named = named.into_iter().rev();
     let removing = work.status.iter().flat_map(|s| s.removing.iter().cloned());
     // Namespaces and CRDs last, one by one: the objects in them (or of them) go first. The
     // others a few at a time, like applies.
