@@ -12,6 +12,10 @@
 //!   which are addresses in one cluster's service range and so cannot be right in every member.
 //!   Whether a value was set by someone or allocated is read off `metadata.managedFields`: the
 //!   apiserver records who set each field, and allocated values belong to no one.
+//! - what the hub's apiserver generated from the object's own identity: a Job's selector and the
+//!   labels of its pod template that carry the hub Job's UID (unless the Job chose its own
+//!   selector with `manualSelector`). A member generates its own from its own copy's UID, and
+//!   refuses a copy that carries the hub's ("`selector` not auto-generated").
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::DynamicObject;
@@ -44,22 +48,69 @@ pub fn made_by_kubernetes(api_version: &str, kind: &str, object: &DynamicObject)
     }
 }
 
+/// The labels the hub's apiserver gives the pod template of a Job without `manualSelector`
+/// (its selector matches the first): the hub Job's UID and name.
+pub const JOB_GENERATED_LABELS: [&str; 4] = [
+    "batch.kubernetes.io/controller-uid",
+    "controller-uid",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+];
+
 /// Removes from `manifest` (the member's copy of a hub object of `api_version`/`kind`) the values
-/// the hub's apiserver allocated, given the hub object's `managed` fields.
+/// the hub's apiserver allocated or generated, given the hub object's `managed` fields.
 pub fn strip_allocated(
     api_version: &str,
     kind: &str,
     manifest: &mut Value,
     managed: &[ManagedFieldsEntry],
 ) {
-    if api_version != "v1" || kind != "Service" {
-        return;
+    match (api_version, kind) {
+        ("v1", "Service") => {
+            let owners = Owners::new(managed);
+            if let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) {
+                strip_service(spec, &owners);
+            }
+        }
+        ("batch/v1", "Job") => strip_job(manifest),
+        _ => {}
     }
-    let owners = Owners::new(managed);
+}
+
+/// A Job's generated selector and the generated labels of its pod template (and of the Job
+/// itself, should they have been copied there): each member generates its own.
+fn strip_job(manifest: &mut Value) {
+    let uid = manifest
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    strip_service(spec, &owners);
+    if spec.get("manualSelector").and_then(Value::as_bool) == Some(true) {
+        return;
+    }
+    spec.remove("selector");
+    if let Some(labels) = spec
+        .get_mut("template")
+        .and_then(|t| t.get_mut("metadata"))
+        .and_then(|m| m.get_mut("labels"))
+        .and_then(Value::as_object_mut)
+    {
+        for key in JOB_GENERATED_LABELS {
+            labels.remove(key);
+        }
+    }
+    // The Job's own labels are the user's, but for a copy of the hub Job's UID.
+    if let Some(labels) = manifest
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.retain(|key, value| {
+            !(JOB_GENERATED_LABELS[..2].contains(&key.as_str())
+                && uid.as_deref().is_some_and(|u| value == u))
+        });
+    }
 }
 
 fn strip_service(spec: &mut Map<String, Value>, owners: &Owners) {
@@ -278,5 +329,49 @@ mod tests {
         let before = cm.clone();
         strip_allocated("v1", "ConfigMap", &mut cm, &[]);
         assert_eq!(cm, before);
+    }
+
+    /// A Job as the hub's apiserver stores it without `manualSelector`: a selector and template
+    /// labels generated from its UID.
+    fn stored_job(manual: bool) -> Value {
+        let uid = "0f6c6e1a-hub";
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "pi", "namespace": "shop", "uid": uid,
+                         "labels": {"team": "a", "controller-uid": uid}},
+            "spec": {"manualSelector": manual, "completions": 2, "parallelism": 2,
+                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
+                "template": {"metadata": {"labels": {
+                    "app": "pi", "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                    "batch.kubernetes.io/job-name": "pi", "job-name": "pi"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "pi", "image": "perl"}]}}}})
+    }
+
+    #[test]
+    fn a_jobs_generated_selector_and_labels_stay_on_the_hub() {
+        let mut job = stored_job(false);
+        strip_allocated("batch/v1", "Job", &mut job, &[]);
+        let spec = &job["spec"];
+        assert!(spec.get("selector").is_none(), "{job}");
+        assert_eq!(spec["template"]["metadata"]["labels"], json!({"app": "pi"}));
+        assert_eq!(job["metadata"]["labels"], json!({"team": "a"}));
+        // The rest of the spec is the user's.
+        assert_eq!(
+            (spec["completions"].clone(), spec["parallelism"].clone()),
+            (json!(2), json!(2))
+        );
+        assert_eq!(spec["template"]["spec"]["containers"][0]["image"], "perl");
+    }
+
+    #[test]
+    fn a_job_that_chose_its_selector_keeps_it() {
+        let mut job = stored_job(true);
+        let before = job.clone();
+        strip_allocated("batch/v1", "Job", &mut job, &[]);
+        assert_eq!(job, before);
+        // And a label that merely has the name of a generated one, without the hub's UID, stays.
+        let mut job = stored_job(false);
+        job["metadata"]["labels"]["controller-uid"] = json!("chosen");
+        strip_allocated("batch/v1", "Job", &mut job, &[]);
+        assert_eq!(job["metadata"]["labels"]["controller-uid"], "chosen");
     }
 }

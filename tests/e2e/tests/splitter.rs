@@ -17,6 +17,7 @@ use flotilla_e2e::{
     ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -1320,6 +1321,100 @@ async fn member_uids(fleet: &Fleet) -> Result<(Option<String>, Option<String>)> 
             .await?
             .and_then(|c| c.metadata.uid),
     ))
+}
+
+/// A Job applied to the hub runs in every member: the selector and pod labels the hub's
+/// apiserver generated from the hub Job's UID stay on the hub (a member refuses a Job that
+/// carries them: "`selector` not auto-generated"), and each member's Job completes with its own.
+#[tokio::test]
+async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
+    let fleet = Fleet::start_as_chart("job").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "batch", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "batch/v1", "kind": "Job"}]}}),
+        false,
+    )
+    .await??;
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "pi", "namespace": ns, "labels": {"team": "a"}},
+        "spec": {"backoffLimit": 1, "template": {"metadata": {"labels": {"app": "pi"}},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "pi", "image": "registry.k8s.io/pause:3.10"}]}}}});
+    api::apply(hub, &job, false).await??;
+    let hub_job = Api::<Job>::namespaced(hub.clone(), ns).get("pi").await?;
+    let hub_uid = hub_job.uid().unwrap_or_default();
+    ensure!(
+        hub_job
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .is_some_and(|s| format!("{s:?}").contains(&hub_uid)),
+        "the hub generated a selector of its Job's UID: {:?}",
+        hub_job.spec
+    );
+    let completed = wait_for(
+        "Job pi complete in every member",
+        Duration::from_secs(60),
+        || async {
+            let mut out = BTreeMap::new();
+            let mut waiting = Vec::new();
+            for (cluster, client) in members {
+                let copy = Api::<Job>::namespaced(client.clone(), ns)
+                    .get_opt("pi")
+                    .await?;
+                let complete = copy.as_ref().is_some_and(|j| {
+                    j.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Complete" && c.status == "True")
+                    })
+                });
+                match copy {
+                    Some(j) if complete => {
+                        out.insert(cluster.clone(), j);
+                    }
+                    other => waiting.push(format!("{cluster}: {:?}", other.and_then(|j| j.status))),
+                }
+            }
+            Ok(if waiting.is_empty() {
+                Seen::Done(out)
+            } else {
+                Seen::not_yet(waiting.join("; "))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    for (cluster, copy) in &completed {
+        let uid = copy.uid().unwrap_or_default();
+        let spec = copy.spec.clone().unwrap_or_default();
+        let selector = format!("{:?}", spec.selector);
+        ensure!(
+            selector.contains(&uid) && !selector.contains(&hub_uid),
+            "{cluster}: the member generated its own selector: {selector}"
+        );
+        let template = spec
+            .template
+            .metadata
+            .unwrap_or_default()
+            .labels
+            .unwrap_or_default();
+        ensure!(
+            template.get("app").map(String::as_str) == Some("pi")
+                && template.get("batch.kubernetes.io/controller-uid") == Some(&uid),
+            "{cluster}: the user's template labels and the member's own: {template:?}"
+        );
+        ensure!(
+            copy.labels().get("team").map(String::as_str) == Some("a"),
+            "{cluster}: the Job's own labels travel: {:?}",
+            copy.labels()
+        );
+    }
+    Ok(())
 }
 
 #[tokio::test]
