@@ -28,8 +28,27 @@ pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 /// The Secret type the service-account token controller fills with a token of the hub.
 pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
 
-/// Whether Kubernetes itself made `object` (of `api_version`/`kind`) in the hub, so that it is
-/// never placed; `false` for every object a user made.
+/// Whether the hub made `object` (of `api_version`/`kind`), so that it is never placed: Kubernetes
+/// itself (see [`made_by_kubernetes`]) or a controller of the hub, which marks what it makes with
+/// a controller `ownerReference` to the object it makes it for (a ReplicaSet of a Deployment,
+/// the EndpointSlices of a Service, a Secret of a cert-manager Certificate). Where the owner is
+/// placed, each member's controllers make their own; the hub's copy would fight them.
+pub fn made_by_the_hub(api_version: &str, kind: &str, object: &DynamicObject) -> bool {
+    made_by_kubernetes(api_version, kind, object) || has_controller(object)
+}
+
+/// Whether `object` names a controller among its owners.
+fn has_controller(object: &DynamicObject) -> bool {
+    object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true))
+}
+
+/// Whether Kubernetes itself made `object` (of `api_version`/`kind`) in the hub, in every
+/// namespace of every cluster; `false` for every object a user made.
 pub fn made_by_kubernetes(api_version: &str, kind: &str, object: &DynamicObject) -> bool {
     if api_version != "v1" {
         return false;
@@ -226,6 +245,22 @@ mod tests {
         let custom = object(json!({"apiVersion": "example.com/v1", "kind": "ConfigMap",
                                    "metadata": {"name": "kube-root-ca.crt"}}));
         assert!(!made_by_kubernetes("example.com/v1", "ConfigMap", &custom));
+    }
+
+    #[test]
+    fn what_a_hub_controller_made_for_another_object_is_never_placed() {
+        let owned = |controller: Option<bool>| {
+            object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "made", "ownerReferences": [{"apiVersion": "example.com/v1",
+                    "kind": "Widget", "name": "w", "uid": "u-1", "controller": controller}]}}))
+        };
+        assert!(made_by_the_hub("v1", "ConfigMap", &owned(Some(true))));
+        // An owner that is not its controller only ties the object's life to it.
+        assert!(!made_by_the_hub("v1", "ConfigMap", &owned(Some(false))));
+        assert!(!made_by_the_hub("v1", "ConfigMap", &owned(None)));
+        let root_ca = object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "kube-root-ca.crt"}}));
+        assert!(made_by_the_hub("v1", "ConfigMap", &root_ca));
     }
 
     fn managed(fields: Value) -> Vec<ManagedFieldsEntry> {

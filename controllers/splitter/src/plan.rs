@@ -29,7 +29,7 @@ use serde_json::Value;
 use crate::compatibility::MemberSchema;
 use crate::division::{Candidate, Division, divide};
 use crate::eligibility::{Selection, select};
-use crate::hub_made::made_by_kubernetes;
+use crate::hub_made::made_by_the_hub;
 use crate::references::{Reference, references};
 use crate::render::{bundle, member_manifest};
 use crate::specificity::{Selectable, specificity, winner};
@@ -687,7 +687,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             };
             if specificity(&spec.resource_selectors, &selectable).is_none()
                 || object.metadata.deletion_timestamp.is_some()
-                || made_by_kubernetes(&ar.api_version, &ar.kind, &object)
+                || made_by_the_hub(&ar.api_version, &ar.kind, &object)
             {
                 continue;
             }
@@ -835,7 +835,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         };
         // A member has its own (its root CA bundle, a token of its own); never the hub's.
         if object.metadata.deletion_timestamp.is_some()
-            || made_by_kubernetes(&ar.api_version, &ar.kind, object)
+            || made_by_the_hub(&ar.api_version, &ar.kind, object)
             || winner(&neighbours, &selectable).is_some()
         {
             continue;

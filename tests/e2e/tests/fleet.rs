@@ -569,6 +569,22 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
     for o in &objects {
         flotilla_e2e::api::apply(hub, o, false).await??;
     }
+    // What a hub controller would make for the user's ConfigMap (its controller owner).
+    let settings_uid = Api::<ConfigMap>::namespaced(hub.clone(), ns)
+        .get("settings")
+        .await?
+        .uid()
+        .unwrap_or_default();
+    flotilla_e2e::api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "controlled", "namespace": ns, "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings",
+                     "uid": settings_uid, "controller": true}]},
+                "data": {"made": "for settings"}}),
+        false,
+    )
+    .await??;
     let hub_service = Api::<Service>::namespaced(hub.clone(), ns)
         .get("web")
         .await?;
@@ -662,6 +678,7 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
             "ConfigMap/kube-root-ca.crt",
             "ServiceAccount/default",
             "Secret/legacy-token",
+            "ConfigMap/controlled",
         ] {
             ensure!(
                 !sources.contains(never),
