@@ -1,4 +1,5 @@
-//! Pure status aggregation: the hub Deployment's status is the truth of all its copies.
+//! Pure status aggregation: the hub object's status (a Deployment's, a Job's) is the truth of all
+//! its copies.
 
 use flotilla_api::{Work, conditions};
 use serde_json::{Value, json};
@@ -188,6 +189,104 @@ pub fn deployment_status(
     status
 }
 
+/// What one member's copy of a Job reports: its `status`, or `None` before it reports one.
+pub struct JobCopy<'a> {
+    pub cluster: &'a str,
+    pub status: Option<&'a Value>,
+}
+
+fn job_condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+/// The hub Job's status from its copies (`old`: the hub Job's status now), as the hub's
+/// apiserver accepts it from a controller other than its own Job controller: counters summed
+/// (`succeeded` and `failed` never lower than before), `ready` at most `active`, `startTime` set
+/// once (the earliest copy's); `Complete` (after `SuccessCriteriaMet`, with the latest copy's
+/// `completionTime`) once every copy is complete, `Failed` (after `FailureTarget`, with the
+/// failed member's reason and message) once one copy failed and none is running any more. A
+/// finished hub Job stays as it is.
+pub fn job_status(copies: &[JobCopy<'_>], old: Option<&Value>, now: &str) -> Value {
+    let old = old.cloned().unwrap_or_else(|| json!({}));
+    if job_condition(&old, "Complete").is_some() || job_condition(&old, "Failed").is_some() {
+        return old;
+    }
+    let reported: Vec<(&str, &Value)> = copies
+        .iter()
+        .filter_map(|c| Some((c.cluster, c.status?)))
+        .collect();
+    let sum = |field: &str| -> i64 {
+        reported
+            .iter()
+            .map(|(_, s)| s[field].as_i64().unwrap_or(0))
+            .sum()
+    };
+    let active = sum("active");
+    let terminating = sum("terminating");
+    let mut status = json!({
+        "active": active,
+        "ready": sum("ready").min(active),
+        "succeeded": sum("succeeded").max(old["succeeded"].as_i64().unwrap_or(0)),
+        "failed": sum("failed").max(old["failed"].as_i64().unwrap_or(0)),
+    });
+    if terminating > 0 {
+        status["terminating"] = json!(terminating);
+    }
+    let start = old["startTime"].as_str().map(str::to_string).or_else(|| {
+        reported
+            .iter()
+            .filter_map(|(_, s)| s["startTime"].as_str())
+            .min()
+            .map(str::to_string)
+    });
+    if let Some(start) = &start {
+        status["startTime"] = json!(start);
+    }
+    let condition = |type_: &str, reason: &str, message: &str| {
+        json!({"type": type_, "status": "True", "reason": reason, "message": message,
+               "lastProbeTime": now, "lastTransitionTime": now})
+    };
+    let all_complete = !copies.is_empty()
+        && reported.len() == copies.len()
+        && reported
+            .iter()
+            .all(|(_, s)| job_condition(s, "Complete").is_some());
+    let failed = reported
+        .iter()
+        .find_map(|(cluster, s)| Some((*cluster, job_condition(s, "Failed")?)));
+    let finished = active == 0 && terminating == 0 && start.is_some();
+    if all_complete && finished {
+        let completed = reported
+            .iter()
+            .filter_map(|(_, s)| s["completionTime"].as_str())
+            .max()
+            .map_or_else(|| now.to_string(), str::to_string);
+        let members: Vec<&str> = reported.iter().map(|(c, _)| *c).collect();
+        let message = format!("complete in every member: {}", members.join(", "));
+        status["completionTime"] = json!(completed.max(start.clone().unwrap_or_default()));
+        status["conditions"] = json!([
+            condition("SuccessCriteriaMet", "CompletionsReached", &message),
+            condition("Complete", "CompletionsReached", &message),
+        ]);
+    } else if let Some((cluster, why)) = failed
+        && finished
+    {
+        let reason = why["reason"].as_str().unwrap_or("BackoffLimitExceeded");
+        let message = format!(
+            "failed in {cluster}: {}",
+            why["message"].as_str().unwrap_or_default()
+        );
+        status["conditions"] = json!([
+            condition("FailureTarget", reason, &message),
+            condition("Failed", reason, &message),
+        ]);
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,5 +455,128 @@ mod tests {
         );
         assert!(s.get("observedGeneration").is_none());
         assert_eq!(s["conditions"][1]["status"], "False");
+    }
+
+    fn job_copy(active: i64, succeeded: i64, start: &str, complete: Option<&str>) -> Value {
+        let mut s = json!({"active": active, "ready": active, "succeeded": succeeded,
+                           "startTime": start});
+        if let Some(done) = complete {
+            s["completionTime"] = json!(done);
+            s["conditions"] = json!([
+                {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached"},
+                {"type": "Complete", "status": "True", "reason": "CompletionsReached"}]);
+        }
+        s
+    }
+
+    const NOW: &str = "2026-12-02T10:01:00Z";
+
+    #[test]
+    fn a_job_is_complete_on_the_hub_once_every_copy_is() {
+        let a = job_copy(0, 1, "2026-12-02T10:00:05Z", Some("2026-12-02T10:00:20Z"));
+        let b = job_copy(1, 0, "2026-12-02T10:00:01Z", None);
+        let two = |b: &Value, old: Option<&Value>| {
+            job_status(
+                &[
+                    JobCopy {
+                        cluster: "m1",
+                        status: Some(&a),
+                    },
+                    JobCopy {
+                        cluster: "m2",
+                        status: Some(b),
+                    },
+                ],
+                old,
+                NOW,
+            )
+        };
+        let s = two(&b, None);
+        assert_eq!(
+            (s["active"].clone(), s["succeeded"].clone()),
+            (json!(1), json!(1))
+        );
+        assert_eq!(s["startTime"], "2026-12-02T10:00:01Z", "the earliest start");
+        assert!(
+            s.get("conditions").is_none() && s.get("completionTime").is_none(),
+            "{s}"
+        );
+
+        let b = job_copy(0, 1, "2026-12-02T10:00:01Z", Some("2026-12-02T10:00:30Z"));
+        let s = two(&b, Some(&json!({"startTime": "2026-12-02T10:00:03Z"})));
+        assert_eq!(s["succeeded"], 2);
+        assert_eq!(
+            s["startTime"], "2026-12-02T10:00:03Z",
+            "set once, never moved"
+        );
+        assert_eq!(
+            s["completionTime"], "2026-12-02T10:00:30Z",
+            "the latest completion"
+        );
+        let types: Vec<&str> = s["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
+        // Finished, it stays as it is.
+        assert_eq!(job_status(&[], Some(&s), NOW), s);
+    }
+
+    #[test]
+    fn a_job_fails_on_the_hub_once_a_copy_failed_and_none_runs() {
+        let failed = json!({"active": 0, "failed": 2, "startTime": "2026-12-02T10:00:00Z",
+            "conditions": [{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
+                           {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                            "message": "Job has reached the specified backoff limit"}]});
+        let running = job_copy(1, 0, "2026-12-02T10:00:00Z", None);
+        let both = |other: &Value| {
+            job_status(
+                &[
+                    JobCopy {
+                        cluster: "m1",
+                        status: Some(&failed),
+                    },
+                    JobCopy {
+                        cluster: "m2",
+                        status: Some(other),
+                    },
+                ],
+                Some(&json!({"failed": 3})),
+                NOW,
+            )
+        };
+        let s = both(&running);
+        assert!(s.get("conditions").is_none(), "m2 still runs: {s}");
+        assert_eq!(s["failed"], 3, "never lower than before");
+        let stopped = job_copy(0, 0, "2026-12-02T10:00:00Z", None);
+        let s = both(&stopped);
+        let conditions = s["conditions"].as_array().expect("conditions");
+        assert_eq!(conditions[0]["type"], "FailureTarget");
+        assert_eq!(conditions[1]["type"], "Failed");
+        assert_eq!(conditions[1]["reason"], "BackoffLimitExceeded");
+        assert!(
+            conditions[1]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("failed in m1"))
+        );
+        // A copy that has not reported yet keeps the hub Job from completing.
+        let done = job_copy(0, 1, "2026-12-02T10:00:00Z", Some("2026-12-02T10:00:09Z"));
+        let s = job_status(
+            &[
+                JobCopy {
+                    cluster: "m1",
+                    status: Some(&done),
+                },
+                JobCopy {
+                    cluster: "m2",
+                    status: None,
+                },
+            ],
+            None,
+            NOW,
+        );
+        assert!(s.get("conditions").is_none(), "{s}");
     }
 }

@@ -274,6 +274,15 @@ pub struct Divided {
     pub total: u32,
 }
 
+/// A placed object whose hub status the splitter writes from its copies (a Job), and the
+/// members its copies are on.
+#[derive(Clone, Debug)]
+pub struct Aggregated {
+    pub key: ObjectKey,
+    pub object: DynamicObject,
+    pub clusters: Vec<String>,
+}
+
 /// What the status reports besides decisions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Findings {
@@ -309,6 +318,8 @@ pub struct Plan {
     /// The decision for every selected object.
     pub decisions: Vec<(ObjectKey, ObjectDecision)>,
     pub divisions: Vec<Divided>,
+    /// The placed Jobs, for their hub status.
+    pub aggregated: Vec<Aggregated>,
     pub findings: Findings,
     /// The objects whose copies this Placement holds but that are not on the hub, with since
     /// when: the next pass's [`Observation::absent_since`].
@@ -798,6 +809,17 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     cluster: cluster.clone(),
                     replicas: divisible.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
                     ..Default::default()
+                });
+            }
+            if ar.api_version == "batch/v1" && ar.kind == "Job" {
+                out.aggregated.push(Aggregated {
+                    key: key.clone(),
+                    object: object.clone(),
+                    clusters: decision
+                        .clusters
+                        .iter()
+                        .map(|c| c.cluster.clone())
+                        .collect(),
                 });
             }
             if spec.follow_references {

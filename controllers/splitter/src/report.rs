@@ -15,11 +15,11 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::aggregate::{copy_of, deployment_status, max_unavailable};
+use crate::aggregate::{JobCopy, copy_of, deployment_status, job_status, max_unavailable};
 use crate::observe::resource;
 use crate::plan::{
     CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_condition_now,
-    copy_holds_now, key_of,
+    copy_holds_now, key_of, manifest_status,
 };
 
 /// At most this many member entries (`clusters` and `excluded` of every decision, at least one
@@ -463,6 +463,8 @@ pub async fn report(
         }
     }
 
+    write_job_statuses(ctx, &ns, plan, &current, &now).await;
+
     let status = placement_status(placement, plan, outcome, &current, &now);
     let old = placement
         .status
@@ -520,6 +522,44 @@ pub async fn report(
     Ok(())
 }
 
+/// Writes the status of every placed hub Job from its copies, where it says something new. A
+/// status the hub refuses is logged and left: the Placement's own status is written still.
+async fn write_job_statuses(
+    ctx: &Context,
+    ns: &str,
+    plan: &Plan,
+    current: &Current<'_>,
+    now: &str,
+) {
+    let jobs = resource("batch", "v1", "Job", "jobs");
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &jobs);
+    let params = PatchParams::apply(field_managers::SPLITTER).force();
+    for job in &plan.aggregated {
+        let copies: Vec<JobCopy<'_>> = job
+            .clusters
+            .iter()
+            .map(|cluster| JobCopy {
+                cluster,
+                status: current
+                    .work_of(&CopyKey::new(job.key.clone(), cluster))
+                    .and_then(|w| manifest_status(w, &job.key))
+                    .and_then(|m| m.status.as_ref()),
+            })
+            .collect();
+        let old = job.object.data.get("status");
+        let mut status = job_status(&copies, old, now);
+        keep_condition_times(&mut status, old);
+        if old.is_some_and(|o| same_ignoring_times(o, &status)) {
+            continue;
+        }
+        let name = job.object.name_any();
+        let patch = json!({"apiVersion": "batch/v1", "kind": "Job", "status": status});
+        if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(patch)).await {
+            tracing::warn!(job = %format!("{ns}/{name}"), error = %e, "writing the hub Job's status failed");
+        }
+    }
+}
+
 /// The `message` of condition `type_` in a status object.
 pub fn condition_message(status: &Value, type_: &str) -> Option<String> {
     status["conditions"]
@@ -530,7 +570,7 @@ pub fn condition_message(status: &Value, type_: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-const TIME_FIELDS: [&str; 2] = ["lastTransitionTime", "lastUpdateTime"];
+const TIME_FIELDS: [&str; 3] = ["lastTransitionTime", "lastUpdateTime", "lastProbeTime"];
 
 /// Carries the times of `old`'s conditions over to `new`'s: `lastTransitionTime` while the
 /// status is the same, `lastUpdateTime` while nothing of the condition changed. A status that

@@ -1326,6 +1326,7 @@ async fn member_uids(fleet: &Fleet) -> Result<(Option<String>, Option<String>)> 
 /// A Job applied to the hub runs in every member: the selector and pod labels the hub's
 /// apiserver generated from the hub Job's UID stay on the hub (a member refuses a Job that
 /// carries them: "`selector` not auto-generated"), and each member's Job completes with its own.
+/// The hub Job says so, in the terms `kubectl wait --for=condition=complete` reads.
 #[tokio::test]
 async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
     let fleet = Fleet::start_as_chart("job").await?;
@@ -1414,6 +1415,35 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
             copy.labels()
         );
     }
+    let env = Environment::get();
+    let waited = crate::api::kubectl(
+        &env,
+        &[
+            "-n",
+            ns,
+            "wait",
+            "job/pi",
+            "--for",
+            "condition=complete",
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    ensure!(waited.contains("condition met"), "{waited}");
+    let status = Api::<Job>::namespaced(hub.clone(), ns)
+        .get("pi")
+        .await?
+        .status
+        .unwrap_or_default();
+    ensure!(
+        status.succeeded == Some(i32::try_from(members.len())?)
+            && status.active.unwrap_or_default() == 0
+            && status.start_time.is_some()
+            && status.completion_time.is_some(),
+        "the hub Job counts one success per member: {status:?}"
+    );
     Ok(())
 }
 
