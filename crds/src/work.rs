@@ -1,5 +1,7 @@
 //! `Work`: the objects to apply to one member cluster, and what the member reports back.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use kube::api::DynamicObject;
@@ -94,6 +96,13 @@ pub struct WorkSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub ignore_fields: Vec<IgnoreFields>,
+
+    /// Labels of the member namespaces the manifests are applied in: the splitter copies those
+    /// of the hub namespace the objects come from (its Pod Security labels among them). The
+    /// syncer sets them on a namespace it creates, and keeps them there; a namespace the member
+    /// had already is left as it is.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespace_labels: BTreeMap<String, String>,
 }
 
 /// Schema of `spec.manifests`: embedded Kubernetes objects, validated by the apiserver as such
@@ -294,6 +303,7 @@ mod tests {
             delete_policy: DeletePolicy::Orphan,
             conflict_policy: ConflictPolicy::Abort,
             ignore_fields: vec![],
+            namespace_labels: Default::default(),
         };
         let value = serde_json::to_value(&spec).expect("serializes");
         assert_eq!(value["manifests"][0]["spec"]["replicas"], 4);
@@ -334,6 +344,7 @@ mod tests {
                 delete_policy: DeletePolicy::Delete,
                 conflict_policy: ConflictPolicy::Abort,
                 ignore_fields: vec![],
+                namespace_labels: Default::default(),
             },
         );
         assert_eq!(work.cluster_name(), None);

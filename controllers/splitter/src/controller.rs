@@ -19,7 +19,7 @@ use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
@@ -72,6 +72,8 @@ pub struct Splitter {
     pub(crate) placements: Store<Placement>,
     /// The negotiator's imports of the members' schemas, for the per-object check.
     pub(crate) imports: Store<ApiResourceImport>,
+    /// The hub's namespaces (metadata): their labels go to the member namespaces.
+    pub(crate) namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The Works written by recent passes, until the cache has them.
     pub(crate) recent: Arc<RecentWrites>,
     /// Custom types found in the hub's discovery, by apiVersion and kind, each watched.
@@ -258,6 +260,18 @@ pub async fn run(
         work_changed,
     );
     let _ = works_cell.set(works.clone());
+    // The hub's namespaces: a change of a namespace's labels rewrites the Works of its
+    // Placements (their member namespaces carry them).
+    let namespace_watch = match namespace {
+        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+        None => watcher::Config::default(),
+    };
+    let namespaces = flotilla_runtime::cache::spawn_store_with(
+        &ctx,
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        namespace_watch,
+        placements_of_namespace_on_change(placements.clone(), triggers.clone()),
+    );
     // The negotiator's verdicts on the members' APIs: cached for the per-object check, and a
     // changed verdict looks at every Placement again.
     let (imports, import_writer) = reflector::store::<ApiResourceImport>();
@@ -308,6 +322,7 @@ pub async fn run(
         _ = async {
             flotilla_runtime::cache::wait_until_synced(&clusters).await;
             flotilla_runtime::cache::wait_until_synced(&works).await;
+            flotilla_runtime::cache::wait_until_synced(&namespaces).await;
             // Nor before every Cluster is known: one not seen yet would look deleted.
             if let Some(all) = &all_clusters {
                 flotilla_runtime::cache::wait_until_synced(all).await;
@@ -322,6 +337,7 @@ pub async fn run(
         works,
         placements: neighbours,
         imports,
+        namespaces,
         recent,
         types: Default::default(),
         absent: Default::default(),
@@ -435,6 +451,28 @@ fn import_inputs(import: &ApiResourceImport) -> Option<u64> {
 /// A cache's `on_change` that starts a pass of every Placement in scope when an object of the
 /// cache appears, goes, or changes in what `inputs` hashes (`cache`: the cache itself, to tell
 /// a deletion, set once it exists).
+/// Starts a pass of every Placement of a namespace whose labels changed.
+fn placements_of_namespace_on_change(
+    placements: Store<Placement>,
+    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+) -> impl Fn(&PartialObjectMeta<Namespace>) + Send + 'static {
+    let seen = SeenInputs::default();
+    move |ns: &PartialObjectMeta<Namespace>| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        crate::plan::member_namespace_labels(ns.labels()).hash(&mut h);
+        if !seen.changed(&ns.uid().unwrap_or_default(), h.finish()) {
+            return;
+        }
+        let name = ns.name_any();
+        for p in placements.state() {
+            if p.namespace().as_deref() == Some(name.as_str()) {
+                let _ = triggers.unbounded_send(ObjectRef::from_obj(&*p));
+            }
+        }
+    }
+}
+
 fn every_placement_on_change<K>(
     placements: Store<Placement>,
     cache: Arc<OnceLock<Store<K>>>,

@@ -14,7 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::controller::Splitter;
-use crate::plan::{Listed, Observation, Other, Unreadable, import_name};
+use crate::plan::{Listed, Observation, Other, Unreadable, import_name, member_namespace_labels};
 use crate::references::references;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -173,7 +173,13 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         }
     }
     let absent_since = state.absent_since(&placement);
+    let namespace_labels = state
+        .namespaces
+        .get(&ObjectRef::new(&ns))
+        .map(|n| member_namespace_labels(n.labels()))
+        .unwrap_or_default();
     Observation {
+        namespace_labels,
         placement,
         now: Timestamp::now(),
         clusters,

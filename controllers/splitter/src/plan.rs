@@ -31,7 +31,7 @@ use crate::division::{Candidate, Division, divide};
 use crate::eligibility::{Selection, select};
 use crate::hub_made::made_by_the_hub;
 use crate::references::{Reference, references};
-use crate::render::{bundle, member_manifest};
+use crate::render::{Origin, bundle, member_manifest};
 use crate::specificity::{Selectable, specificity, winner};
 
 /// How long the Works of an object that is no longer on the hub wait before they are deleted:
@@ -123,6 +123,17 @@ pub struct Shelf {
     pub kind: String,
 }
 
+/// The labels of a hub namespace that its member namespaces carry: all but the one the
+/// apiserver sets on every namespace (`kubernetes.io/metadata.name`, which the member sets
+/// itself).
+pub fn member_namespace_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != "kubernetes.io/metadata.name")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// A Work's namespace and name.
 pub type WorkId = (String, String);
 
@@ -155,6 +166,9 @@ pub struct Observation {
     pub absent_since: BTreeMap<ObjectKey, Timestamp>,
     /// The Works of the namespace's other Placements, as cached (not being deleted).
     pub others: Vec<Other>,
+    /// The labels of the Placement's namespace that its member namespaces carry (see
+    /// [`flotilla_api::WorkSpec::namespace_labels`]).
+    pub namespace_labels: BTreeMap<String, String>,
 }
 
 /// A Work of another Placement of the namespace.
@@ -399,6 +413,7 @@ fn spec_digest_with<'a>(
         delete_policy: spec.delete_policy,
         conflict_policy: spec.conflict_policy,
         ignore_fields: spec.ignore_fields.clone(),
+        namespace_labels: spec.namespace_labels.clone(),
     };
     let json = serde_json::to_string(&empty)?;
     // `manifests` is the spec's first field: `{"manifests":[],...}`.
@@ -1193,15 +1208,13 @@ fn pack(
             replaced.dedup();
             // Moved, not copied: each copy is in one Work.
             let manifests: Vec<Entry> = keys.iter().filter_map(|k| entries.remove(k)).collect();
-            let mut work = bundle(
-                &ns,
-                &name,
-                &placement.spec,
-                shelf,
-                index,
-                Vec::new(),
-                &replaced,
-            );
+            let origin = Origin {
+                namespace: &ns,
+                placement: &name,
+                spec: &placement.spec,
+                namespace_labels: &obs.namespace_labels,
+            };
+            let mut work = bundle(&origin, shelf, index, Vec::new(), &replaced);
             let digest = spec_digest_with(&work.spec, manifests.iter().map(|e| &*e.json))?;
             let id = key_of(&work);
             for key in keys.iter().filter(|k| wanted_keys.contains(*k)) {

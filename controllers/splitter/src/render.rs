@@ -64,18 +64,31 @@ pub fn member_manifest(object: &DynamicObject, replicas: Option<u32>) -> Value {
     value
 }
 
-/// Work `index` of Placement `namespace/placement` for the objects of one type on one member
-/// (`shelf`), holding `manifests` in order, and replacing the Works `replaces` (Works of one
-/// object each, by an older splitter).
+/// What the Works of one Placement share: the Placement, and the labels of the namespace its
+/// objects come from (see [`flotilla_api::WorkSpec::namespace_labels`]).
+pub struct Origin<'a> {
+    pub namespace: &'a str,
+    pub placement: &'a str,
+    pub spec: &'a PlacementSpec,
+    pub namespace_labels: &'a BTreeMap<String, String>,
+}
+
+/// Work `index` of Placement `namespace/placement` (`origin`) for the objects of one type on one
+/// member (`shelf`), holding `manifests` in order, and replacing the Works `replaces` (Works of
+/// one object each, by an older splitter).
 pub fn bundle(
-    namespace: &str,
-    placement: &str,
-    spec: &PlacementSpec,
+    origin: &Origin<'_>,
     shelf: &Shelf,
     index: u32,
     manifests: Vec<DynamicObject>,
     replaces: &[String],
 ) -> Work {
+    let Origin {
+        namespace,
+        placement,
+        spec,
+        namespace_labels,
+    } = *origin;
     let group = shelf.api_version.split_once('/').map_or("", |(g, _)| g);
     let mut work = Work::new(
         &names::bundle_name(group, &shelf.kind, namespace, placement, index),
@@ -84,6 +97,7 @@ pub fn bundle(
             delete_policy: spec.delete_policy,
             conflict_policy: spec.conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
+            namespace_labels: namespace_labels.clone(),
         },
     );
     let labels = [
@@ -182,14 +196,22 @@ mod tests {
         };
         let manifest: DynamicObject =
             serde_json::from_value(member_manifest(&deployment(), Some(4))).expect("manifest");
-        let w = bundle(
-            "shop",
-            "spread",
-            &spec,
-            &shelf,
-            2,
-            vec![manifest.clone()],
-            &[],
+        let labels = [(
+            "pod-security.kubernetes.io/enforce".to_string(),
+            "restricted".to_string(),
+        )]
+        .into();
+        let origin = Origin {
+            namespace: "shop",
+            placement: "spread",
+            spec: &spec,
+            namespace_labels: &labels,
+        };
+        let w = bundle(&origin, &shelf, 2, vec![manifest.clone()], &[]);
+        // The member namespace carries the hub namespace's labels.
+        assert_eq!(
+            w.spec.namespace_labels["pod-security.kubernetes.io/enforce"],
+            "restricted"
         );
         assert_eq!(
             w.metadata.name,
@@ -215,22 +237,9 @@ mod tests {
         assert!(!a.contains_key(annotations::REPLACES));
         // Born with the syncer's finalizer; none of the hub object's finalizers travel.
         assert_eq!(w.finalizers(), [finalizers::SYNCER]);
-        assert_eq!(
-            bundle(
-                "shop",
-                "spread",
-                &spec,
-                &shelf,
-                2,
-                vec![manifest.clone()],
-                &[]
-            ),
-            w
-        );
+        assert_eq!(bundle(&origin, &shelf, 2, vec![manifest.clone()], &[]), w);
         let moving = bundle(
-            "shop",
-            "spread",
-            &spec,
+            &origin,
             &shelf,
             2,
             vec![manifest],

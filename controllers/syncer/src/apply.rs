@@ -1,7 +1,7 @@
 //! Writing a Work's objects into a member, and deleting them: discovery, namespaces, the
 //! conflict check, server-side apply.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use flotilla_api::condition::ConditionStatus;
@@ -98,33 +98,42 @@ fn api_for(
     }
 }
 
-/// Namespaces known to exist in each member, so that they are not read before every apply.
-/// Concurrent applies into a namespace not known yet wait for one check, not one each.
+/// Namespaces known to exist in each member with the labels their Works ask for, so that they
+/// are not read before every apply. Concurrent applies into a namespace not known yet wait for
+/// one check, not one each.
 #[derive(Default)]
 pub struct NamespaceCache {
-    /// Per member and namespace: `true` once it is known to exist.
+    /// Per member and namespace: the labels it is known to exist with (see [`ensure_namespace`]).
     known: Mutex<HashMap<(String, String), Exists>>,
 }
 
-/// Whether one namespace of one member is known to exist; held while it is checked.
-type Exists = Arc<tokio::sync::Mutex<bool>>;
+/// The labels one namespace of one member is known to exist with (`None`: not known to exist);
+/// held while it is checked.
+type Exists = Arc<tokio::sync::Mutex<Option<BTreeMap<String, String>>>>;
 
 impl NamespaceCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Exists>> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Creates namespace `name` in member `cluster` unless it is known to exist.
-    async fn ensure(&self, cluster: &str, client: &Client, name: &str) -> Result<(), kube::Error> {
+    /// Creates namespace `name` in member `cluster` with `labels`, or gives them to it (see
+    /// [`ensure_namespace`]), unless it is known to exist with them.
+    async fn ensure(
+        &self,
+        cluster: &str,
+        client: &Client,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), kube::Error> {
         let entry = self
             .lock()
             .entry((cluster.to_string(), name.to_string()))
             .or_default()
             .clone();
-        let mut exists = entry.lock().await;
-        if !*exists {
-            ensure_namespace(client, name).await?;
-            *exists = true;
+        let mut known = entry.lock().await;
+        if known.as_ref() != Some(labels) {
+            ensure_namespace(client, name, labels).await?;
+            *known = Some(labels.clone());
         }
         Ok(())
     }
@@ -159,12 +168,47 @@ fn reason_of(error: &kube::Error) -> &'static str {
     }
 }
 
-/// Creates namespace `name` in the member if it is missing, marked as created by Flotilla.
-async fn ensure_namespace(client: &Client, name: &str) -> Result<(), kube::Error> {
+/// Creates namespace `name` in the member if it is missing, marked as created by Flotilla, and
+/// gives a namespace Flotilla created `labels` (the hub namespace's, its Pod Security level
+/// among them), with server-side apply, so that a label the hub namespace drops goes too. A
+/// namespace the member had already is the member's, and is left as it is.
+async fn ensure_namespace(
+    client: &Client,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(name).await?.is_some() {
-        return Ok(());
+    match namespaces.get_opt(name).await? {
+        Some(existing) if !created_by_flotilla(&existing) => return Ok(()),
+        Some(_) => {}
+        None => create_namespace(&namespaces, name).await?,
     }
+    let mut applied = labels.clone();
+    applied.insert(
+        labels::MANAGED.to_string(),
+        labels::MANAGED_VALUE.to_string(),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": applied},
+    });
+    namespaces
+        .patch(
+            name,
+            &PatchParams::apply(field_managers::SYNCER).force(),
+            &Patch::Apply(patch),
+        )
+        .await?;
+    Ok(())
+}
+
+fn created_by_flotilla(ns: &Namespace) -> bool {
+    kube::ResourceExt::annotations(ns)
+        .get(annotations::CREATED_NAMESPACE)
+        .is_some_and(|v| v == "true")
+}
+
+async fn create_namespace(namespaces: &Api<Namespace>, name: &str) -> Result<(), kube::Error> {
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -263,6 +307,8 @@ pub struct WorkRef<'a> {
     pub name: &'a str,
     pub replaces: &'a [String],
     pub policy: ConflictPolicy,
+    /// The labels of the member namespaces its objects go to.
+    pub namespace_labels: &'a BTreeMap<String, String>,
 }
 
 /// The member object as the Work's status last reported it, if that report says it was applied
@@ -338,6 +384,7 @@ pub async fn apply_manifest(
         name: work_ref,
         replaces,
         policy,
+        namespace_labels,
     } = *work;
     let id = &prepared.identity;
     let (resource, scope) = match shared.discovery.resolve(cluster, client, id).await {
@@ -364,7 +411,10 @@ pub async fn apply_manifest(
     };
     let (api, namespace) = api_for(client, &resource, &scope, id);
     if let Some(ns) = &namespace
-        && let Err(e) = shared.namespaces.ensure(cluster, client, ns).await
+        && let Err(e) = shared
+            .namespaces
+            .ensure(cluster, client, ns, namespace_labels)
+            .await
     {
         return (
             Some(resource),

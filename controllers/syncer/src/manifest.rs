@@ -283,6 +283,7 @@ mod tests {
                 delete_policy: Default::default(),
                 conflict_policy: Default::default(),
                 ignore_fields: ignore,
+                namespace_labels: Default::default(),
             },
         );
         w.metadata = ObjectMeta {

@@ -261,6 +261,7 @@ mod tests {
                 delete_policy: Default::default(),
                 conflict_policy: Default::default(),
                 ignore_fields: vec![],
+                namespace_labels: Default::default(),
             },
         );
         w.metadata.namespace = Some("flotilla-cluster-m1".into());

@@ -107,6 +107,7 @@ mod tests {
                 delete_policy: Default::default(),
                 conflict_policy: Default::default(),
                 ignore_fields: vec![],
+                namespace_labels: Default::default(),
             },
         );
         w.metadata.uid = Some("u-1".into());

@@ -292,15 +292,33 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates `e2e-<prefix>-<random>` in every given cluster.
     pub async fn create(prefix: &str, clusters: &[&ClusterInfo]) -> Result<Self> {
+        Self::create_in(prefix, clusters, clusters, BTreeMap::new()).await
+    }
+
+    /// Creates `e2e-<prefix>-<random>` with `labels` in `clusters`, and deletes it from those
+    /// and from `also_delete_from` (where Flotilla creates it) when dropped.
+    pub async fn create_in(
+        prefix: &str,
+        clusters: &[&ClusterInfo],
+        also_delete_from: &[&ClusterInfo],
+        mut labels: BTreeMap<String, String>,
+    ) -> Result<Self> {
         let name = format!("e2e-{prefix}-{}", random_suffix());
+        let mut kubeconfigs: Vec<PathBuf> = clusters.iter().map(|c| c.kubeconfig.clone()).collect();
+        for c in also_delete_from {
+            if !kubeconfigs.contains(&c.kubeconfig) {
+                kubeconfigs.push(c.kubeconfig.clone());
+            }
+        }
         let ns = Self {
             name: name.clone(),
-            kubeconfigs: clusters.iter().map(|c| c.kubeconfig.clone()).collect(),
+            kubeconfigs,
         };
+        labels.insert(TEST_NAMESPACE_LABEL.to_string(), prefix.to_string());
         let object = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some([(TEST_NAMESPACE_LABEL.to_string(), prefix.to_string())].into()),
+                labels: Some(labels),
                 ..Default::default()
             },
             ..Default::default()

@@ -18,7 +18,7 @@ use flotilla_e2e::{
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -134,6 +134,15 @@ pub(crate) struct Fleet {
     _cleanup: ClusterCleanup,
 }
 
+/// The second namespace of a [`Fleet`], if any.
+enum Second {
+    None,
+    /// In the hub and every member.
+    Everywhere,
+    /// In the hub only, with these labels.
+    HubOnly(BTreeMap<String, String>),
+}
+
 impl Fleet {
     /// Placement `spread`, dividing the namespace's Deployments evenly, and Deployment `web` of
     /// `replicas`, once the hub says it is Available.
@@ -167,13 +176,23 @@ impl Fleet {
     /// renders it), so that what the chart does not grant shows up.
     pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], true, false).await
+        Self::start_full(prefix, members, &[], &[], true, Second::None).await
     }
 
     /// With a second namespace served by the same splitter: two teams on one hub.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], false, true).await
+        Self::start_full(prefix, members, &[], &[], false, Second::Everywhere).await
+    }
+
+    /// With a second namespace served by the same splitter that only the hub has, with
+    /// `labels`: Flotilla creates it in the members.
+    pub(crate) async fn start_with_hub_namespace(
+        prefix: &str,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Self> {
+        let members = Environment::get().require_members(3)?.to_vec();
+        Self::start_full(prefix, members, &[], &[], true, Second::HubOnly(labels)).await
     }
 
     /// With the given members and more flags for the registration controller.
@@ -182,7 +201,15 @@ impl Fleet {
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
     ) -> Result<Self> {
-        Self::start_full(prefix, members_info, registration_flags, &[], false, false).await
+        Self::start_full(
+            prefix,
+            members_info,
+            registration_flags,
+            &[],
+            false,
+            Second::None,
+        )
+        .await
     }
 
     /// With the given members and more flags for the registration controller and the syncer.
@@ -198,7 +225,7 @@ impl Fleet {
             registration_flags,
             syncer_flags,
             false,
-            false,
+            Second::None,
         )
         .await
     }
@@ -209,7 +236,7 @@ impl Fleet {
         registration_flags: &[&str],
         syncer_flags: &[&str],
         chart_splitter: bool,
-        two_teams: bool,
+        second: Second,
     ) -> Result<Self> {
         let env = Environment::get();
         let hub = env.hub.client().await?;
@@ -244,10 +271,12 @@ impl Fleet {
             ns.name(),
         ]);
         sync.extend(syncer_flags);
-        let other = if two_teams {
-            Some(TestNamespace::create(&format!("{prefix}-b"), &all).await?)
-        } else {
-            None
+        let other = match second {
+            Second::None => None,
+            Second::Everywhere => Some(TestNamespace::create(&format!("{prefix}-b"), &all).await?),
+            Second::HubOnly(labels) => Some(
+                TestNamespace::create_in(&format!("{prefix}-b"), &[&env.hub], &all, labels).await?,
+            ),
         };
         let namespaces = match &other {
             Some(o) => format!("{},{}", ns.name(), o.name()),
@@ -1444,6 +1473,122 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
             && status.completion_time.is_some(),
         "the hub Job counts one success per member: {status:?}"
     );
+    Ok(())
+}
+
+/// A member namespace Flotilla creates carries the hub namespace's labels, its Pod Security level
+/// among them, and follows their changes: a tenant gets no more in a member than the hub
+/// namespace allows (a pod with `hostPID` is refused there as it would be on the hub).
+#[tokio::test]
+async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Result<()> {
+    const ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+    let labels = [
+        (ENFORCE.to_string(), "restricted".to_string()),
+        ("team".to_string(), "a".to_string()),
+    ]
+    .into();
+    let fleet = Fleet::start_with_hub_namespace("psa", labels).await?;
+    let (hub, members) = (&fleet.hub, &fleet.members);
+    let ns = fleet
+        .other
+        .as_ref()
+        .map(|o| o.name().to_string())
+        .unwrap_or_default();
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "apps", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                         "replicaScheduling": {"type": "Duplicated"}}}),
+        false,
+    )
+    .await??;
+    // Warned by the hub, refused by no one there: the hub runs no pods.
+    api::apply(
+        hub,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "escape", "namespace": ns},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "escape"}},
+                         "template": {"metadata": {"labels": {"app": "escape"}},
+                                      "spec": {"hostPID": true, "containers": [
+                                          {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+        false,
+    )
+    .await??;
+    let level = |want: &'static str| {
+        let ns = ns.clone();
+        async move {
+            wait_for(
+                &format!("{ENFORCE}={want} on {ns} in every member"),
+                Duration::from_secs(30),
+                || async {
+                    let mut wrong = Vec::new();
+                    for (cluster, client) in members {
+                        let got = Api::<Namespace>::all(client.clone()).get_opt(&ns).await?;
+                        let labels = got.as_ref().map(|n| n.labels().clone()).unwrap_or_default();
+                        if labels.get(ENFORCE).map(String::as_str) != Some(want)
+                            || labels.get("team").map(String::as_str) != Some("a")
+                        {
+                            wrong.push(format!("{cluster}: {labels:?}"));
+                        }
+                    }
+                    Ok(if wrong.is_empty() {
+                        Seen::Done(())
+                    } else {
+                        Seen::not_yet(wrong.join("; "))
+                    })
+                },
+            )
+            .await
+        }
+    };
+    level("restricted")
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    // Each member's Deployment exists, and its pods are refused by the member's Pod Security.
+    wait_for(
+        "the escaping pods refused in every member",
+        Duration::from_secs(60),
+        || async {
+            let mut waiting = Vec::new();
+            for (cluster, client) in members {
+                let d = Api::<Deployment>::namespaced(client.clone(), &ns)
+                    .get_opt("escape")
+                    .await?;
+                let refused = d.as_ref().is_some_and(|d| {
+                    d.status
+                        .iter()
+                        .flat_map(|s| s.conditions.iter().flatten())
+                        .any(|c| {
+                            c.type_.as_deref() == Some("ReplicaFailure")
+                                && c.message
+                                    .as_deref()
+                                    .is_some_and(|m| m.contains("PodSecurity"))
+                        })
+                });
+                if !refused {
+                    waiting.push(format!("{cluster}: {:?}", d.and_then(|d| d.status)));
+                }
+            }
+            Ok(if waiting.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(waiting.join("; "))
+            })
+        },
+    )
+    .await?;
+    // The hub namespace's level changes: so does every member's.
+    Api::<Namespace>::all(hub.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {ENFORCE: "baseline"}}})),
+        )
+        .await?;
+    level("baseline")
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
 }
 

@@ -202,6 +202,7 @@ fn mk_observation(
         imports: BTreeMap::new(),
         absent_since: BTreeMap::new(),
         others: Vec::new(),
+        namespace_labels: BTreeMap::new(),
     }
 }
 
@@ -314,6 +315,7 @@ fn a_specs_digest_from_its_manifests_json_is_its_digest() {
                 delete_policy,
                 conflict_policy: Default::default(),
                 ignore_fields: ignore_fields.clone(),
+                namespace_labels: Default::default(),
             };
             assert_eq!(
                 spec_digest_with(&spec, json[..n].iter().map(String::as_str)).expect("digest"),
@@ -367,6 +369,50 @@ fn a_work_the_hub_already_has_as_wanted_is_not_written_again() {
         let m = &after_edit.wanted[k].spec.manifests;
         m[0].data["data"]["k"] == "2" && m[1].data["data"]["k"] == "1"
     }));
+}
+
+/// The member namespaces carry the hub namespace's labels (its Pod Security level among them),
+/// and a change of them rewrites the Works.
+#[test]
+fn works_carry_the_hub_namespaces_labels_and_their_changes() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let objects = vec![mk_configmap("shop", "a", "ua", "1")];
+    let labelled = |level: &str| {
+        let mut obs = mk_observation(placement.clone(), three(), objects.clone(), vec![]);
+        obs.namespace_labels = [(
+            "pod-security.kubernetes.io/enforce".to_string(),
+            level.to_string(),
+        )]
+        .into();
+        obs
+    };
+    let first = plan(&labelled("restricted")).expect("plan");
+    assert!(first.wanted.values().all(|w| {
+        w.spec
+            .namespace_labels
+            .get("pod-security.kubernetes.io/enforce")
+            == Some(&"restricted".to_string())
+    }));
+    let works = as_written(&first, true, true);
+    let mut same = labelled("restricted");
+    same.works = works.clone();
+    assert!(plan(&same).expect("plan").writes.is_empty());
+    let mut relabelled = labelled("baseline");
+    relabelled.works = works;
+    assert_eq!(plan(&relabelled).expect("plan").writes.len(), 3);
+    assert_eq!(
+        member_namespace_labels(
+            &[
+                (
+                    "kubernetes.io/metadata.name".to_string(),
+                    "shop".to_string()
+                ),
+                ("team".to_string(), "a".to_string()),
+            ]
+            .into()
+        ),
+        [("team".to_string(), "a".to_string())].into()
+    );
 }
 
 #[test]
