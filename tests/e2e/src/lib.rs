@@ -398,6 +398,15 @@ impl<T> Seen<T> {
     pub fn not_yet(what: impl Display) -> Self {
         Self::NotYet(what.to_string())
     }
+
+    /// Done with `value` when nothing is `wrong`; otherwise not yet, saying what is.
+    pub fn unless(wrong: &[String], value: T) -> Self {
+        if wrong.is_empty() {
+            Self::Done(value)
+        } else {
+            Self::not_yet(wrong.join("; "))
+        }
+    }
 }
 
 /// Polls `probe` until it reports [`Seen::Done`] or `timeout` passes. On time-out the error says

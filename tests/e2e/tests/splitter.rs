@@ -1410,11 +1410,7 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
                     other => waiting.push(format!("{cluster}: {:?}", other.and_then(|j| j.status))),
                 }
             }
-            Ok(if waiting.is_empty() {
-                Seen::Done(out)
-            } else {
-                Seen::not_yet(waiting.join("; "))
-            })
+            Ok(Seen::unless(&waiting, out))
         },
     )
     .await
@@ -1532,11 +1528,7 @@ async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Res
                             wrong.push(format!("{cluster}: {labels:?}"));
                         }
                     }
-                    Ok(if wrong.is_empty() {
-                        Seen::Done(())
-                    } else {
-                        Seen::not_yet(wrong.join("; "))
-                    })
+                    Ok(Seen::unless(&wrong, ()))
                 },
             )
             .await
@@ -1570,11 +1562,7 @@ async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Res
                     waiting.push(format!("{cluster}: {:?}", d.and_then(|d| d.status)));
                 }
             }
-            Ok(if waiting.is_empty() {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(waiting.join("; "))
-            })
+            Ok(Seen::unless(&waiting, ()))
         },
     )
     .await?;
