@@ -796,11 +796,23 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 d
             } else {
                 // A copy everywhere, except that a held member keeps only the copy it has.
-                candidates
+                let everywhere: Division = candidates
                     .iter()
                     .filter(|c| !c.held || live(&CopyKey::new(key.clone(), &c.cluster)))
                     .map(|c| (c.cluster.clone(), 0))
-                    .collect()
+                    .collect();
+                // A duplicated Deployment runs all its replicas in every member: its hub status
+                // counts them all.
+                if ar.kind == "Deployment" && ar.group == "apps" {
+                    let copies = u32::try_from(everywhere.len()).unwrap_or(u32::MAX);
+                    out.divisions.push(Divided {
+                        key: key.clone(),
+                        object: object.clone(),
+                        division: everywhere.keys().map(|c| (c.clone(), total)).collect(),
+                        total: total.saturating_mul(copies),
+                    });
+                }
+                everywhere
             };
             let mut decision = ObjectDecision {
                 api_version: ar.api_version.clone(),

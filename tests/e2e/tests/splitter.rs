@@ -1580,6 +1580,83 @@ async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Res
     Ok(())
 }
 
+/// A duplicated Deployment runs whole in every member, and `kubectl rollout status` against the
+/// hub follows it: the hub's status counts the replicas of every copy, also after an edit.
+#[tokio::test]
+async fn kubectl_rollout_status_follows_a_duplicated_deployment() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start("dup").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "everywhere", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                         "replicaScheduling": {"type": "Duplicated"}}}),
+        false,
+    )
+    .await??;
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deployment(2)?)
+        .await?;
+    let rolled_out = || async {
+        crate::api::kubectl(
+            &env,
+            &[
+                "-n",
+                ns,
+                "rollout",
+                "status",
+                "deployment/web",
+                "--timeout",
+                "60s",
+            ],
+        )
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))
+    };
+    let said = rolled_out().await?;
+    ensure!(said.contains("successfully rolled out"), "{said}");
+    let replicas = member_replicas(members, ns).await?;
+    ensure!(
+        replicas.len() == members.len() && replicas.values().all(|n| *n == 2),
+        "every member runs the whole Deployment: {replicas:?}"
+    );
+    let status = deployments.get("web").await?.status.unwrap_or_default();
+    let all = i32::try_from(2 * members.len())?;
+    ensure!(
+        status.replicas == Some(all) && status.available_replicas == Some(all),
+        "the hub counts every copy's replicas: {status:?}"
+    );
+
+    // An edit rolls out to every member, and the hub says so once all of them have it.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"annotations": {"edited": "1"}}}}}),
+            ),
+        )
+        .await?;
+    let said = rolled_out().await?;
+    ensure!(said.contains("successfully rolled out"), "{said}");
+    for (cluster, client) in members {
+        let copy = Api::<Deployment>::namespaced(client.clone(), ns)
+            .get("web")
+            .await?;
+        let edited = serde_json::to_value(&copy)?
+            .pointer("/spec/template/metadata/annotations/edited")
+            .cloned();
+        ensure!(
+            edited == Some(json!("1")),
+            "{cluster} has the edit: {edited:?}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_most_specific_placement_places_an_object_and_ties_are_reported() -> Result<()> {
     let fleet = Fleet::start("split-who").await?;

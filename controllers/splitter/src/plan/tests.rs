@@ -415,6 +415,37 @@ fn works_carry_the_hub_namespaces_labels_and_their_changes() {
     );
 }
 
+/// A duplicated Deployment runs whole in every member, and its hub status counts every copy
+/// (`kubectl rollout status` on the hub reads it).
+#[test]
+fn a_duplicated_deployment_reports_the_replicas_of_every_copy() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Duplicated"}}),
+    );
+    let web = mk_deployment("shop", "web", "uw", 2);
+    let p = plan(&mk_observation(placement, three(), vec![web], vec![])).expect("plan");
+    assert_eq!(p.copies.len(), 3);
+    let [d] = p.divisions.as_slice() else {
+        panic!("one Deployment for its status: {:?}", p.divisions)
+    };
+    assert_eq!(d.total, 6);
+    assert_eq!(
+        d.division,
+        [("m1", 2), ("m2", 2), ("m3", 2)]
+            .map(|(c, n)| (c.to_string(), n))
+            .into()
+    );
+    // Every copy is the whole Deployment.
+    assert!(p.wanted.values().all(|w| {
+        w.spec
+            .manifests
+            .iter()
+            .all(|m| m.data["spec"]["replicas"] == 2)
+    }));
+}
+
 #[test]
 fn a_type_that_cannot_be_read_keeps_its_works() {
     let placement = mk_placement("shop", "p", json!({}));
