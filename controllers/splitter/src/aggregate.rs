@@ -287,6 +287,24 @@ pub fn job_status(copies: &[JobCopy<'_>], old: Option<&Value>, now: &str) -> Val
     status
 }
 
+/// The hub CronJob's status from its copies (`old`: the hub CronJob's status now): the latest
+/// `lastScheduleTime` and `lastSuccessfulTime` of any copy, never earlier than before. The
+/// Jobs a copy runs are its member's, so `active` (references to them) stays out.
+pub fn cronjob_status(copies: &[JobCopy<'_>], old: Option<&Value>) -> Value {
+    let mut status = json!({});
+    for field in ["lastScheduleTime", "lastSuccessfulTime"] {
+        let latest = copies
+            .iter()
+            .filter_map(|c| c.status?[field].as_str())
+            .chain(old.and_then(|o| o[field].as_str()))
+            .max();
+        if let Some(t) = latest {
+            status[field] = json!(t);
+        }
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,5 +596,36 @@ mod tests {
             NOW,
         );
         assert!(s.get("conditions").is_none(), "{s}");
+    }
+
+    #[test]
+    fn a_cronjob_shows_the_latest_schedule_of_any_copy() {
+        let a = json!({"lastScheduleTime": "2026-12-02T10:01:00Z",
+                       "lastSuccessfulTime": "2026-12-02T10:01:09Z",
+                       "active": [{"kind": "Job", "name": "pi-29000001"}]});
+        let b = json!({"lastScheduleTime": "2026-12-02T10:02:00Z"});
+        let s = cronjob_status(
+            &[
+                JobCopy {
+                    cluster: "m1",
+                    status: Some(&a),
+                },
+                JobCopy {
+                    cluster: "m2",
+                    status: Some(&b),
+                },
+                JobCopy {
+                    cluster: "m3",
+                    status: None,
+                },
+            ],
+            Some(&json!({"lastSuccessfulTime": "2026-12-02T10:01:30Z"})),
+        );
+        assert_eq!(
+            s,
+            json!({"lastScheduleTime": "2026-12-02T10:02:00Z",
+                   "lastSuccessfulTime": "2026-12-02T10:01:30Z"})
+        );
+        assert_eq!(cronjob_status(&[], None), json!({}), "nothing to say yet");
     }
 }

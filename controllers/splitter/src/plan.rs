@@ -288,8 +288,8 @@ pub struct Divided {
     pub total: u32,
 }
 
-/// A placed object whose hub status the splitter writes from its copies (a Job), and the
-/// members its copies are on.
+/// A placed object whose hub status the splitter writes from its copies (a Job or CronJob),
+/// and the members its copies are on.
 #[derive(Clone, Debug)]
 pub struct Aggregated {
     pub key: ObjectKey,
@@ -332,7 +332,7 @@ pub struct Plan {
     /// The decision for every selected object.
     pub decisions: Vec<(ObjectKey, ObjectDecision)>,
     pub divisions: Vec<Divided>,
-    /// The placed Jobs, for their hub status.
+    /// The placed Jobs and CronJobs, for their hub status.
     pub aggregated: Vec<Aggregated>,
     pub findings: Findings,
     /// The objects whose copies this Placement holds but that are not on the hub, with since
@@ -838,7 +838,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     ..Default::default()
                 });
             }
-            if ar.api_version == "batch/v1" && ar.kind == "Job" {
+            if ar.api_version == "batch/v1" && (ar.kind == "Job" || ar.kind == "CronJob") {
                 out.aggregated.push(Aggregated {
                     key: key.clone(),
                     object: object.clone(),

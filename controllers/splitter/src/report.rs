@@ -15,7 +15,9 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::aggregate::{JobCopy, copy_of, deployment_status, job_status, max_unavailable};
+use crate::aggregate::{
+    JobCopy, copy_of, cronjob_status, deployment_status, job_status, max_unavailable,
+};
 use crate::observe::resource;
 use crate::plan::{
     CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_condition_now,
@@ -522,8 +524,9 @@ pub async fn report(
     Ok(())
 }
 
-/// Writes the status of every placed hub Job from its copies, where it says something new. A
-/// status the hub refuses is logged and left: the Placement's own status is written still.
+/// Writes the status of every placed hub Job and CronJob from its copies, where it says
+/// something new. A status the hub refuses is logged and left: the Placement's own status is
+/// written still.
 async fn write_job_statuses(
     ctx: &Context,
     ns: &str,
@@ -531,10 +534,14 @@ async fn write_job_statuses(
     current: &Current<'_>,
     now: &str,
 ) {
-    let jobs = resource("batch", "v1", "Job", "jobs");
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &jobs);
     let params = PatchParams::apply(field_managers::SPLITTER).force();
     for job in &plan.aggregated {
+        let kind = job.key.kind.as_str();
+        let resource = match kind {
+            "Job" => resource("batch", "v1", "Job", "jobs"),
+            _ => resource("batch", "v1", "CronJob", "cronjobs"),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
         let copies: Vec<JobCopy<'_>> = job
             .clusters
             .iter()
@@ -547,15 +554,19 @@ async fn write_job_statuses(
             })
             .collect();
         let old = job.object.data.get("status");
-        let mut status = job_status(&copies, old, now);
+        let mut status = match kind {
+            "Job" => job_status(&copies, old, now),
+            _ => cronjob_status(&copies, old),
+        };
         keep_condition_times(&mut status, old);
-        if old.is_some_and(|o| same_ignoring_times(o, &status)) {
+        let empty = status.as_object().is_none_or(|o| o.is_empty());
+        if old.is_some_and(|o| same_ignoring_times(o, &status)) || (old.is_none() && empty) {
             continue;
         }
         let name = job.object.name_any();
-        let patch = json!({"apiVersion": "batch/v1", "kind": "Job", "status": status});
+        let patch = json!({"apiVersion": "batch/v1", "kind": kind, "status": status});
         if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(patch)).await {
-            tracing::warn!(job = %format!("{ns}/{name}"), error = %e, "writing the hub Job's status failed");
+            tracing::warn!(object = %format!("{kind} {ns}/{name}"), error = %e, "writing the hub object's status failed");
         }
     }
 }

@@ -17,7 +17,7 @@ use flotilla_e2e::{
     ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -1469,6 +1469,77 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
             && status.completion_time.is_some(),
         "the hub Job counts one success per member: {status:?}"
     );
+    Ok(())
+}
+
+/// A CronJob applied to the hub fires in every member, and the hub CronJob shows when it last
+/// did (the latest of its copies) — what `kubectl get cronjob` prints as LAST SCHEDULE.
+#[tokio::test]
+async fn a_cronjob_on_the_hub_fires_in_the_members_and_the_hub_says_when() -> Result<()> {
+    let fleet = Fleet::start_as_chart("cron").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "batch", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "batch/v1", "kind": "CronJob"}]}}),
+        false,
+    )
+    .await??;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "tick", "namespace": ns},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "tick", "image": "registry.k8s.io/pause:3.10"}]}}}}}}),
+        false,
+    )
+    .await??;
+    // Once a minute: the first run is at most a minute away, and its Job then completes.
+    let fired = wait_for(
+        "CronJob tick to have succeeded in every member",
+        Duration::from_secs(150),
+        || async {
+            let mut waiting = Vec::new();
+            let mut latest = Vec::new();
+            for (cluster, client) in members {
+                let copy = Api::<CronJob>::namespaced(client.clone(), ns)
+                    .get_opt("tick")
+                    .await?;
+                match copy
+                    .and_then(|c| c.status)
+                    .and_then(|s| s.last_successful_time)
+                {
+                    Some(t) => latest.push(t),
+                    None => waiting.push(format!("{cluster}: not yet")),
+                }
+            }
+            Ok(Seen::unless(&waiting, latest))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let newest = fired.iter().max().cloned();
+    wait_for(
+        "the hub CronJob to show the latest success of its copies",
+        Duration::from_secs(30),
+        || async {
+            let status = Api::<CronJob>::namespaced(hub.clone(), ns)
+                .get("tick")
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok(
+                match (&status.last_schedule_time, &status.last_successful_time) {
+                    (Some(_), Some(t)) if Some(t) >= newest.as_ref() => Seen::Done(()),
+                    _ => Seen::not_yet(format!("{status:?}")),
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
 }
 
