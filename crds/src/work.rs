@@ -99,10 +99,11 @@ pub struct WorkSpec {
 
     /// Labels of the member namespaces the manifests are applied in: the splitter copies those
     /// of the hub namespace the objects come from (its Pod Security labels among them). The
-    /// syncer sets them on a namespace it creates, and keeps them there; a namespace the member
-    /// had already is left as it is.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub namespace_labels: BTreeMap<String, String>,
+    /// syncer sets them on a namespace it creates, and keeps them there (a label left out is
+    /// removed); a namespace the member had already is left as it is. Unset: the Work has no
+    /// say in its namespaces' labels (an empty map does: no labels but Flotilla's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_labels: Option<BTreeMap<String, String>>,
 }
 
 /// Schema of `spec.manifests`: embedded Kubernetes objects, validated by the apiserver as such

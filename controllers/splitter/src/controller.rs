@@ -448,9 +448,6 @@ fn import_inputs(import: &ApiResourceImport) -> Option<u64> {
     Some(h.finish())
 }
 
-/// A cache's `on_change` that starts a pass of every Placement in scope when an object of the
-/// cache appears, goes, or changes in what `inputs` hashes (`cache`: the cache itself, to tell
-/// a deletion, set once it exists).
 /// Starts a pass of every Placement of a namespace whose labels changed.
 fn placements_of_namespace_on_change(
     placements: Store<Placement>,
@@ -473,6 +470,9 @@ fn placements_of_namespace_on_change(
     }
 }
 
+/// A cache's `on_change` that starts a pass of every Placement in scope when an object of the
+/// cache appears, goes, or changes in what `inputs` hashes (`cache`: the cache itself, to tell
+/// a deletion, set once it exists).
 fn every_placement_on_change<K>(
     placements: Store<Placement>,
     cache: Arc<OnceLock<Store<K>>>,

@@ -176,8 +176,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
     let namespace_labels = state
         .namespaces
         .get(&ObjectRef::new(&ns))
-        .map(|n| member_namespace_labels(n.labels()))
-        .unwrap_or_default();
+        .map(|n| member_namespace_labels(n.labels()));
     Observation {
         namespace_labels,
         placement,

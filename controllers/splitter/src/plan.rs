@@ -167,8 +167,9 @@ pub struct Observation {
     /// The Works of the namespace's other Placements, as cached (not being deleted).
     pub others: Vec<Other>,
     /// The labels of the Placement's namespace that its member namespaces carry (see
-    /// [`flotilla_api::WorkSpec::namespace_labels`]).
-    pub namespace_labels: BTreeMap<String, String>,
+    /// [`flotilla_api::WorkSpec::namespace_labels`]); `None` while the cache has not seen the
+    /// namespace (its Works then have no say in them).
+    pub namespace_labels: Option<BTreeMap<String, String>>,
 }
 
 /// A Work of another Placement of the namespace.
@@ -1224,7 +1225,7 @@ fn pack(
                 namespace: &ns,
                 placement: &name,
                 spec: &placement.spec,
-                namespace_labels: &obs.namespace_labels,
+                namespace_labels: obs.namespace_labels.as_ref(),
             };
             let mut work = bundle(&origin, shelf, index, Vec::new(), &replaced);
             let digest = spec_digest_with(&work.spec, manifests.iter().map(|e| &*e.json))?;

@@ -70,7 +70,7 @@ pub struct Origin<'a> {
     pub namespace: &'a str,
     pub placement: &'a str,
     pub spec: &'a PlacementSpec,
-    pub namespace_labels: &'a BTreeMap<String, String>,
+    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
 }
 
 /// Work `index` of Placement `namespace/placement` (`origin`) for the objects of one type on one
@@ -97,7 +97,7 @@ pub fn bundle(
             delete_policy: spec.delete_policy,
             conflict_policy: spec.conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
-            namespace_labels: namespace_labels.clone(),
+            namespace_labels: namespace_labels.cloned(),
         },
     );
     let labels = [
@@ -205,12 +205,12 @@ mod tests {
             namespace: "shop",
             placement: "spread",
             spec: &spec,
-            namespace_labels: &labels,
+            namespace_labels: Some(&labels),
         };
         let w = bundle(&origin, &shelf, 2, vec![manifest.clone()], &[]);
         // The member namespace carries the hub namespace's labels.
         assert_eq!(
-            w.spec.namespace_labels["pod-security.kubernetes.io/enforce"],
+            w.spec.namespace_labels.as_ref().expect("labels")["pod-security.kubernetes.io/enforce"],
             "restricted"
         );
         assert_eq!(

@@ -465,7 +465,7 @@ pub async fn report(
         }
     }
 
-    write_job_statuses(ctx, &ns, plan, &current, &now).await;
+    write_batch_statuses(ctx, &ns, plan, &current, &now).await;
 
     let status = placement_status(placement, plan, outcome, &current, &now);
     let old = placement
@@ -527,7 +527,7 @@ pub async fn report(
 /// Writes the status of every placed hub Job and CronJob from its copies, where it says
 /// something new. A status the hub refuses is logged and left: the Placement's own status is
 /// written still.
-async fn write_job_statuses(
+async fn write_batch_statuses(
     ctx: &Context,
     ns: &str,
     plan: &Plan,

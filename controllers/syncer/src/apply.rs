@@ -103,27 +103,42 @@ fn api_for(
 /// one check, not one each.
 #[derive(Default)]
 pub struct NamespaceCache {
-    /// Per member and namespace: the labels it is known to exist with (see [`ensure_namespace`]).
-    known: Mutex<HashMap<(String, String), Exists>>,
+    /// Per member and namespace: what is known of it (see [`ensure_namespace`]).
+    known: Mutex<HashMap<(String, String), Checked>>,
 }
 
-/// The labels one namespace of one member is known to exist with (`None`: not known to exist);
-/// held while it is checked.
-type Exists = Arc<tokio::sync::Mutex<Option<BTreeMap<String, String>>>>;
+/// What is known of one namespace of one member, held while it is checked.
+type Checked = Arc<tokio::sync::Mutex<Known>>;
+
+/// What is known of one namespace of one member.
+#[derive(Debug, Default, PartialEq)]
+struct Known {
+    exists: bool,
+    /// The labels last given to it, when a Work said what they are.
+    labels: Option<BTreeMap<String, String>>,
+}
+
+impl Known {
+    /// Whether the namespace must be looked at again for a Work that wants `labels` (`None`:
+    /// the Work has no say in them): it is not known to exist, or was given other labels.
+    fn stale_for(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        !self.exists || labels.is_some_and(|l| self.labels.as_ref() != Some(l))
+    }
+}
 
 impl NamespaceCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Exists>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Checked>> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Creates namespace `name` in member `cluster` with `labels`, or gives them to it (see
+    /// Creates namespace `name` in member `cluster` and gives it `labels` (see
     /// [`ensure_namespace`]), unless it is known to exist with them.
     async fn ensure(
         &self,
         cluster: &str,
         client: &Client,
         name: &str,
-        labels: &BTreeMap<String, String>,
+        labels: Option<&BTreeMap<String, String>>,
     ) -> Result<(), kube::Error> {
         let entry = self
             .lock()
@@ -131,9 +146,12 @@ impl NamespaceCache {
             .or_default()
             .clone();
         let mut known = entry.lock().await;
-        if known.as_ref() != Some(labels) {
+        if known.stale_for(labels) {
             ensure_namespace(client, name, labels).await?;
-            *known = Some(labels.clone());
+            known.exists = true;
+            if let Some(l) = labels {
+                known.labels = Some(l.clone());
+            }
         }
         Ok(())
     }
@@ -170,12 +188,13 @@ fn reason_of(error: &kube::Error) -> &'static str {
 
 /// Creates namespace `name` in the member if it is missing, marked as created by Flotilla, and
 /// gives a namespace Flotilla created `labels` (the hub namespace's, its Pod Security level
-/// among them), with server-side apply, so that a label the hub namespace drops goes too. A
-/// namespace the member had already is the member's, and is left as it is.
+/// among them), with server-side apply, so that a label the hub namespace drops goes too;
+/// `None` leaves its labels as they are. A namespace the member had already is the member's,
+/// and is left as it is.
 async fn ensure_namespace(
     client: &Client,
     name: &str,
-    labels: &BTreeMap<String, String>,
+    labels: Option<&BTreeMap<String, String>>,
 ) -> Result<(), kube::Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     match namespaces.get_opt(name).await? {
@@ -183,6 +202,9 @@ async fn ensure_namespace(
         Some(_) => {}
         None => create_namespace(&namespaces, name).await?,
     }
+    let Some(labels) = labels else {
+        return Ok(());
+    };
     let mut applied = labels.clone();
     applied.insert(
         labels::MANAGED.to_string(),
@@ -307,8 +329,8 @@ pub struct WorkRef<'a> {
     pub name: &'a str,
     pub replaces: &'a [String],
     pub policy: ConflictPolicy,
-    /// The labels of the member namespaces its objects go to.
-    pub namespace_labels: &'a BTreeMap<String, String>,
+    /// The labels of the member namespaces its objects go to, if it says.
+    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
 }
 
 /// The member object as the Work's status last reported it, if that report says it was applied
@@ -579,6 +601,25 @@ pub async fn delete_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_work_with_no_say_in_its_namespaces_labels_leaves_those_another_gave() {
+        let restricted: BTreeMap<String, String> = [(
+            "pod-security.kubernetes.io/enforce".to_string(),
+            "restricted".to_string(),
+        )]
+        .into();
+        let unknown = Known::default();
+        assert!(unknown.stale_for(None), "not known to exist");
+        let labelled = Known {
+            exists: true,
+            labels: Some(restricted.clone()),
+        };
+        // A Work written by hand (no namespaceLabels) next to the splitter's: nothing to do.
+        assert!(!labelled.stale_for(None));
+        assert!(!labelled.stale_for(Some(&restricted)));
+        assert!(labelled.stale_for(Some(&BTreeMap::new())), "other labels");
+    }
     use serde_json::json;
 
     fn member_object(labels: Value, annotations: Value) -> DynamicObject {

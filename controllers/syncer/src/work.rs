@@ -779,7 +779,7 @@ async fn apply(
         name: &work_ref,
         replaces: &replaces,
         policy: work.spec.conflict_policy,
-        namespace_labels: &work.spec.namespace_labels,
+        namespace_labels: work.spec.namespace_labels.as_ref(),
     };
     // A few manifests of the Work at a time, in order; unchanged ones cost nothing.
     let results: Vec<_> = futures::stream::iter(ready)

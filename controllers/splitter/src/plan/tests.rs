@@ -202,7 +202,7 @@ fn mk_observation(
         imports: BTreeMap::new(),
         absent_since: BTreeMap::new(),
         others: Vec::new(),
-        namespace_labels: BTreeMap::new(),
+        namespace_labels: None,
     }
 }
 
@@ -379,18 +379,21 @@ fn works_carry_the_hub_namespaces_labels_and_their_changes() {
     let objects = vec![mk_configmap("shop", "a", "ua", "1")];
     let labelled = |level: &str| {
         let mut obs = mk_observation(placement.clone(), three(), objects.clone(), vec![]);
-        obs.namespace_labels = [(
-            "pod-security.kubernetes.io/enforce".to_string(),
-            level.to_string(),
-        )]
-        .into();
+        obs.namespace_labels = Some(
+            [(
+                "pod-security.kubernetes.io/enforce".to_string(),
+                level.to_string(),
+            )]
+            .into(),
+        );
         obs
     };
     let first = plan(&labelled("restricted")).expect("plan");
     assert!(first.wanted.values().all(|w| {
         w.spec
             .namespace_labels
-            .get("pod-security.kubernetes.io/enforce")
+            .as_ref()
+            .and_then(|l| l.get("pod-security.kubernetes.io/enforce"))
             == Some(&"restricted".to_string())
     }));
     let works = as_written(&first, true, true);
