@@ -9,6 +9,7 @@
 //! | [`execute`] | the plan's writes (only what differs) and deletions (with preconditions) |
 //! | [`report`] | the Placement's bounded status, the divided Deployments' status, Events |
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
+//! | [`ordinals`] | pure: a divided StatefulSet's ordinal range per member (disjoint; let go before taking) |
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
 //! | [`hub_made`] | pure: what the hub's Kubernetes made (never placed, never copied) |
@@ -25,6 +26,7 @@ pub mod eligibility;
 pub mod execute;
 pub mod hub_made;
 pub mod observe;
+pub mod ordinals;
 pub mod plan;
 pub mod recent;
 pub mod references;
