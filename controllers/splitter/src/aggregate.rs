@@ -25,6 +25,11 @@ pub struct Copy {
     pub ready: i64,
     pub available_replicas: i64,
     pub unavailable: i64,
+    /// A StatefulSet's pods at its current revision.
+    pub current_replicas: i64,
+    /// A StatefulSet's `currentRevision` and `updateRevision`.
+    pub current_revision: Option<String>,
+    pub update_revision: Option<String>,
 }
 
 /// Reads the copy of Deployment `key` on `cluster` from the hub's Work that holds it as wanted
@@ -35,6 +40,7 @@ pub fn copy_of(work: &Work, key: &ObjectKey, cluster: &str) -> Copy {
         .and_then(|m| m.status.clone())
         .unwrap_or(Value::Null);
     let int = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let text = |k: &str| status.get(k).and_then(Value::as_str).map(str::to_string);
     let observed = manifest.is_some_and(|m| match (m.generation, m.observed_generation) {
         (Some(g), Some(o)) => o >= g,
         _ => false,
@@ -55,6 +61,9 @@ pub fn copy_of(work: &Work, key: &ObjectKey, cluster: &str) -> Copy {
         ready: int("readyReplicas"),
         available_replicas: int("availableReplicas"),
         unavailable: int("unavailableReplicas"),
+        current_replicas: int("currentReplicas"),
+        current_revision: text("currentRevision"),
+        update_revision: text("updateRevision"),
     }
 }
 
@@ -185,6 +194,74 @@ pub fn deployment_status(
     });
     if all_current && let Some(g) = generation {
         status["observedGeneration"] = json!(g);
+    }
+    status
+}
+
+/// The hub StatefulSet's status from its copies (`ordinals`: the ranges of a divided one):
+/// counters summed (an unreachable member's pods count as neither ready nor available);
+/// `observedGeneration` only once every copy applied and observed the current generation;
+/// `currentRevision` and `updateRevision` only where every copy has the same one (members of
+/// other Kubernetes versions may name the same template differently); `Placed` giving the
+/// ordinals each member runs, and what a move waits for.
+pub fn statefulset_status(
+    generation: Option<i64>,
+    desired: u32,
+    copies: &[Copy],
+    division: &Division,
+    ordinals: Option<&crate::ordinals::Layout>,
+    now: &str,
+) -> Value {
+    let sum = |f: fn(&Copy) -> i64| copies.iter().map(f).sum::<i64>();
+    let fresh = |f: fn(&Copy) -> i64| copies.iter().filter(|c| !c.stale).map(f).sum::<i64>();
+    let enough_copies = !copies.is_empty() || desired == 0;
+    let all_current = enough_copies && copies.iter().all(|c| c.current && c.observed);
+    let agreed = |f: fn(&Copy) -> &Option<String>| -> Option<String> {
+        let first = f(copies.first()?).clone()?;
+        copies
+            .iter()
+            .all(|c| f(c).as_deref() == Some(first.as_str()))
+            .then_some(first)
+    };
+    let placed = !division.is_empty();
+    let mut message = match ordinals {
+        Some(layout) => format!("ordinals {}", layout.describe()),
+        None => placed_message(desired, division),
+    };
+    if let Some(layout) = ordinals
+        && !layout.complete()
+        && !layout.waiting_for.is_empty()
+    {
+        message.push_str(&format!(
+            "; no ordinal moves until {} run(s) only what they are asked for (unreachable members are waited for: a pod is never run twice)",
+            layout.waiting_for.join(", ")
+        ));
+    }
+    if !placed {
+        message = "no member is eligible".to_string();
+    }
+    let mut status = json!({
+        "replicas": sum(|c| c.replicas),
+        "readyReplicas": fresh(|c| c.ready),
+        "currentReplicas": sum(|c| c.current_replicas),
+        "updatedReplicas": sum(|c| c.updated),
+        "availableReplicas": fresh(|c| c.available_replicas),
+        "conditions": [{
+            "type": conditions::PLACED,
+            "status": if placed { "True" } else { "False" },
+            "reason": if placed { "Placed" } else { "NoEligibleCluster" },
+            "message": message,
+            "lastTransitionTime": now,
+        }],
+    });
+    if all_current && let Some(g) = generation {
+        status["observedGeneration"] = json!(g);
+    }
+    if let Some(r) = agreed(|c| &c.current_revision) {
+        status["currentRevision"] = json!(r);
+    }
+    if let Some(r) = agreed(|c| &c.update_revision) {
+        status["updateRevision"] = json!(r);
     }
     status
 }
@@ -340,6 +417,7 @@ mod tests {
             ready: replicas,
             available_replicas: if available { replicas } else { 0 },
             unavailable: if available { 0 } else { replicas },
+            ..Copy::default()
         }
     }
 
@@ -414,6 +492,70 @@ mod tests {
             message.contains("unreachable, counted as unavailable: m1"),
             "{message}"
         );
+    }
+
+    fn sts_copy(cluster: &str, ready: i64, current: &str, update: &str) -> Copy {
+        Copy {
+            cluster: cluster.to_string(),
+            current: true,
+            observed: true,
+            available: ready > 0,
+            replicas: 1,
+            ready,
+            available_replicas: ready,
+            updated: i64::from(current == update),
+            current_replicas: 1,
+            current_revision: Some(current.to_string()),
+            update_revision: Some(update.to_string()),
+            ..Copy::default()
+        }
+    }
+
+    #[test]
+    fn a_statefulset_sums_its_copies_and_names_a_revision_only_all_agree_on() {
+        use crate::ordinals::{Held, Range, lay_out};
+        let d = division(&[("a", 1), ("b", 1), ("c", 1)]);
+        let cs: Vec<crate::division::Candidate> = ["a", "b", "c"]
+            .iter()
+            .map(|c| crate::division::Candidate::new(*c, 1))
+            .collect();
+        let layout = lay_out(
+            Range::new(0, 3),
+            &cs,
+            &std::collections::BTreeMap::<String, Held>::new(),
+            false,
+        )
+        .expect("layout");
+        let copies = [
+            sts_copy("a", 1, "db-1", "db-1"),
+            sts_copy("b", 1, "db-1", "db-1"),
+            sts_copy("c", 1, "db-1", "db-1"),
+        ];
+        let s = statefulset_status(Some(2), 3, &copies, &d, Some(&layout), "t");
+        assert_eq!(s["replicas"], 3);
+        assert_eq!(s["readyReplicas"], 3);
+        assert_eq!(s["updatedReplicas"], 3);
+        assert_eq!(s["observedGeneration"], 2);
+        assert_eq!(s["currentRevision"], "db-1");
+        assert_eq!(s["updateRevision"], "db-1");
+        assert_eq!(s["conditions"][0]["message"], "ordinals a=0 b=1 c=2");
+        // Mid-rollout in one member: the update revision is common, the current one is not.
+        let rolling = [
+            sts_copy("a", 1, "db-1", "db-2"),
+            sts_copy("b", 1, "db-2", "db-2"),
+            sts_copy("c", 1, "db-2", "db-2"),
+        ];
+        let s = statefulset_status(Some(3), 3, &rolling, &d, Some(&layout), "t");
+        assert!(s.get("currentRevision").is_none(), "{s}");
+        assert_eq!(s["updateRevision"], "db-2");
+        assert_eq!(s["updatedReplicas"], 2);
+        // An unreachable member's pods are not counted ready; a copy behind holds the generation.
+        let mut behind = copies.clone();
+        behind[2].stale = true;
+        behind[1].observed = false;
+        let s = statefulset_status(Some(2), 3, &behind, &d, Some(&layout), "t");
+        assert_eq!(s["readyReplicas"], 2);
+        assert!(s.get("observedGeneration").is_none(), "{s}");
     }
 
     #[test]

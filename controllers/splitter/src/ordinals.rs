@@ -77,6 +77,27 @@ pub struct Held {
     pub range: Range,
     /// The member reports it observed this spec and runs at most `range.count` pods.
     pub settled: bool,
+    /// The member cannot be reached: what it runs is not known.
+    pub unreachable: bool,
+}
+
+impl Held {
+    /// A copy whose member settled on `range`.
+    pub fn settled(range: Range) -> Self {
+        Self {
+            range,
+            settled: true,
+            unreachable: false,
+        }
+    }
+
+    /// A copy whose member has not settled on `range` yet.
+    pub fn unsettled(range: Range) -> Self {
+        Self {
+            settled: false,
+            ..Self::settled(range)
+        }
+    }
 }
 
 /// The ranges to ask for now.
@@ -158,11 +179,18 @@ pub fn lay_out(
         ranges.insert(cluster.clone(), range);
     }
     // A member outside the candidates lets go of everything; once it has, its copy can go.
+    // One that cannot be reached is asked for nothing new: nobody takes its ordinals while it
+    // may run them, and if it comes back as a candidate, it runs them on undisturbed.
     for (cluster, h) in held {
         if target.contains_key(cluster) || (h.range.count == 0 && h.settled) {
             continue;
         }
-        ranges.insert(cluster.clone(), Range::new(h.range.start, 0));
+        let range = if h.unreachable {
+            h.range
+        } else {
+            Range::new(h.range.start, 0)
+        };
+        ranges.insert(cluster.clone(), range);
     }
     let mut layout = Layout {
         ranges,
@@ -319,15 +347,7 @@ mod tests {
     fn settled(pairs: &[(&str, u32, u32)]) -> BTreeMap<String, Held> {
         pairs
             .iter()
-            .map(|(c, start, count)| {
-                (
-                    c.to_string(),
-                    Held {
-                        range: Range::new(*start, *count),
-                        settled: true,
-                    },
-                )
-            })
+            .map(|(c, start, count)| (c.to_string(), Held::settled(Range::new(*start, *count))))
             .collect()
     }
 
@@ -344,15 +364,7 @@ mod tests {
             let next: BTreeMap<String, Held> = layout
                 .ranges
                 .iter()
-                .map(|(c, r)| {
-                    (
-                        c.clone(),
-                        Held {
-                            range: *r,
-                            settled: true,
-                        },
-                    )
-                })
+                .map(|(c, r)| (c.clone(), Held::settled(*r)))
                 .collect();
             if next == held {
                 return layout.ranges;
@@ -457,24 +469,12 @@ mod tests {
         assert_eq!(l.describe(), "m1=0 m2=none m3=2");
         assert!(!l.complete());
         // It has not settled (still deleting its pod): still nobody takes it.
-        held.insert(
-            "m2".into(),
-            Held {
-                range: Range::new(1, 0),
-                settled: false,
-            },
-        );
+        held.insert("m2".into(), Held::unsettled(Range::new(1, 0)));
         let l = lay_out(Range::new(0, 3), &cs, &held, false).expect("layout");
         assert_eq!(l.describe(), "m1=0 m2=none m3=2");
         assert_eq!(l.waiting_for, ["m2"]);
         // Settled: its copy goes, and a neighbour takes ordinal 1.
-        held.insert(
-            "m2".into(),
-            Held {
-                range: Range::new(1, 0),
-                settled: true,
-            },
-        );
+        held.insert("m2".into(), Held::settled(Range::new(1, 0)));
         let l = lay_out(Range::new(0, 3), &cs, &held, false).expect("layout");
         assert_eq!(l.describe(), "m1=0-1 m3=2");
         assert!(l.complete());
@@ -484,13 +484,7 @@ mod tests {
     fn an_unsettled_member_holds_every_move_and_scale_up() {
         let cs = even(&["m1", "m2", "m3"]);
         let mut held = settled(&[("m1", 0, 1), ("m2", 1, 1), ("m3", 2, 1)]);
-        held.insert(
-            "m3".into(),
-            Held {
-                range: Range::new(2, 1),
-                settled: false,
-            },
-        );
+        held.insert("m3".into(), Held::unsettled(Range::new(2, 1)));
         let l = lay_out(Range::new(0, 5), &cs, &held, false).expect("layout");
         assert_eq!(l.describe(), "m1=0 m2=1 m3=2");
         assert_eq!(l.waiting_for, ["m3"]);
@@ -563,6 +557,8 @@ mod tests {
                             Held {
                                 range: r,
                                 settled: *settled,
+                                // Some members that have not settled cannot be reached.
+                                unreachable: !*settled && count % 2 == 1,
                             },
                         )
                     })
@@ -587,13 +583,19 @@ mod tests {
                         "{c} takes {o}, which another member holds");
                 }
             }
+            // A member that cannot be reached keeps what it holds, or more as a candidate.
+            for (c, h) in held.iter().filter(|(_, h)| h.unreachable && h.range.count > 0) {
+                let r = l.ranges.get(c).copied().unwrap_or_default();
+                prop_assert!(cs.iter().any(|k| &k.cluster == c) || r == h.range,
+                    "unreachable {c} was asked to let go: {:?} -> {r:?}", h.range);
+            }
         }
 
         #[test]
         fn settled_members_end_with_every_ordinal_exactly_once((total, cs, held) in layouts(), rebalance: bool) {
             prop_assume!(!cs.is_empty());
             let held: BTreeMap<String, Held> = held.into_iter()
-                .map(|(c, h)| (c, Held { settled: true, ..h })).collect();
+                .map(|(c, h)| (c, Held { settled: true, unreachable: false, ..h })).collect();
             let end = converge(Range::new(0, total), &cs, held, rebalance);
             prop_assert!(covers(&end, total), "{end:?} does not cover 0..{total}");
             for (c, r) in &end {
@@ -602,13 +604,13 @@ mod tests {
         }
 
         #[test]
-        fn scaling_moves_no_ordinal_that_stays((total, cs, held) in layouts(), next in 0u32..40) {
+        fn scaling_moves_no_ordinal_that_stays((total, _cs, held) in layouts(), next in 0u32..40) {
             let cs: Vec<Candidate> = held.keys().map(|c| Candidate::new(c.clone(), 1)).collect();
             let held: BTreeMap<String, Held> = held.into_iter()
-                .map(|(c, h)| (c, Held { settled: true, ..h })).collect();
+                .map(|(c, h)| (c, Held { settled: true, unreachable: false, ..h })).collect();
             let start = converge(Range::new(0, total), &cs, held, false);
             let settled_start: BTreeMap<String, Held> = start.iter()
-                .map(|(c, r)| (c.clone(), Held { range: *r, settled: true })).collect();
+                .map(|(c, r)| (c.clone(), Held::settled(*r))).collect();
             let end = converge(Range::new(0, next), &cs, settled_start, false);
             for (c, r) in &start {
                 for o in r.start..r.end().min(next) {

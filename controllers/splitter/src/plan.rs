@@ -30,8 +30,9 @@ use crate::compatibility::MemberSchema;
 use crate::division::{Candidate, Division, divide};
 use crate::eligibility::{Selection, select};
 use crate::hub_made::made_by_the_hub;
+use crate::ordinals::{Held, Layout, Range, lay_out};
 use crate::references::{Reference, references};
-use crate::render::{Origin, bundle, member_manifest};
+use crate::render::{Origin, Share, bundle, member_manifest};
 use crate::specificity::{Selectable, specificity, winner};
 
 /// How long the Works of an object that is no longer on the hub wait before they are deleted:
@@ -280,13 +281,41 @@ pub enum Keep {
     RenamePending,
 }
 
-/// A Deployment divided among members, for its aggregated status.
+/// How the copies of a placed object share its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Divides {
+    /// Each copy is the whole object.
+    Not,
+    /// Its `spec.replicas` is divided (a Deployment or ReplicaSet under `Divided`).
+    Replicas,
+    /// Its ordinals are divided into disjoint ranges (a StatefulSet under `Divided`, see
+    /// [`crate::ordinals`]).
+    Ordinals,
+}
+
+impl Divides {
+    /// How objects of `api_version` `kind` divide under `scheduling`.
+    pub fn of(api_version: &str, kind: &str, scheduling: ReplicaSchedulingType) -> Self {
+        match (api_version, kind, scheduling) {
+            ("apps/v1", "Deployment", ReplicaSchedulingType::Divided) => Self::Replicas,
+            ("apps/v1", "StatefulSet", ReplicaSchedulingType::Divided) => Self::Ordinals,
+            _ => Self::Not,
+        }
+    }
+}
+
+/// A workload whose hub status the splitter writes from its copies' replicas (a Deployment or
+/// StatefulSet, divided or duplicated).
 #[derive(Clone, Debug)]
 pub struct Divided {
     pub key: ObjectKey,
     pub object: DynamicObject,
+    /// Replicas per member (for a duplicated workload, all of them on every member).
     pub division: Division,
+    /// The replicas of all copies together.
     pub total: u32,
+    /// For a StatefulSet divided by ordinals: the ranges asked for now, and what they wait for.
+    pub ordinals: Option<Layout>,
 }
 
 /// A placed object whose hub status the splitter writes from its copies (a Job or CronJob),
@@ -379,6 +408,70 @@ pub fn copy_condition_now(w: &Work, key: &ObjectKey, type_: &str) -> ConditionSt
     }
 }
 
+/// Whether the member of Work `w` settled on the copy of StatefulSet `key` that the Work asks
+/// for (`count` pods): it applied the Work's current spec, its StatefulSet observed it, and it
+/// runs at most `count` pods (`status.replicas` counts pods being deleted too). A member that
+/// cannot be reached has not settled: what it runs is not known.
+pub fn settled(w: &Work, key: &ObjectKey, count: u32) -> bool {
+    let reachable = !unreachable(w);
+    let Some(m) = manifest_status(w, key) else {
+        return false;
+    };
+    let observed = matches!((m.generation, m.observed_generation), (Some(g), Some(o)) if o >= g);
+    let pods = m
+        .status
+        .as_ref()
+        .and_then(|s| s.get("replicas"))
+        .map_or(Some(0), Value::as_u64);
+    reachable
+        && copy_holds_now(w, key, conditions::APPLIED)
+        && observed
+        && pods.is_some_and(|p| p <= u64::from(count))
+}
+
+/// Whether the member of Work `w` cannot be reached: its `Applied` is `Unknown` (what the Work
+/// reports is its last word, not its state).
+pub fn unreachable(w: &Work) -> bool {
+    w.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED))
+        .is_some_and(|c| c.status == "Unknown")
+}
+
+/// The ordinals of StatefulSet `key` that each member's copy holds (`holding`: as the Works ask
+/// for them), and whether the member settled on them. A copy on a Cluster that no longer
+/// exists holds nothing: deleting the Cluster says its pods are gone, as deleting a Node does
+/// for a StatefulSet's pods on it.
+fn ordinals_held(
+    obs: &Observation,
+    key: &ObjectKey,
+    holding: &BTreeMap<String, Share>,
+    held: &BTreeMap<&CopyKey, Vec<&Holder>>,
+) -> BTreeMap<String, Held> {
+    let exists =
+        |c: &str| obs.clusters.iter().any(|x| x.name_any() == c) || obs.elsewhere.contains(c);
+    holding
+        .iter()
+        .filter(|(cluster, _)| exists(cluster))
+        .map(|(cluster, share)| {
+            let range = share.range();
+            let copy = CopyKey::new(key.clone(), cluster);
+            let works = held.get(&copy).map(Vec::as_slice).unwrap_or_default();
+            let settled =
+                !works.is_empty() && works.iter().all(|h| settled(h.work, key, range.count));
+            let unreachable = works.iter().any(|h| unreachable(h.work));
+            (
+                cluster.clone(),
+                Held {
+                    range,
+                    settled,
+                    unreachable,
+                },
+            )
+        })
+        .collect()
+}
+
 /// A Work's namespace and name.
 pub fn key_of(w: &Work) -> WorkId {
     (w.namespace().unwrap_or_default(), w.name_any())
@@ -460,16 +553,22 @@ pub fn lean(work: &mut Work) {
         .unwrap_or_else(|_| spec_digest(&work.spec));
     for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
         let digest = digest(json.as_bytes());
-        let replicas = m.data.get("spec").and_then(|s| s.get("replicas")).cloned();
+        let share = Share::of(&m.data);
         m.metadata = kube::api::ObjectMeta {
             name: m.metadata.name.take(),
             namespace: m.metadata.namespace.take(),
             annotations: Some([(CACHED_MANIFEST_DIGEST.to_string(), digest)].into()),
             ..Default::default()
         };
-        m.data = match replicas {
-            Some(r) => serde_json::json!({"spec": {"replicas": r}}),
-            None => serde_json::json!({}),
+        m.data = match share {
+            Share {
+                replicas: Some(r),
+                ordinals_start: Some(start),
+            } => serde_json::json!({"spec": {"replicas": r, "ordinals": {"start": start}}}),
+            Share {
+                replicas: Some(r), ..
+            } => serde_json::json!({"spec": {"replicas": r}}),
+            _ => serde_json::json!({}),
         };
     }
     work.annotations_mut()
@@ -520,20 +619,14 @@ struct Holder<'a> {
     work: &'a Work,
     /// Which Work of its shelf it is; `None`: a Work of one object by an older splitter.
     index: Option<u32>,
-    /// Its copies, in the order of its manifests, with the replicas each asks for.
-    copies: Vec<(CopyKey, Option<u32>)>,
+    /// Its copies, in the order of its manifests, with the share of its object each asks for.
+    copies: Vec<(CopyKey, Share)>,
 }
 
 impl<'a> Holder<'a> {
     fn of(work: &'a Work) -> Option<Self> {
         let cluster = work.cluster_name()?;
-        let replicas = |m: &DynamicObject| {
-            m.data
-                .get("spec")?
-                .get("replicas")?
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-        };
+        let share = |m: &DynamicObject| Share::of(&m.data);
         let index = work
             .labels()
             .get(labels::BUNDLE)
@@ -546,7 +639,7 @@ impl<'a> Holder<'a> {
                     let t = m.types.as_ref()?;
                     let name = m.metadata.name.as_deref()?;
                     let key = CopyKey::new(ObjectKey::new(&t.api_version, &t.kind, name), cluster);
-                    Some((key, replicas(m)))
+                    Some((key, share(m)))
                 })
                 .collect()
         } else {
@@ -559,7 +652,7 @@ impl<'a> Holder<'a> {
             );
             vec![(
                 CopyKey::new(object, cluster),
-                work.spec.manifests.first().and_then(replicas),
+                work.spec.manifests.first().map(share).unwrap_or_default(),
             )]
         };
         Some(Self {
@@ -668,12 +761,12 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     // The live Works that hold each copy (a copy moving from a Work of one object into the
     // Work of its type is in both for a while), and the replicas each copy asks for now.
     let mut held: BTreeMap<&CopyKey, Vec<&Holder>> = BTreeMap::new();
-    let mut previous: BTreeMap<&CopyKey, u32> = BTreeMap::new();
+    let mut previous: BTreeMap<&CopyKey, Share> = BTreeMap::new();
     for h in holders.iter().filter(|h| h.live()) {
-        for (key, replicas) in &h.copies {
+        for (key, share) in &h.copies {
             held.entry(key).or_default().push(h);
-            if let Some(n) = replicas {
-                previous.entry(key).or_insert(*n);
+            if share.replicas.is_some() {
+                previous.entry(key).or_insert(*share);
             }
         }
     }
@@ -748,7 +841,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 }
             }
             placing.insert(key.clone());
-            let manifest = member_manifest(&object, None);
+            let manifest = member_manifest(&object, Share::default());
             let mut excluded_here: Vec<ClusterExclusion> = Vec::new();
             let candidates: Vec<Candidate> = selection
                 .candidates
@@ -772,49 +865,74 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 })
                 .cloned()
                 .collect();
-            let divisible = ar.kind == "Deployment"
-                && spec.replica_scheduling.type_ == ReplicaSchedulingType::Divided;
+            let divides = Divides::of(&ar.api_version, &ar.kind, spec.replica_scheduling.type_);
             let total = object.data["spec"]["replicas"]
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(1);
-            let division: Division = if divisible {
-                // A copy being removed no longer counts: a member coming back after its
-                // replicas moved does not take them back unless asked (rebalanceOnJoin).
-                let before: Division = previous
-                    .iter()
-                    .filter(|(k, _)| k.object == key)
-                    .map(|(k, n)| (k.cluster.clone(), *n))
-                    .collect();
-                let d =
-                    divide(total, &candidates, &before, spec.rebalance_on_join).unwrap_or_default();
+            // What each member's copy holds now (a copy being removed included).
+            let holding: BTreeMap<String, Share> = previous
+                .iter()
+                .filter(|(k, _)| k.object == key)
+                .map(|(k, s)| (k.cluster.clone(), *s))
+                .collect();
+            let mut layout: Option<Layout> = None;
+            let mut holds_ordinals: BTreeMap<String, Held> = BTreeMap::new();
+            let division: Division = match divides {
+                Divides::Replicas => {
+                    // A copy being removed no longer counts: a member coming back after its
+                    // replicas moved does not take them back unless asked (rebalanceOnJoin).
+                    let before: Division = holding
+                        .iter()
+                        .filter_map(|(c, s)| Some((c.clone(), s.replicas?)))
+                        .collect();
+                    divide(total, &candidates, &before, spec.rebalance_on_join).unwrap_or_default()
+                }
+                Divides::Ordinals => {
+                    holds_ordinals = ordinals_held(obs, &key, &holding, &held);
+                    let start = object.data["spec"]["ordinals"]["start"]
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(0);
+                    layout = lay_out(
+                        Range::new(start, total),
+                        &candidates,
+                        &holds_ordinals,
+                        spec.rebalance_on_join,
+                    )
+                    .ok();
+                    layout.as_ref().map(Layout::division).unwrap_or_default()
+                }
+                Divides::Not => {
+                    // A copy everywhere, except that a held member keeps only the copy it has.
+                    candidates
+                        .iter()
+                        .filter(|c| !c.held || live(&CopyKey::new(key.clone(), &c.cluster)))
+                        .map(|c| (c.cluster.clone(), 0))
+                        .collect()
+                }
+            };
+            if divides != Divides::Not {
                 out.divisions.push(Divided {
                     key: key.clone(),
                     object: object.clone(),
-                    division: d.clone(),
+                    division: division.clone(),
                     total,
+                    ordinals: layout.clone(),
                 });
-                d
-            } else {
-                // A copy everywhere, except that a held member keeps only the copy it has.
-                let everywhere: Division = candidates
-                    .iter()
-                    .filter(|c| !c.held || live(&CopyKey::new(key.clone(), &c.cluster)))
-                    .map(|c| (c.cluster.clone(), 0))
-                    .collect();
-                // A duplicated Deployment runs all its replicas in every member: its hub status
+            } else if ar.group == "apps" && (ar.kind == "Deployment" || ar.kind == "StatefulSet") {
+                // A duplicated workload runs all its replicas in every member: its hub status
                 // counts them all.
-                if ar.kind == "Deployment" && ar.group == "apps" {
-                    let copies = u32::try_from(everywhere.len()).unwrap_or(u32::MAX);
-                    out.divisions.push(Divided {
-                        key: key.clone(),
-                        object: object.clone(),
-                        division: everywhere.keys().map(|c| (c.clone(), total)).collect(),
-                        total: total.saturating_mul(copies),
-                    });
-                }
-                everywhere
-            };
+                let copies = u32::try_from(division.len()).unwrap_or(u32::MAX);
+                out.divisions.push(Divided {
+                    key: key.clone(),
+                    object: object.clone(),
+                    division: division.keys().map(|c| (c.clone(), total)).collect(),
+                    total: total.saturating_mul(copies),
+                    ordinals: None,
+                });
+            }
+            let divided = divides != Divides::Not;
             let mut decision = ObjectDecision {
                 api_version: ar.api_version.clone(),
                 kind: ar.kind.clone(),
@@ -823,19 +941,30 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 ..Default::default()
             };
             decision.excluded.extend(excluded_here);
-            // Scaled to 0, a Deployment keeps its copies, at 0 replicas, so that the members
-            // agree with the hub and scaling up again reuses them.
-            let scaled_to_zero = divisible && total == 0;
+            // Scaled to 0, a divided workload keeps its copies, at 0 replicas, so that the
+            // members agree with the hub and scaling up again reuses them.
+            let scaled_to_zero = divided && total == 0;
             for (cluster, n) in &division {
                 let copy = CopyKey::new(key.clone(), cluster);
-                if divisible && *n == 0 && !(scaled_to_zero && live(&copy)) {
+                let share = match (divides, &layout) {
+                    (Divides::Replicas, _) => Share::replicas(*n),
+                    (Divides::Ordinals, Some(l)) => {
+                        Share::ordinals(l.ranges.get(cluster).copied().unwrap_or_default())
+                    }
+                    _ => Share::default(),
+                };
+                // A StatefulSet's copy that still lets go of its ordinals stays until its
+                // member runs none of them.
+                let letting_go = holds_ordinals
+                    .get(cluster)
+                    .is_some_and(|h| h.range.count > 0 || !h.settled);
+                if divided && *n == 0 && !(live(&copy) && (scaled_to_zero || letting_go)) {
                     continue;
                 }
-                let replicas = divisible.then_some(*n);
-                wanted.insert(copy, Entry::new(member_manifest(&object, replicas))?);
+                wanted.insert(copy, Entry::new(member_manifest(&object, share))?);
                 decision.clusters.push(ClusterDecision {
                     cluster: cluster.clone(),
-                    replicas: divisible.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
+                    replicas: divided.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
                     ..Default::default()
                 });
             }
@@ -904,7 +1033,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         for cluster in on {
             wanted.insert(
                 CopyKey::new(key.clone(), &cluster),
-                Entry::new(member_manifest(&object, None))?,
+                Entry::new(member_manifest(&object, Share::default()))?,
             );
             decision.clusters.push(ClusterDecision {
                 cluster,
@@ -976,15 +1105,22 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                       retained: &mut BTreeMap<CopyKey, Entry>| {
             kept.insert(key.clone(), why);
             if let Some(object) = seen.get(&key.object) {
-                let divisible = key.object.kind == "Deployment"
-                    && spec.replica_scheduling.type_ == ReplicaSchedulingType::Divided;
-                let replicas = previous.get(key).copied().filter(|_| divisible);
+                // As its member runs it: its share of a divided object.
+                let divides = Divides::of(
+                    &key.object.api_version,
+                    &key.object.kind,
+                    spec.replica_scheduling.type_,
+                );
+                let share = match previous.get(key) {
+                    Some(s) if divides != Divides::Not => *s,
+                    _ => Share::default(),
+                };
                 let mut object = (*object).clone();
                 object.types = Some(kube::api::TypeMeta {
                     api_version: key.object.api_version.clone(),
                     kind: key.object.kind.clone(),
                 });
-                retained.insert(key.clone(), Entry::new(member_manifest(&object, replicas))?);
+                retained.insert(key.clone(), Entry::new(member_manifest(&object, share))?);
             }
             Ok::<_, serde_json::Error>(())
         };

@@ -27,10 +27,50 @@ const HUB_ONLY_METADATA: [&str; 9] = [
 /// Annotations that describe the hub object's history, not the object.
 const HUB_ONLY_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
 
+/// A member's share of a divided workload: its `spec.replicas` and, for a StatefulSet divided by
+/// ordinals, its `spec.ordinals.start`. The default is the whole object, as on the hub.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    pub replicas: Option<u32>,
+    pub ordinals_start: Option<u32>,
+}
+
+impl Share {
+    /// `n` replicas.
+    pub fn replicas(n: u32) -> Self {
+        Self {
+            replicas: Some(n),
+            ordinals_start: None,
+        }
+    }
+
+    /// The ordinals of `range` (its count as the replicas).
+    pub fn ordinals(range: crate::ordinals::Range) -> Self {
+        Self {
+            replicas: Some(range.count),
+            ordinals_start: Some(range.start),
+        }
+    }
+
+    /// The share a member's manifest asks for (`spec.replicas`, `spec.ordinals.start`).
+    pub fn of(manifest: &Value) -> Self {
+        let number = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        let spec = &manifest["spec"];
+        Self {
+            replicas: number(&spec["replicas"]),
+            ordinals_start: number(&spec["ordinals"]["start"]),
+        }
+    }
+
+    /// The range of ordinals it runs, from `spec.ordinals.start` (0 when unset).
+    pub fn range(&self) -> crate::ordinals::Range {
+        crate::ordinals::Range::new(self.ordinals_start.unwrap_or(0), self.replicas.unwrap_or(1))
+    }
+}
+
 /// The manifest for a member: the hub object without hub-only metadata, status and the values
-/// the hub's apiserver allocated (see [`crate::hub_made`]), with `replicas` (when given) as its
-/// `spec.replicas`.
-pub fn member_manifest(object: &DynamicObject, replicas: Option<u32>) -> Value {
+/// the hub's apiserver allocated (see [`crate::hub_made`]), with the member's `share` of it.
+pub fn member_manifest(object: &DynamicObject, share: Share) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(types) = &object.types {
         let managed = object
@@ -55,10 +95,20 @@ pub fn member_manifest(object: &DynamicObject, replicas: Option<u32>) -> Value {
                 }
             }
         }
-        if let Some(n) = replicas
-            && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
-        {
-            spec.insert("replicas".into(), Value::from(n));
+        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+            if let Some(n) = share.replicas {
+                spec.insert("replicas".into(), Value::from(n));
+            }
+            if let Some(start) = share.ordinals_start {
+                let ordinals = spec
+                    .entry("ordinals")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(o) = ordinals.as_object_mut() {
+                    o.insert("start".into(), Value::from(start));
+                } else {
+                    *ordinals = serde_json::json!({ "start": start });
+                }
+            }
         }
     }
     value
@@ -157,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_member_gets_the_object_without_hub_metadata_and_with_its_share() {
-        let m = member_manifest(&deployment(), Some(4));
+        let m = member_manifest(&deployment(), Share::replicas(4));
         assert_eq!(m["spec"]["replicas"], 4);
         assert!(m.get("status").is_none());
         let meta = &m["metadata"];
@@ -166,7 +216,31 @@ mod tests {
         }
         assert_eq!(meta["annotations"], json!({"team": "a"}));
         assert_eq!(meta["labels"]["app"], "web");
-        assert_eq!(member_manifest(&deployment(), None)["spec"]["replicas"], 10);
+        assert_eq!(
+            member_manifest(&deployment(), Share::default())["spec"]["replicas"],
+            10
+        );
+    }
+
+    #[test]
+    fn a_statefulset_member_runs_its_range_of_ordinals() {
+        let sts: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": "shop"},
+            "spec": {"replicas": 5, "ordinals": {"start": 2}, "serviceName": "db"}
+        }))
+        .expect("statefulset");
+        let share = Share::ordinals(crate::ordinals::Range::new(4, 2));
+        let m = member_manifest(&sts, share);
+        assert_eq!(m["spec"]["replicas"], 2);
+        assert_eq!(m["spec"]["ordinals"], json!({"start": 4}));
+        assert_eq!(Share::of(&m), share);
+        assert_eq!(Share::of(&m).range(), crate::ordinals::Range::new(4, 2));
+        // The hub's own start travels when the object is not divided.
+        assert_eq!(
+            member_manifest(&sts, Share::default())["spec"]["ordinals"]["start"],
+            2
+        );
     }
 
     #[test]
@@ -180,7 +254,7 @@ mod tests {
                      "ports": [{"port": 80, "protocol": "TCP", "nodePort": 31000}]}
         }))
         .expect("service");
-        let m = member_manifest(&service, None);
+        let m = member_manifest(&service, Share::default());
         assert!(m["spec"].get("clusterIP").is_none(), "{m}");
         assert!(m["spec"]["ports"][0].get("nodePort").is_none(), "{m}");
         assert!(m["metadata"].get("managedFields").is_none(), "{m}");
@@ -195,7 +269,8 @@ mod tests {
             kind: "Deployment".into(),
         };
         let manifest: DynamicObject =
-            serde_json::from_value(member_manifest(&deployment(), Some(4))).expect("manifest");
+            serde_json::from_value(member_manifest(&deployment(), Share::replicas(4)))
+                .expect("manifest");
         let labels = [(
             "pod-security.kubernetes.io/enforce".to_string(),
             "restricted".to_string(),

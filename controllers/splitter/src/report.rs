@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::aggregate::{
     JobCopy, copy_of, cronjob_status, deployment_status, job_status, max_unavailable,
+    statefulset_status,
 };
 use crate::observe::resource;
 use crate::plan::{
@@ -123,18 +124,29 @@ pub(crate) fn named(items: &[String], separator: &str) -> String {
     }
 }
 
-/// The hub Deployment's aggregated status from its copies.
+/// The hub Deployment's or StatefulSet's aggregated status from its copies.
 pub fn divided_status(d: &Divided, current: &Current<'_>, now: &str) -> Value {
     let copies: Vec<_> = d
         .division
         .iter()
-        // Copies of the division; at 0 replicas only when the Deployment is at 0.
-        .filter(|(_, n)| **n > 0 || d.total == 0)
+        // Copies of the division; at 0 replicas only when the workload is at 0 (or, for a
+        // StatefulSet, while a copy at 0 still runs pods it lets go of).
+        .filter(|(_, n)| **n > 0 || d.total == 0 || d.ordinals.is_some())
         .filter_map(|(c, _)| {
             let w = current.work_of(&CopyKey::new(d.key.clone(), c))?;
             Some(copy_of(w, &d.key, c))
         })
         .collect();
+    if d.key.kind == "StatefulSet" {
+        return statefulset_status(
+            d.object.metadata.generation,
+            d.total,
+            &copies,
+            &d.division,
+            d.ordinals.as_ref(),
+            now,
+        );
+    }
     deployment_status(
         d.object.metadata.generation,
         d.total,
@@ -438,8 +450,12 @@ pub async fn report(
     let current = Current::new(plan, outcome, &obs.works);
     let now = Timestamp::now().to_string();
     let params = PatchParams::apply(field_managers::SPLITTER).force();
-    let deployments = resource("apps", "v1", "Deployment", "deployments");
     for d in &plan.divisions {
+        let kind = d.key.kind.as_str();
+        let workloads = match kind {
+            "StatefulSet" => resource("apps", "v1", "StatefulSet", "statefulsets"),
+            _ => resource("apps", "v1", "Deployment", "deployments"),
+        };
         let old = d.object.data.get("status");
         let mut status = divided_status(d, &current, &now);
         keep_condition_times(&mut status, old);
@@ -448,17 +464,17 @@ pub async fn report(
         }
         let placed_before = old.and_then(|o| condition_message(o, conditions::PLACED));
         let placed_now = condition_message(&status, conditions::PLACED);
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &deployments);
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &workloads);
         api.patch_status(
             &d.object.name_any(),
             &params,
-            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "status": status})),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": kind, "status": status})),
         )
         .await?;
         if let Some(message) = placed_now
             && placed_before.as_ref() != Some(&message)
         {
-            let reference = d.object.object_ref(&deployments);
+            let reference = d.object.object_ref(&workloads);
             ctx.events
                 .normal_ref(&reference, conditions::PLACED, "Place", message)
                 .await;

@@ -67,6 +67,9 @@ pub fn health(object: &DynamicObject) -> Health {
                 .into(),
         );
     }
+    if let Some(why) = pods_short(object, &status) {
+        return Health::NotAvailable(why);
+    }
     for good in ["Available", "Ready"] {
         if let Some(c) = condition(&status, good) {
             return if c["status"] == "True" {
@@ -81,6 +84,29 @@ pub fn health(object: &DynamicObject) -> Health {
         }
     }
     Health::Available
+}
+
+/// For the workloads whose controllers report counts rather than an `Available` condition
+/// (apps/v1 StatefulSet, ReplicaSet and DaemonSet): why fewer pods are available than the
+/// object asks for, if they are.
+fn pods_short(object: &DynamicObject, status: &Value) -> Option<String> {
+    let types = object.types.as_ref()?;
+    if types.api_version != "apps/v1" {
+        return None;
+    }
+    let count = |v: &Value, field: &str| v.get(field).and_then(Value::as_i64).unwrap_or(0);
+    let (available, wanted) = match types.kind.as_str() {
+        "StatefulSet" | "ReplicaSet" => (
+            count(status, "availableReplicas"),
+            object.data["spec"]["replicas"].as_i64().unwrap_or(1),
+        ),
+        "DaemonSet" => (
+            count(status, "numberAvailable"),
+            count(status, "desiredNumberScheduled"),
+        ),
+        _ => return None,
+    };
+    (available < wanted).then(|| format!("{available} of {wanted} pods available"))
 }
 
 /// The status of manifest `ordinal` as observed in the member: the object's `status` as the
@@ -344,6 +370,32 @@ mod tests {
             "status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "message": "quota"}]}}),
         );
         assert!(matches!(health(&failing), Health::Degraded(m) if m.contains("quota")));
+    }
+
+    #[test]
+    fn a_statefulset_or_daemonset_is_available_once_every_pod_is() {
+        let sts = |available: i64| {
+            obj(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "db", "generation": 2},
+                "spec": {"replicas": 2},
+                "status": {"observedGeneration": 2, "replicas": 2, "availableReplicas": available}}))
+        };
+        assert_eq!(health(&sts(2)), Health::Available);
+        assert_eq!(
+            health(&sts(1)),
+            Health::NotAvailable("1 of 2 pods available".into())
+        );
+        let scaled_to_zero = obj(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "generation": 3}, "spec": {"replicas": 0},
+            "status": {"observedGeneration": 3, "replicas": 0}}));
+        assert_eq!(health(&scaled_to_zero), Health::Available);
+        let ds = |available: i64| {
+            obj(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": "agent", "generation": 1},
+                "status": {"observedGeneration": 1, "desiredNumberScheduled": 3, "numberAvailable": available}}))
+        };
+        assert_eq!(health(&ds(3)), Health::Available);
+        assert!(matches!(health(&ds(2)), Health::NotAvailable(_)));
     }
 
     #[test]

@@ -18,7 +18,8 @@ use flotilla_e2e::{
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::rbac::v1::Role;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -1192,8 +1193,8 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-                "metadata": {"name": "stateful"},
-                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "StatefulSet"},
+                "metadata": {"name": "roles"},
+                "spec": {"resourceSelectors": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role"},
                                                {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}],
                          "replicaScheduling": {"type": "Duplicated"}},
             }))?,
@@ -1202,27 +1203,21 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     for object in [
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": ns},
                "data": {"a": "b"}}),
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": ns},
-               "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-                        "template": {"metadata": {"labels": {"app": "db"}},
-                                     "spec": {"containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reader", "namespace": ns},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
     ] {
         api::apply(hub, &object, false).await??;
     }
 
-    // The chart does not let the splitter read StatefulSets: said at once, with what to grant.
+    // The chart does not let the splitter read Roles (placing RBAC is the admin's call): said at
+    // once, with what to grant.
     let started = std::time::Instant::now();
-    wait_scheduled(
-        &placements,
-        "stateful",
-        "say StatefulSets are forbidden",
-        |c| {
-            c.status == "False"
-                && c.reason == reasons::FORBIDDEN
-                && c.message.contains("statefulsets")
-                && c.message.contains("splitter.extraRules")
-        },
-    )
+    wait_scheduled(&placements, "roles", "say Roles are forbidden", |c| {
+        c.status == "False"
+            && c.reason == reasons::FORBIDDEN
+            && c.message.contains("roles")
+            && c.message.contains("splitter.extraRules")
+    })
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     eprintln!("Forbidden reported after {:?}", started.elapsed());
@@ -1231,10 +1226,10 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
 
     // Granted (as splitter.extraRules would): the Placement recovers within seconds.
     let mut rbac = ClusterScopedObjects::new(&env.hub);
-    let role = format!("{release}-statefulsets");
+    let role = format!("{release}-roles");
     for object in [
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-               "rules": [{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]}]}),
+               "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["get", "list", "watch"]}]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
                "subjects": [{"kind": "ServiceAccount", "name": format!("{release}-splitter"), "namespace": ns}]}),
@@ -1243,15 +1238,15 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
         api::apply(hub, &object, false).await??;
         rbac.add(resource, role.clone());
     }
-    wait_scheduled(&placements, "stateful", "recover once allowed", |c| {
+    wait_scheduled(&placements, "roles", "recover once allowed", |c| {
         c.status == "True"
     })
     .await?;
     let placed = wait_for(
-        "StatefulSet db in every member",
+        "Role reader in every member",
         Duration::from_secs(30),
         || async {
-            let uids = copy_uids::<StatefulSet>(members, ns, "db").await?;
+            let uids = copy_uids::<Role>(members, ns, "reader").await?;
             Ok(if uids.values().all(Option::is_some) {
                 Seen::Done(uids)
             } else {
@@ -1269,19 +1264,16 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     Api::<Deployment>::namespaced(hub.clone(), ns)
         .create(&PostParams::default(), &deployment(1)?)
         .await?;
-    wait_scheduled(
-        &placements,
-        "stateful",
-        "say StatefulSets are forbidden again",
-        |c| c.reason == reasons::FORBIDDEN,
-    )
+    wait_scheduled(&placements, "roles", "say Roles are forbidden again", |c| {
+        c.reason == reasons::FORBIDDEN
+    })
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     flotilla_e2e::holds_for(
-        "the member StatefulSets to stay while the splitter may not read them",
+        "the member Roles to stay while the splitter may not read them",
         Duration::from_secs(8),
         || async {
-            let now = copy_uids::<StatefulSet>(members, ns, "db").await?;
+            let now = copy_uids::<Role>(members, ns, "reader").await?;
             Ok(if now == placed {
                 Ok(())
             } else {
@@ -2245,5 +2237,170 @@ async fn a_placement_of_3000_objects_keeps_a_small_status() -> Result<()> {
         })
     })
     .await?;
+    Ok(())
+}
+
+/// Which members run each pod of StatefulSet `name` (by ordinal), listing `first` before
+/// `last`: a pod only ever leaves `last` (a member letting go), so a pod seen in one of `first`
+/// and then in `last` ran in both at the same moment.
+async fn ordinals_running(
+    first: &[(String, Client)],
+    last: &[(String, Client)],
+    ns: &str,
+    name: &str,
+) -> Result<BTreeMap<u32, Vec<String>>> {
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (cluster, client) in first.iter().chain(last) {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        for pod in pods
+            .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+            .await?
+        {
+            let ordinal = pod
+                .name_any()
+                .strip_prefix(&format!("{name}-"))
+                .and_then(|o| o.parse::<u32>().ok());
+            if let Some(o) = ordinal {
+                out.entry(o).or_default().push(cluster.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Waits until the hub StatefulSet `name` says `n` ready, and `kubectl rollout status` agrees.
+async fn hub_statefulset_ready(
+    env: &Environment,
+    hub: &Client,
+    ns: &str,
+    name: &str,
+    n: i32,
+) -> Result<()> {
+    let api: Api<StatefulSet> = Api::namespaced(hub.clone(), ns);
+    wait_for(
+        &format!("the hub StatefulSet to say {n} ready"),
+        Duration::from_secs(120),
+        || async {
+            let s = api.get(name).await?.status.unwrap_or_default();
+            Ok(if s.ready_replicas == Some(n) && s.replicas == n {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{s:?}"))
+            })
+        },
+    )
+    .await?;
+    let said = crate::api::kubectl(
+        env,
+        &[
+            "-n",
+            ns,
+            "rollout",
+            "status",
+            &format!("statefulset/{name}"),
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await?;
+    ensure!(said.contains("roll out complete"), "{said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_divided_statefulset_runs_each_ordinal_once_and_moves_one_only_after_its_member_let_go()
+-> Result<()> {
+    let env = Environment::get();
+    // The chart's splitter identity: it may read StatefulSets and write their hub status.
+    let fleet = Fleet::start_as_chart("sts").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    for object in [
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "spread", "namespace": ns},
+               "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "StatefulSet"},
+                                              {"apiVersion": "v1", "kind": "Service"}],
+                        "replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db", "namespace": ns},
+               "spec": {"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"port": 5432}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": ns},
+               "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                        "template": {"metadata": {"labels": {"app": "db"}},
+                                     "spec": {"containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+    hub_statefulset_ready(&env, hub, ns, "db", 3)
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let running = ordinals_running(members, &[], ns, "db").await?;
+    ensure!(
+        running.keys().copied().collect::<Vec<_>>() == [0, 1, 2]
+            && running.values().all(|on| on.len() == 1),
+        "each of db-0, db-1 and db-2 runs in exactly one member: {running:?}"
+    );
+    let on: BTreeMap<&String, usize> = members
+        .iter()
+        .map(|(c, _)| (c, running.values().filter(|on| on.contains(c)).count()))
+        .collect();
+    ensure!(on.values().all(|n| *n == 1), "one pod per member: {on:?}");
+
+    // Drain the member that runs db-1: it lets go of the pod first, then another member runs it
+    // — never both at once.
+    let drained = running[&1][0].clone();
+    let (stay, go): (Vec<_>, Vec<_>) = members.iter().cloned().partition(|(c, _)| *c != drained);
+    fleet
+        .clusters
+        .patch(
+            &drained,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{"key": "e2e.flotilla.dev/drain", "effect": "NoExecute"}]}})),
+        )
+        .await?;
+    let twice = std::sync::Mutex::new(Vec::<String>::new());
+    let moved = wait_for(
+        "db-1 to move away from the drained member",
+        Duration::from_secs(120),
+        || async {
+            let now = ordinals_running(&stay, &go, ns, "db").await?;
+            if let Some((o, on)) = now.iter().find(|(_, on)| on.len() > 1)
+                && let Ok(mut seen) = twice.lock()
+            {
+                seen.push(format!("db-{o} ran in {on:?} at once"));
+            }
+            let done = now.keys().copied().collect::<Vec<_>>() == [0, 1, 2]
+                && !now.values().any(|on| on.contains(&drained));
+            Ok(if done {
+                Seen::Done(now)
+            } else {
+                Seen::not_yet(format!("{now:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let twice = twice.into_inner().unwrap_or_default();
+    ensure!(twice.is_empty(), "{twice:?}");
+    ensure!(
+        moved[&0] == running[&0] && moved[&2] == running[&2],
+        "only db-1 moved: {running:?} -> {moved:?}"
+    );
+    hub_statefulset_ready(&env, hub, ns, "db", 3).await?;
+
+    // Scaled up, the new ordinals are added and no pod moves.
+    Api::<StatefulSet>::namespaced(hub.clone(), ns)
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await?;
+    hub_statefulset_ready(&env, hub, ns, "db", 5).await?;
+    let five = ordinals_running(&stay, &go, ns, "db").await?;
+    ensure!(
+        five.keys().copied().collect::<Vec<_>>() == [0, 1, 2, 3, 4]
+            && five.values().all(|on| on.len() == 1)
+            && (0..3).all(|o| five[&o] == moved[&o]),
+        "5 ordinals once each, the first 3 where they were: {moved:?} -> {five:?}"
+    );
     Ok(())
 }

@@ -175,6 +175,7 @@ fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
         .map(|(kind, objects)| Listed {
             resource: match kind.as_str() {
                 "Deployment" => resource("apps", "v1", "Deployment", "deployments"),
+                "StatefulSet" => resource("apps", "v1", "StatefulSet", "statefulsets"),
                 _ => resource("", "v1", "ConfigMap", "configmaps"),
             },
             objects,
@@ -291,7 +292,13 @@ fn a_specs_digest_from_its_manifests_json_is_its_digest() {
         mk_deployment("shop", "web", "uw", 6),
     ]
     .into_iter()
-    .map(|o| serde_json::from_value(crate::render::member_manifest(&o, None)).expect("a manifest"))
+    .map(|o| {
+        serde_json::from_value(crate::render::member_manifest(
+            &o,
+            crate::render::Share::default(),
+        ))
+        .expect("a manifest")
+    })
     .collect();
     let json: Vec<String> = manifests
         .iter()
@@ -651,6 +658,252 @@ fn scaled_to_zero_a_deployment_keeps_its_copies_at_zero() {
     .expect("plan");
     assert!(zero.deletes.is_empty());
     assert_eq!(zero.wanted.len(), 3);
+    assert!(
+        zero.wanted
+            .values()
+            .all(|w| w.spec.manifests[0].data["spec"]["replicas"] == 0)
+    );
+}
+
+fn mk_statefulset(ns: &str, name: &str, uid: &str, replicas: u32) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": ns, "uid": uid, "generation": 1},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }))
+    .expect("statefulset")
+}
+
+/// The Works of plan `p` written on `before`, each StatefulSet copy reported by its member as
+/// running `pods(cluster, asked)` pods for the Work's spec (`None`: the member is unreachable,
+/// its last report stale).
+fn after_sts(
+    p: &Plan,
+    before: &[Arc<Work>],
+    pods: impl Fn(&str, u64) -> Option<u64>,
+) -> Vec<Arc<Work>> {
+    let written = after(p, before, true, true);
+    written
+        .into_iter()
+        .map(|w| {
+            let mut w = (*w).clone();
+            let cluster = w.cluster_name().unwrap_or_default().to_string();
+            let asked: Vec<u64> = w
+                .spec
+                .manifests
+                .iter()
+                .map(|m| m.data["spec"]["replicas"].as_u64().unwrap_or(0))
+                .collect();
+            let answer = |asked: u64| pods(&cluster, asked);
+            if let Some(status) = w.status.as_mut() {
+                for (m, asked) in status.manifests.iter_mut().zip(asked) {
+                    m.generation = Some(2);
+                    m.observed_generation = Some(2);
+                    m.status = Some(json!({"replicas": answer(asked).unwrap_or(asked)}));
+                }
+                if answer(0).is_none() {
+                    for c in &mut status.conditions {
+                        c.status = "Unknown".into();
+                    }
+                }
+            }
+            Arc::new(w)
+        })
+        .collect()
+}
+
+/// The ordinals each member's copy of the plan's StatefulSet asks for, as `m1=0 m2=1-2`; a Work
+/// written in this pass must ask for them.
+fn ranges(p: &Plan) -> String {
+    let layout = p.divisions[0]
+        .ordinals
+        .clone()
+        .expect("divided by ordinals");
+    let mut out: Vec<String> = Vec::new();
+    for (key, id) in &p.copies {
+        let range = layout.ranges[&key.cluster];
+        if p.writes.contains(id) {
+            let m = p.wanted[id]
+                .spec
+                .manifests
+                .iter()
+                .find(|m| m.metadata.name.as_deref() == Some(key.object.name.as_str()))
+                .expect("the copy's manifest");
+            let share = crate::render::Share::of(&m.data);
+            assert_eq!(share, crate::render::Share::ordinals(range), "{key:?}");
+        }
+        out.push(format!("{}={}", key.cluster, range.describe()));
+    }
+    out.join(" ")
+}
+
+#[test]
+fn a_divided_statefulset_runs_each_ordinal_on_one_member_and_a_drained_member_lets_go_first() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Divided"}}),
+    );
+    let objects = vec![mk_statefulset("shop", "db", "us", 3)];
+    let first = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        objects.clone(),
+        vec![],
+    ))
+    .expect("plan");
+    assert_eq!(ranges(&first), "m1=0 m2=1 m3=2");
+    let m = &first.wanted.values().next().expect("a Work").spec.manifests[0];
+    assert_eq!(m.data["spec"]["ordinals"]["start"], 0);
+    assert_eq!(first.divisions.len(), 1);
+    let settled = |_: &str, asked: u64| Some(asked);
+    let works = after_sts(&first, &[], settled);
+
+    // m2 is drained: it is asked to let go of ordinal 1; nobody takes it yet.
+    let mut drained = three();
+    let mut m2 = (*drained[1]).clone();
+    m2.spec.taints =
+        serde_json::from_value(json!([{"key": "drain", "effect": "NoExecute"}])).expect("taints");
+    drained[1] = Arc::new(m2);
+    let letting_go = plan(&mk_observation(
+        placement.clone(),
+        drained.clone(),
+        objects.clone(),
+        works.clone(),
+    ))
+    .expect("plan");
+    assert_eq!(ranges(&letting_go), "m1=0 m2=none m3=2");
+    assert!(letting_go.deletes.is_empty(), "{:?}", letting_go.deletes);
+
+    // Its member still runs the pod: still nobody takes ordinal 1.
+    let still = after_sts(&letting_go, &works, |c, asked| {
+        Some(if c == "m2" { 1 } else { asked })
+    });
+    let waiting = plan(&mk_observation(
+        placement.clone(),
+        drained.clone(),
+        objects.clone(),
+        still.clone(),
+    ))
+    .expect("plan");
+    assert_eq!(ranges(&waiting), "m1=0 m2=none m3=2");
+    let d = &waiting.divisions[0];
+    assert_eq!(
+        d.ordinals.as_ref().map(|l| l.waiting_for.clone()),
+        Some(vec!["m2".to_string()])
+    );
+
+    // It let go: its copy goes and its neighbour below takes ordinal 1.
+    let gone = after_sts(&waiting, &still, settled);
+    let moved = plan(&mk_observation(
+        placement.clone(),
+        drained.clone(),
+        objects.clone(),
+        gone.clone(),
+    ))
+    .expect("plan");
+    assert_eq!(ranges(&moved), "m1=0-1 m3=2");
+    // Its empty copy goes once the copy that took its ordinal is available, as for any move
+    // away from a member that may not run the object.
+    assert_eq!(
+        moved.kept.values().collect::<Vec<_>>(),
+        [&Keep::AwaitingReplacements]
+    );
+    let available = after_sts(&moved, &gone, settled);
+    let done = plan(&mk_observation(placement, drained, objects, available)).expect("plan");
+    assert_eq!(ranges(&done), "m1=0-1 m3=2");
+    assert_eq!(
+        done.removals.values().collect::<Vec<_>>(),
+        [&Removal::Moved]
+    );
+}
+
+#[test]
+fn an_unreachable_members_ordinals_never_run_elsewhere() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Divided"}, "failover": {"tolerationSeconds": 0}}),
+    );
+    let objects = vec![mk_statefulset("shop", "db", "us", 3)];
+    let first = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        objects.clone(),
+        vec![],
+    ))
+    .expect("plan");
+    // m3 stops answering: its Work's report is stale, the Cluster failed over.
+    let unreachable = |c: &str, asked: u64| (c != "m3").then_some(asked);
+    let works = after_sts(&first, &[], unreachable);
+    let mut failed = three();
+    failed[2] = mk_cluster("m3", "Unknown");
+    let mut hub = works;
+    for pass in 0..3 {
+        let p = plan(&mk_observation(
+            placement.clone(),
+            failed.clone(),
+            objects.clone(),
+            hub.clone(),
+        ))
+        .expect("plan");
+        // It is not asked to let go: nobody could take its ordinal while it may run it, and
+        // back as a candidate it runs it on undisturbed.
+        assert_eq!(ranges(&p), "m1=0 m2=1 m3=2", "pass {pass}");
+        assert!(p.writes.is_empty(), "pass {pass}: {:?}", p.writes);
+        assert!(p.deletes.is_empty() && p.removals.is_empty(), "pass {pass}");
+        // Scaling up waits too: no ordinal is added while a member may run any.
+        hub = after_sts(&p, &hub, unreachable);
+    }
+    let up = plan(&mk_observation(
+        placement.clone(),
+        failed.clone(),
+        vec![mk_statefulset("shop", "db", "us", 4)],
+        hub.clone(),
+    ))
+    .expect("plan");
+    assert_eq!(ranges(&up), "m1=0 m2=1 m3=2");
+    // Deleting its Cluster says its pods are gone: then its ordinal runs elsewhere.
+    let without: Vec<Arc<Cluster>> = failed[..2].to_vec();
+    let released = plan(&mk_observation(placement, without, objects, hub)).expect("plan");
+    assert_eq!(ranges(&released), "m1=0 m2=1-2");
+}
+
+#[test]
+fn scaled_to_zero_a_statefulset_keeps_its_copies_and_scaling_up_keeps_each_pod_in_place() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Divided"}}),
+    );
+    let first = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        vec![mk_statefulset("shop", "db", "us", 3)],
+        vec![],
+    ))
+    .expect("plan");
+    let settled = |_: &str, asked: u64| Some(asked);
+    let works = after_sts(&first, &[], settled);
+    let up = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        vec![mk_statefulset("shop", "db", "us", 5)],
+        works.clone(),
+    ))
+    .expect("plan");
+    assert_eq!(ranges(&up), "m1=0 m2=1 m3=2-4");
+    let zero = plan(&mk_observation(
+        placement,
+        three(),
+        vec![mk_statefulset("shop", "db", "us", 0)],
+        works,
+    ))
+    .expect("plan");
+    assert!(zero.deletes.is_empty());
+    assert_eq!(zero.copies.len(), 3, "{}", ranges(&zero));
     assert!(
         zero.wanted
             .values()
