@@ -85,13 +85,24 @@ fn placed_message(desired: u32, division: &Division) -> String {
 /// Deployment controller counts it: `rollingUpdate.maxUnavailable` (default 25%, rounded down;
 /// 1 when it and `maxSurge` are both 0), at most `replicas`; 0 for `Recreate` or 0 replicas.
 pub fn max_unavailable(spec: &Value, replicas: u32) -> u32 {
+    rolling_bounds(spec, replicas).1
+}
+
+/// How many pods above `replicas` a rollout of the hub Deployment may run: its
+/// `rollingUpdate.maxSurge` (default 25%, rounded up); 0 for `Recreate` or 0 replicas.
+pub fn max_surge(spec: &Value, replicas: u32) -> u32 {
+    rolling_bounds(spec, replicas).0
+}
+
+/// `(maxSurge, maxUnavailable)` of a Deployment's `spec`, resolved against `replicas`.
+fn rolling_bounds(spec: &Value, replicas: u32) -> (u32, u32) {
     let strategy = &spec["strategy"];
     if replicas == 0
         || strategy["type"]
             .as_str()
             .is_some_and(|t| t != "RollingUpdate")
     {
-        return 0;
+        return (0, 0);
     }
     let resolve = |v: &Value, default_percent: u64, round_up: bool| -> u64 {
         let total = u64::from(replicas);
@@ -120,7 +131,10 @@ pub fn max_unavailable(spec: &Value, replicas: u32) -> u32 {
     } else {
         unavailable
     };
-    u32::try_from(unavailable.min(u64::from(replicas))).unwrap_or(replicas)
+    (
+        u32::try_from(surge).unwrap_or(u32::MAX),
+        u32::try_from(unavailable.min(u64::from(replicas))).unwrap_or(replicas),
+    )
 }
 
 /// The hub Deployment's status from its copies: counters summed (an unreachable member's

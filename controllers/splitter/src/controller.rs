@@ -18,7 +18,7 @@ use flotilla_runtime::cache::SeenInputs;
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use futures::channel::mpsc;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject};
@@ -74,6 +74,8 @@ pub struct Splitter {
     pub(crate) imports: Store<ApiResourceImport>,
     /// The hub's namespaces (metadata): their labels go to the member namespaces.
     pub(crate) namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// The hub ReplicaSet records of placed Deployments, without their pod templates.
+    pub(crate) records: Store<ReplicaSet>,
     /// The Works written by recent passes, until the cache has them.
     pub(crate) recent: Arc<RecentWrites>,
     /// Custom types found in the hub's discovery, by apiVersion and kind, each watched.
@@ -272,6 +274,22 @@ pub async fn run(
         namespace_watch,
         placements_of_namespace_on_change(placements.clone(), triggers.clone()),
     );
+    // The hub ReplicaSet records the splitter keeps of placed Deployments (see
+    // crate::history): what it last wrote of each, and their status; not their pod templates.
+    let records_api: Api<ReplicaSet> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let records = flotilla_runtime::cache::spawn_lean_store(
+        &ctx,
+        records_api,
+        watcher::Config::default().labels(crate::history::RECORD),
+        |rs: &mut ReplicaSet| {
+            rs.metadata.managed_fields = None;
+            rs.spec.template = None;
+        },
+        |_: &ReplicaSet| {},
+    );
     // The negotiator's verdicts on the members' APIs: cached for the per-object check, and a
     // changed verdict looks at every Placement again.
     let (imports, import_writer) = reflector::store::<ApiResourceImport>();
@@ -323,6 +341,9 @@ pub async fn run(
             flotilla_runtime::cache::wait_until_synced(&clusters).await;
             flotilla_runtime::cache::wait_until_synced(&works).await;
             flotilla_runtime::cache::wait_until_synced(&namespaces).await;
+            // Nor before the Deployments' records are known: one not seen yet would be
+            // numbered anew.
+            flotilla_runtime::cache::wait_until_synced(&records).await;
             // Nor before every Cluster is known: one not seen yet would look deleted.
             if let Some(all) = &all_clusters {
                 flotilla_runtime::cache::wait_until_synced(all).await;
@@ -338,6 +359,7 @@ pub async fn run(
         placements: neighbours,
         imports,
         namespaces,
+        records,
         recent,
         types: Default::default(),
         absent: Default::default(),

@@ -13,6 +13,7 @@
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
 //! | [`hub_made`] | pure: what the hub's Kubernetes made (never placed, never copied) |
+//! | [`history`] | pure: a placed Deployment's hub ReplicaSet records, one per revision |
 //! | [`specificity`] | pure: which of several Placements places an object |
 //! | [`references`] | pure: what a workload's pod template refers to (follows it) |
 //! | [`render`] | pure: a member's manifest of an object, and the Works that hold them |
@@ -24,6 +25,7 @@ pub mod controller;
 pub mod division;
 pub mod eligibility;
 pub mod execute;
+pub mod history;
 pub mod hub_made;
 pub mod observe;
 pub mod ordinals;

@@ -177,7 +177,14 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .namespaces
         .get(&ObjectRef::new(&ns))
         .map(|n| member_namespace_labels(n.labels()));
+    let records = state
+        .records
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
     Observation {
+        records,
         namespace_labels,
         placement,
         now: Timestamp::now(),

@@ -171,6 +171,9 @@ pub struct Observation {
     /// [`flotilla_api::WorkSpec::namespace_labels`]); `None` while the cache has not seen the
     /// namespace (its Works then have no say in them).
     pub namespace_labels: Option<BTreeMap<String, String>>,
+    /// The hub ReplicaSet records of the namespace's Deployments (see [`crate::history`]), as
+    /// cached: without their pod templates.
+    pub records: Vec<Arc<k8s_openapi::api::apps::v1::ReplicaSet>>,
 }
 
 /// A Work of another Placement of the namespace.

@@ -16,14 +16,18 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::aggregate::{
-    JobCopy, copy_of, cronjob_status, deployment_status, job_status, max_unavailable,
+    JobCopy, copy_of, cronjob_status, deployment_status, job_status, max_surge, max_unavailable,
     statefulset_status,
+};
+use crate::history::{
+    POD_TEMPLATE_HASH, RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status,
 };
 use crate::observe::resource;
 use crate::plan::{
     CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_condition_now,
     copy_holds_now, key_of, manifest_status,
 };
+use k8s_openapi::api::apps::v1::ReplicaSet;
 
 /// At most this many member entries (`clusters` and `excluded` of every decision, at least one
 /// per decision) are listed in a Placement's `decisions`.
@@ -482,6 +486,7 @@ pub async fn report(
     }
 
     write_batch_statuses(ctx, &ns, plan, &current, &now).await;
+    write_histories(ctx, obs, plan, &current).await;
 
     let status = placement_status(placement, plan, outcome, &current, &now);
     let old = placement
@@ -585,6 +590,152 @@ async fn write_batch_statuses(
             tracing::warn!(object = %format!("{kind} {ns}/{name}"), error = %e, "writing the hub object's status failed");
         }
     }
+}
+
+/// Keeps the hub ReplicaSet records of every placed Deployment (see [`crate::history`]): writes
+/// those that differ from what the splitter last wrote, deletes those beyond the history
+/// limit, and writes each one's status from the copies where it says something new. What the
+/// hub refuses is logged and left: the Placement's own status is written still.
+async fn write_histories(ctx: &Context, obs: &Observation, plan: &Plan, current: &Current<'_>) {
+    let ns = obs.placement.namespace().unwrap_or_default();
+    let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let apply = PatchParams::apply(field_managers::SPLITTER).force();
+    for d in plan.divisions.iter().filter(|d| d.key.kind == "Deployment") {
+        let Some(uid) = d.object.metadata.uid.as_deref() else {
+            continue;
+        };
+        let controlled = |rs: &ReplicaSet| {
+            rs.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid && o.controller == Some(true))
+        };
+        let mut cached: BTreeMap<String, ReplicaSet> = obs
+            .records
+            .iter()
+            .filter(|rs| controlled(rs))
+            .map(|rs| (rs.name_any(), (**rs).clone()))
+            .collect();
+        let records: Vec<Record> = cached.values().map(record_of).collect();
+        let deployment = match serde_json::to_value(&d.object) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        let replicas = d.object.data["spec"]["replicas"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1);
+        let h = history(
+            &deployment,
+            &records,
+            max_surge(&d.object.data["spec"], replicas),
+        );
+        let object = format!("Deployment {ns}/{}", d.object.name_any());
+        for write in &h.writes {
+            let (name, result) = match write {
+                Write::Apply { name, manifest } => {
+                    (name, api.patch(name, &apply, &Patch::Apply(manifest)).await)
+                }
+                Write::Patch { name, patch } => (
+                    name,
+                    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await,
+                ),
+            };
+            match result {
+                Ok(rs) => {
+                    cached.insert(name.clone(), rs);
+                }
+                Err(e) => {
+                    tracing::warn!(%object, record = %name, error = %e, "writing a ReplicaSet record failed");
+                }
+            }
+        }
+        for gone in &h.prune {
+            let mut dp = kube::api::DeleteParams::default();
+            dp.preconditions = Some(kube::api::Preconditions {
+                uid: gone.uid.clone(),
+                resource_version: None,
+            });
+            match api.delete(&gone.name, &dp).await {
+                Ok(_) => {
+                    cached.remove(&gone.name);
+                }
+                Err(e) => {
+                    tracing::warn!(%object, record = %gone.name, error = %e, "pruning a ReplicaSet record failed");
+                }
+            }
+        }
+        let copies: Vec<_> = d
+            .division
+            .iter()
+            .filter(|(_, n)| **n > 0 || d.total == 0)
+            .filter_map(|(c, _)| {
+                let w = current.work_of(&CopyKey::new(d.key.clone(), c))?;
+                Some(copy_of(w, &d.key, c))
+            })
+            .collect();
+        for (name, rs) in &cached {
+            let status = record_status(
+                &copies,
+                *name == h.current,
+                h.previous.as_deref() == Some(name.as_str()),
+                rs.metadata.generation.unwrap_or(1),
+            );
+            let old = rs
+                .status
+                .as_ref()
+                .and_then(|s| serde_json::to_value(s).ok())
+                .unwrap_or(Value::Null);
+            if same_counts(&old, &status) {
+                continue;
+            }
+            let patch = json!({"status": status});
+            if let Err(e) = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(%object, record = %name, error = %e, "writing a ReplicaSet record's status failed");
+            }
+        }
+    }
+}
+
+/// A cached record as [`crate::history`] reads it.
+fn record_of(rs: &ReplicaSet) -> Record {
+    let labels = rs.labels();
+    let annotations = rs.annotations();
+    Record {
+        name: rs.name_any(),
+        uid: rs.metadata.uid.clone(),
+        resource_version: rs.metadata.resource_version.clone(),
+        generation: rs.metadata.generation,
+        hash: labels.get(POD_TEMPLATE_HASH).cloned().unwrap_or_default(),
+        revision: annotations
+            .get(REVISION)
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0),
+        history: annotations
+            .get(REVISION_HISTORY)
+            .map(|h| h.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .unwrap_or_default(),
+        digest: labels.get(RECORD).cloned(),
+    }
+}
+
+/// Whether two ReplicaSet statuses say the same: a count of 0 and no count are the same (the
+/// hub leaves zero counts out).
+fn same_counts(old: &Value, new: &Value) -> bool {
+    let counts = |v: &Value| -> BTreeMap<String, i64> {
+        v.as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_i64()?)))
+            .filter(|(_, n)| *n != 0)
+            .collect()
+    };
+    counts(old) == counts(new)
 }
 
 /// The `message` of condition `type_` in a status object.

@@ -2404,3 +2404,199 @@ async fn a_divided_statefulset_runs_each_ordinal_once_and_moves_one_only_after_i
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn kubectl_rollout_history_and_undo_work_against_the_hub() -> Result<()> {
+    let env = Environment::get();
+    // The chart's splitter identity: it may keep the Deployments' ReplicaSet records.
+    let fleet = Fleet::start_as_chart("undo").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "spread", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                         "replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+        false,
+    )
+    .await??;
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
+    let mut web = deployment(3)?;
+    web.metadata.annotations = Some([("kubernetes.io/change-cause".into(), "first".into())].into());
+    deployments.create(&PostParams::default(), &web).await?;
+    let kubectl = |args: Vec<&str>| {
+        let env = &env;
+        let mut all = vec!["-n", ns];
+        all.extend(args);
+        let all: Vec<String> = all.into_iter().map(str::to_string).collect();
+        async move {
+            let args: Vec<&str> = all.iter().map(String::as_str).collect();
+            crate::api::kubectl(env, &args).await
+        }
+    };
+    let rolled_out = || async {
+        kubectl(vec![
+            "rollout",
+            "status",
+            "deployment/web",
+            "--timeout",
+            "90s",
+        ])
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))
+    };
+    rolled_out().await?;
+    let history = wait_for(
+        "kubectl rollout history to show revision 1",
+        Duration::from_secs(30),
+        || async {
+            let said = kubectl(vec!["rollout", "history", "deployment/web"]).await?;
+            Ok(if said.contains("first") {
+                Seen::Done(said)
+            } else {
+                Seen::not_yet(said)
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    ensure!(history.contains('1'), "{history}");
+
+    // A new template: revision 2, the first one kept at 0 replicas.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"kubernetes.io/change-cause": "second"}},
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "app", "image": "registry.k8s.io/pause:3.9"}]}}}})),
+        )
+        .await?;
+    rolled_out().await?;
+    let history = wait_for(
+        "kubectl rollout history to show revisions 1 and 2",
+        Duration::from_secs(30),
+        || async {
+            let said = kubectl(vec!["rollout", "history", "deployment/web"]).await?;
+            Ok(if said.contains("first") && said.contains("second") {
+                Seen::Done(said)
+            } else {
+                Seen::not_yet(said)
+            })
+        },
+    )
+    .await?;
+    eprintln!("{history}");
+    let described = kubectl(vec!["describe", "deployment", "web"]).await?;
+    ensure!(
+        described.contains("NewReplicaSet:") && !described.contains("NewReplicaSet:    <none>"),
+        "kubectl describe names the current ReplicaSet:\n{described}"
+    );
+
+    // Undo: the hub Deployment gets the first template back, and so do the members.
+    let said = kubectl(vec!["rollout", "undo", "deployment/web"]).await?;
+    ensure!(said.contains("rolled back"), "{said}");
+    rolled_out().await?;
+    wait_for(
+        "every member to run the first image again",
+        Duration::from_secs(60),
+        || async {
+            let mut images = BTreeMap::new();
+            for (cluster, client) in members {
+                let d = Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get("web")
+                    .await?;
+                let image = d
+                    .spec
+                    .template
+                    .spec
+                    .and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
+                images.insert(cluster.clone(), image);
+            }
+            Ok(
+                if images
+                    .values()
+                    .all(|i| i.as_deref() == Some("registry.k8s.io/pause:3.10"))
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{images:?}"))
+                },
+            )
+        },
+    )
+    .await?;
+    let history = wait_for(
+        "the first template to come back as revision 3",
+        Duration::from_secs(30),
+        || async {
+            let said = kubectl(vec!["rollout", "history", "deployment/web"]).await?;
+            let revisions: Vec<&str> = said
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|w| w.chars().all(|c| c.is_ascii_digit()))
+                .collect();
+            Ok(if revisions == ["2", "3"] {
+                Seen::Done(said)
+            } else {
+                Seen::not_yet(said)
+            })
+        },
+    )
+    .await?;
+    ensure!(history.contains("first"), "{history}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn helm_install_wait_of_a_stock_chart_succeeds_against_the_hub() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start_as_chart("helm").await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "app", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"},
+                                               {"apiVersion": "v1", "kind": "Service"},
+                                               {"apiVersion": "v1", "kind": "ServiceAccount"}],
+                         "replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+        false,
+    )
+    .await??;
+    let dir = flotilla_e2e::scratch_dir().join(format!("helm-create-{}", random_suffix()));
+    std::fs::create_dir_all(&dir)?;
+    let chart = dir.join("shop");
+    let chart_path = chart.to_string_lossy().into_owned();
+    chart::helm_run(&["create", &chart_path]).await?;
+    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+    let installed = chart::helm_run(&[
+        "install",
+        "shop",
+        &chart_path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        ns,
+        "--set",
+        "replicaCount=3",
+        "--wait",
+        "--timeout",
+        "120s",
+    ])
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let installed = installed?;
+    ensure!(installed.contains("STATUS: deployed"), "{installed}");
+    let d = Api::<Deployment>::namespaced(hub.clone(), ns)
+        .get("shop")
+        .await?;
+    let ready = d.status.and_then(|s| s.ready_replicas);
+    ensure!(
+        ready == Some(3),
+        "3 replicas ready across the members: {ready:?}"
+    );
+    Ok(())
+}

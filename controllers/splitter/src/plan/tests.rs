@@ -204,6 +204,7 @@ fn mk_observation(
         absent_since: BTreeMap::new(),
         others: Vec::new(),
         namespace_labels: None,
+        records: Vec::new(),
     }
 }
 
