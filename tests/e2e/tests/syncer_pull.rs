@@ -121,7 +121,8 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
             "leases",
             Some("flotilla-agent"),
         ),
-        ("patch", "apps", "daemonsets", None),
+        ("patch", "", "nodes", None),
+        ("create", "rbac.authorization.k8s.io", "roles", None),
     ] {
         let request = Request {
             verb,
@@ -133,6 +134,27 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         ensure!(
             !access::allowed(&member, &account, &[], request).await?,
             "the member syncer must not {verb} {resource}"
+        );
+    }
+    // ... and what it must do for every workload kind the splitter places.
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("", "services"),
+    ] {
+        let request = Request {
+            verb: "patch",
+            group,
+            resource,
+            namespace: Some(member_ns.name()),
+            name: None,
+        };
+        ensure!(
+            access::allowed(&member, &account, &[], request).await?,
+            "the member syncer may patch {resource}"
         );
     }
     let member_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
