@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local test environment from the Go module proxy into a versioned
 # cache directory outside the repository:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm, and
+#   kstatus (hack/kstatus: the readiness verdict GitOps tools compute, from cli-utils' kstatus)
 # and, for the older Kubernetes minor that some members run (KUBERNETES_OLDER_VERSION),
 #   k8s-<version>/{kube-apiserver,kube-controller-manager,kube-scheduler}
 # Versions come from hack/versions.env. Binaries already present are not rebuilt, so a second run
@@ -15,7 +16,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm kstatus)
 case "${1:-}" in
   --print-dir) echo "${TOOLS_BIN}"; exit 0 ;;
   --check)
@@ -169,11 +170,31 @@ build_helm() {
   report helm "${t0}"
 }
 
+# hack/kstatus/main.go in a throw-away module that requires cli-utils at CLI_UTILS_VERSION.
+build_kstatus() {
+  if have kstatus; then skip kstatus; return; fi
+  local t0 dir
+  t0="$(now)"
+  dir="${WORK}/kstatus-${CLI_UTILS_VERSION}"
+  rm -rf "${dir}"; mkdir -p "${dir}"
+  cp "${HACK_DIR}/kstatus/main.go" "${dir}/"
+  (
+    cd "${dir}"
+    go_or_die "kstatus" go mod init flotilla.local/kstatus
+    go mod edit "-require=sigs.k8s.io/cli-utils@${CLI_UTILS_VERSION}"
+    go_or_die "sigs.k8s.io/cli-utils@${CLI_UTILS_VERSION}" go mod tidy
+    go_or_die kstatus go build -trimpath -ldflags "-s -w" -o "${TOOLS_BIN}/.kstatus.tmp" .
+  ) >&2
+  mv "${TOOLS_BIN}/.kstatus.tmp" "${TOOLS_BIN}/kstatus"
+  report kstatus "${t0}"
+}
+
 T0="$(now)"
 log "tool cache: ${TOOLS_BIN}"
 build_etcd
 build_kwok
 build_helm
+build_kstatus
 build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl
 build_k8s "${KUBERNETES_OLDER_VERSION}" "${K8S_SERVER_TOOLS[@]}"
 log "all tools ready in $(( $(now) - T0 ))s"

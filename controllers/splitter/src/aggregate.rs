@@ -67,6 +67,43 @@ pub fn copy_of(work: &Work, key: &ObjectKey, cluster: &str) -> Copy {
     }
 }
 
+/// One copy standing for the copies of a duplicated workload (each runs all of it): the most
+/// pods any runs, the fewest updated, current, ready and available (an unreachable member's
+/// count as neither ready nor available), the most unavailable; current and observed only if
+/// every copy is; revisions only where every copy has the same. `None` without copies.
+pub fn furthest_behind(copies: &[Copy]) -> Option<Copy> {
+    let first = copies.first()?;
+    let fresh = |c: &Copy, n: i64| if c.stale { 0 } else { n };
+    let min = |f: &dyn Fn(&Copy) -> i64| copies.iter().map(f).min().unwrap_or(0);
+    let max = |f: &dyn Fn(&Copy) -> i64| copies.iter().map(f).max().unwrap_or(0);
+    let agreed = |f: fn(&Copy) -> &Option<String>| {
+        copies
+            .iter()
+            .all(|c| f(c) == f(first))
+            .then(|| f(first).clone())
+            .flatten()
+    };
+    Some(Copy {
+        cluster: copies
+            .iter()
+            .map(|c| c.cluster.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        current: copies.iter().all(|c| c.current),
+        observed: copies.iter().all(|c| c.observed),
+        available: copies.iter().all(|c| c.available && !c.stale),
+        stale: false,
+        replicas: max(&|c| c.replicas),
+        updated: min(&|c| c.updated),
+        ready: min(&|c| fresh(c, c.ready)),
+        available_replicas: min(&|c| fresh(c, c.available_replicas)),
+        unavailable: max(&|c| if c.stale { c.replicas } else { c.unavailable }),
+        current_replicas: min(&|c| c.current_replicas),
+        current_revision: agreed(|c| &c.current_revision),
+        update_revision: agreed(|c| &c.update_revision),
+    })
+}
+
 /// The distribution, and the replicas no member could take (only held members were left).
 fn placed_message(desired: u32, division: &Division) -> String {
     if division.is_empty() {
@@ -570,6 +607,28 @@ mod tests {
         let s = statefulset_status(Some(2), 3, &behind, &d, Some(&layout), "t");
         assert_eq!(s["readyReplicas"], 2);
         assert!(s.get("observedGeneration").is_none(), "{s}");
+    }
+
+    #[test]
+    fn a_duplicated_workload_shows_its_copy_furthest_behind() {
+        let mut copies = vec![copy("a", 2, true), copy("b", 2, true)];
+        copies[1].updated = 1;
+        copies[1].replicas = 3;
+        let one = furthest_behind(&copies).expect("a copy");
+        assert_eq!((one.replicas, one.updated, one.ready), (3, 1, 2));
+        let d = division(&[("a", 2), ("b", 2)]);
+        let s = deployment_status(Some(1), 2, 0, &[one], &d, "t");
+        assert_eq!(s["replicas"], 3);
+        assert_eq!(s["updatedReplicas"], 1);
+        // An unreachable member's copy is not ready, whatever it said last.
+        let mut stale = vec![copy("a", 2, true), copy("b", 2, true)];
+        stale[1].stale = true;
+        let one = furthest_behind(&stale).expect("a copy");
+        assert_eq!(
+            (one.ready, one.available_replicas, one.unavailable),
+            (0, 0, 2)
+        );
+        assert!(furthest_behind(&[]).is_none());
     }
 
     #[test]

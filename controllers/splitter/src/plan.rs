@@ -315,8 +315,12 @@ pub struct Divided {
     pub object: DynamicObject,
     /// Replicas per member (for a duplicated workload, all of them on every member).
     pub division: Division,
-    /// The replicas of all copies together.
+    /// The replicas the hub object asks for: of all copies together when divided, of each copy
+    /// when duplicated.
     pub total: u32,
+    /// Every member runs the whole workload: the hub status is that of the copy furthest
+    /// behind (see [`crate::aggregate::furthest_behind`]).
+    pub duplicated: bool,
     /// For a StatefulSet divided by ordinals: the ranges asked for now, and what they wait for.
     pub ordinals: Option<Layout>,
 }
@@ -921,17 +925,18 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     object: object.clone(),
                     division: division.clone(),
                     total,
+                    duplicated: false,
                     ordinals: layout.clone(),
                 });
             } else if ar.group == "apps" && (ar.kind == "Deployment" || ar.kind == "StatefulSet") {
                 // A duplicated workload runs all its replicas in every member: its hub status
-                // counts them all.
-                let copies = u32::try_from(division.len()).unwrap_or(u32::MAX);
+                // says how far the copy furthest behind is.
                 out.divisions.push(Divided {
                     key: key.clone(),
                     object: object.clone(),
                     division: division.keys().map(|c| (c.clone(), total)).collect(),
-                    total: total.saturating_mul(copies),
+                    total,
+                    duplicated: true,
                     ordinals: None,
                 });
             }

@@ -16,8 +16,8 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::aggregate::{
-    JobCopy, copy_of, cronjob_status, deployment_status, job_status, max_surge, max_unavailable,
-    statefulset_status,
+    JobCopy, copy_of, cronjob_status, deployment_status, furthest_behind, job_status, max_surge,
+    max_unavailable, statefulset_status,
 };
 use crate::history::{
     POD_TEMPLATE_HASH, RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status,
@@ -128,8 +128,10 @@ pub(crate) fn named(items: &[String], separator: &str) -> String {
     }
 }
 
-/// The hub Deployment's or StatefulSet's aggregated status from its copies.
-pub fn divided_status(d: &Divided, current: &Current<'_>, now: &str) -> Value {
+/// What the copies of a divided or duplicated workload report. Each member of a duplicated one
+/// runs the whole workload: its copies stand as the one furthest behind, as if it were the only
+/// one, so that tools comparing the status with `spec.replicas` work.
+fn copies_of(d: &Divided, current: &Current<'_>) -> Vec<crate::aggregate::Copy> {
     let copies: Vec<_> = d
         .division
         .iter()
@@ -141,6 +143,16 @@ pub fn divided_status(d: &Divided, current: &Current<'_>, now: &str) -> Value {
             Some(copy_of(w, &d.key, c))
         })
         .collect();
+    if d.duplicated {
+        furthest_behind(&copies).into_iter().collect()
+    } else {
+        copies
+    }
+}
+
+/// The hub Deployment's or StatefulSet's aggregated status from its copies.
+pub fn divided_status(d: &Divided, current: &Current<'_>, now: &str) -> Value {
+    let copies = copies_of(d, current);
     if d.key.kind == "StatefulSet" {
         return statefulset_status(
             d.object.metadata.generation,
@@ -653,11 +665,13 @@ async fn write_histories(ctx: &Context, obs: &Observation, plan: &Plan, current:
             }
         }
         for gone in &h.prune {
-            let mut dp = kube::api::DeleteParams::default();
-            dp.preconditions = Some(kube::api::Preconditions {
-                uid: gone.uid.clone(),
-                resource_version: None,
-            });
+            let dp = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: gone.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
             match api.delete(&gone.name, &dp).await {
                 Ok(_) => {
                     cached.remove(&gone.name);
@@ -667,15 +681,7 @@ async fn write_histories(ctx: &Context, obs: &Observation, plan: &Plan, current:
                 }
             }
         }
-        let copies: Vec<_> = d
-            .division
-            .iter()
-            .filter(|(_, n)| **n > 0 || d.total == 0)
-            .filter_map(|(c, _)| {
-                let w = current.work_of(&CopyKey::new(d.key.clone(), c))?;
-                Some(copy_of(w, &d.key, c))
-            })
-            .collect();
+        let copies = copies_of(d, current);
         for (name, rs) in &cached {
             let status = record_status(
                 &copies,

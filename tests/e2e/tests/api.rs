@@ -315,6 +315,62 @@ pub(crate) async fn kubectl(env: &Environment, args: &[&str]) -> Result<String> 
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What GitOps tools make of hub object `kind/name` in `namespace`: the verdict of
+/// sigs.k8s.io/cli-utils' kstatus (`Current`, `InProgress`, `Failed`, ...) and its message, as
+/// the tools' `kstatus` (hack/kstatus) prints them.
+pub(crate) async fn kstatus(
+    env: &Environment,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Result<(String, String)> {
+    let json = kubectl(env, &["-n", namespace, "get", kind, name, "-o", "json"]).await?;
+    let bin = std::env::var_os("FLOTILLA_TOOLS_BIN")
+        .map(|dir| std::path::PathBuf::from(dir).join("kstatus"))
+        .unwrap_or_else(|| "kstatus".into());
+    let mut child = tokio::process::Command::new(&bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {} (set FLOTILLA_TOOLS_BIN)", bin.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        stdin.write_all(json.as_bytes()).await?;
+    }
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        bail!("kstatus failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut words = line.splitn(3, ' ');
+    let _object = words.next();
+    let verdict = words.next().unwrap_or_default().to_string();
+    Ok((verdict, words.next().unwrap_or_default().to_string()))
+}
+
+/// Waits until kstatus says `Current` of hub object `kind/name`.
+pub(crate) async fn kstatus_current(
+    env: &Environment,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Result<()> {
+    flotilla_e2e::wait_for(
+        &format!("kstatus to say {kind}/{name} is Current"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let (verdict, message) = kstatus(env, namespace, kind, name).await?;
+            Ok(if verdict == "Current" {
+                flotilla_e2e::Seen::Done(())
+            } else {
+                flotilla_e2e::Seen::not_yet(format!("{verdict}: {message}"))
+            })
+        },
+    )
+    .await
+}
+
 /// The header of `kubectl get` output, as column names.
 fn header(output: &str) -> Vec<&str> {
     output

@@ -1449,6 +1449,8 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     ensure!(waited.contains("condition met"), "{waited}");
+    // What GitOps tools read: the hub Job is Current.
+    crate::api::kstatus_current(&env, ns, "job", "pi").await?;
     let status = Api::<Job>::namespaced(hub.clone(), ns)
         .get("pi")
         .await?
@@ -1681,16 +1683,17 @@ async fn kubectl_rollout_status_follows_a_duplicated_deployment() -> Result<()> 
     };
     let said = rolled_out().await?;
     ensure!(said.contains("successfully rolled out"), "{said}");
+    crate::api::kstatus_current(&env, ns, "deployment", "web").await?;
     let replicas = member_replicas(members, ns).await?;
     ensure!(
         replicas.len() == members.len() && replicas.values().all(|n| *n == 2),
         "every member runs the whole Deployment: {replicas:?}"
     );
+    // Each member runs the whole Deployment: the hub shows the copy furthest behind, 2 of 2.
     let status = deployments.get("web").await?.status.unwrap_or_default();
-    let all = i32::try_from(2 * members.len())?;
     ensure!(
-        status.replicas == Some(all) && status.available_replicas == Some(all),
-        "the hub counts every copy's replicas: {status:?}"
+        status.replicas == Some(2) && status.available_replicas == Some(2),
+        "the hub shows what each copy runs: {status:?}"
     );
 
     // An edit rolls out to every member, and the hub says so once all of them have it.
@@ -2304,7 +2307,7 @@ async fn hub_statefulset_ready(
     )
     .await?;
     ensure!(said.contains("roll out complete"), "{said}");
-    Ok(())
+    crate::api::kstatus_current(env, ns, "statefulset", name).await
 }
 
 #[tokio::test]
@@ -2446,6 +2449,7 @@ async fn kubectl_rollout_history_and_undo_work_against_the_hub() -> Result<()> {
         .map_err(|e| e.context(fleet.splitter.log()))
     };
     rolled_out().await?;
+    crate::api::kstatus_current(&env, ns, "deployment", "web").await?;
     let history = wait_for(
         "kubectl rollout history to show revision 1",
         Duration::from_secs(30),
@@ -2598,5 +2602,77 @@ async fn helm_install_wait_of_a_stock_chart_succeeds_against_the_hub() -> Result
         ready == Some(3),
         "3 replicas ready across the members: {ready:?}"
     );
+    for kind in ["deployment", "service", "serviceaccount"] {
+        crate::api::kstatus_current(&env, ns, kind, "shop").await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hub_deployment_a_member_refuses_is_not_current_for_gitops_tools() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start("refuse").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    // The first member has a Deployment `web` of its own: Flotilla's copy is refused there.
+    let (refusing, member) = members[0].clone();
+    let theirs: Api<Deployment> = Api::namespaced(member, ns);
+    theirs
+        .create(&PostParams::default(), &deployment(1)?)
+        .await?;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "spread", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                         "replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+        false,
+    )
+    .await??;
+    Api::<Deployment>::namespaced(hub.clone(), ns)
+        .create(&PostParams::default(), &deployment(3)?)
+        .await?;
+    wait_for(
+        "the refusing member's copy to be reported in conflict",
+        Duration::from_secs(60),
+        || async {
+            let works = works_holding(&fleet, &refusing, "Deployment", "web").await?;
+            let reasons: Vec<Option<String>> = works
+                .iter()
+                .flat_map(|w| w.status.iter().flat_map(|s| s.manifests.iter()))
+                .map(|m| m.reason.clone())
+                .collect();
+            Ok(
+                if reasons
+                    .iter()
+                    .any(|r| r.as_deref() == Some(reasons::CONFLICT))
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{reasons:?}"))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    // The other members run their share; GitOps tools still see the hub Deployment in progress.
+    flotilla_e2e::holds_for(
+        "kstatus to keep the hub Deployment out of Current while a member refuses its copy",
+        Duration::from_secs(6),
+        || async {
+            let (verdict, message) = crate::api::kstatus(&env, ns, "deployment", "web").await?;
+            Ok(if verdict == "InProgress" || verdict == "Failed" {
+                Ok(())
+            } else {
+                Err(format!("{verdict}: {message}"))
+            })
+        },
+    )
+    .await?;
+    // Their Deployment goes: Flotilla's copy is applied, and the hub Deployment is Current.
+    theirs.delete("web", &DeleteParams::default()).await?;
+    crate::api::kstatus_current(&env, ns, "deployment", "web")
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
 }
