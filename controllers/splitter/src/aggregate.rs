@@ -317,6 +317,56 @@ pub fn statefulset_status(
     status
 }
 
+/// What one member's copy of a DaemonSet reports: its `status`, whether it runs the hub
+/// object's current spec (applied and observed), and whether its member is unreachable.
+pub struct DaemonSetCopy<'a> {
+    pub status: Option<&'a Value>,
+    pub current: bool,
+    pub stale: bool,
+}
+
+/// The hub DaemonSet's status from its copies, each running on its own member's nodes: the
+/// counts summed (an unreachable member's pods count as neither ready nor available, but as
+/// unavailable), `observedGeneration` only once every copy applied and observed the current
+/// spec — so `kubectl rollout status daemonset` and kstatus wait for every member.
+pub fn daemonset_status(copies: &[DaemonSetCopy<'_>], generation: Option<i64>) -> Value {
+    let count = |c: &DaemonSetCopy<'_>, field: &str| {
+        c.status
+            .and_then(|s| s.get(field))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let sum = |field: &str| copies.iter().map(|c| count(c, field)).sum::<i64>();
+    let fresh = |field: &str| {
+        copies
+            .iter()
+            .filter(|c| !c.stale)
+            .map(|c| count(c, field))
+            .sum::<i64>()
+    };
+    let unreachable: i64 = copies
+        .iter()
+        .filter(|c| c.stale)
+        .map(|c| count(c, "desiredNumberScheduled"))
+        .sum();
+    let mut status = json!({
+        "desiredNumberScheduled": sum("desiredNumberScheduled"),
+        "currentNumberScheduled": sum("currentNumberScheduled"),
+        "updatedNumberScheduled": sum("updatedNumberScheduled"),
+        "numberMisscheduled": sum("numberMisscheduled"),
+        "numberReady": fresh("numberReady"),
+        "numberAvailable": fresh("numberAvailable"),
+        "numberUnavailable": fresh("numberUnavailable") + unreachable,
+    });
+    if !copies.is_empty()
+        && copies.iter().all(|c| c.current)
+        && let Some(g) = generation
+    {
+        status["observedGeneration"] = json!(g);
+    }
+    status
+}
+
 /// What one member's copy of a Job reports: its `status`, or `None` before it reports one.
 pub struct JobCopy<'a> {
     pub cluster: &'a str,
@@ -629,6 +679,32 @@ mod tests {
             (0, 0, 2)
         );
         assert!(furthest_behind(&[]).is_none());
+    }
+
+    #[test]
+    fn a_daemonset_sums_the_pods_of_every_members_nodes() {
+        let a = json!({"desiredNumberScheduled": 3, "currentNumberScheduled": 3,
+                       "updatedNumberScheduled": 3, "numberReady": 3, "numberAvailable": 3});
+        let b = json!({"desiredNumberScheduled": 2, "currentNumberScheduled": 2,
+                       "updatedNumberScheduled": 2, "numberReady": 2, "numberAvailable": 2});
+        let copy = |status, current, stale| DaemonSetCopy {
+            status: Some(status),
+            current,
+            stale,
+        };
+        let s = daemonset_status(&[copy(&a, true, false), copy(&b, true, false)], Some(4));
+        assert_eq!(s["desiredNumberScheduled"], 5);
+        assert_eq!(s["numberAvailable"], 5);
+        assert_eq!(s["observedGeneration"], 4);
+        let s = daemonset_status(&[copy(&a, true, false), copy(&b, false, true)], Some(4));
+        assert_eq!(s["numberAvailable"], 3);
+        assert_eq!(s["numberUnavailable"], 2);
+        assert!(s.get("observedGeneration").is_none(), "{s}");
+        assert!(
+            daemonset_status(&[], Some(1))
+                .get("observedGeneration")
+                .is_none()
+        );
     }
 
     #[test]

@@ -325,7 +325,8 @@ pub struct Divided {
     pub ordinals: Option<Layout>,
 }
 
-/// A placed object whose hub status the splitter writes from its copies (a Job or CronJob),
+/// A placed object whose hub status the splitter writes from its copies (a Job, CronJob or
+/// DaemonSet),
 /// and the members its copies are on.
 #[derive(Clone, Debug)]
 pub struct Aggregated {
@@ -369,7 +370,7 @@ pub struct Plan {
     /// The decision for every selected object.
     pub decisions: Vec<(ObjectKey, ObjectDecision)>,
     pub divisions: Vec<Divided>,
-    /// The placed Jobs and CronJobs, for their hub status.
+    /// The placed Jobs, CronJobs and DaemonSets, for their hub status.
     pub aggregated: Vec<Aggregated>,
     pub findings: Findings,
     /// The objects whose copies this Placement holds but that are not on the hub, with since
@@ -976,7 +977,11 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     ..Default::default()
                 });
             }
-            if ar.api_version == "batch/v1" && (ar.kind == "Job" || ar.kind == "CronJob") {
+            let aggregated = matches!(
+                (ar.api_version.as_str(), ar.kind.as_str()),
+                ("batch/v1", "Job" | "CronJob") | ("apps/v1", "DaemonSet")
+            );
+            if aggregated {
                 out.aggregated.push(Aggregated {
                     key: key.clone(),
                     object: object.clone(),

@@ -16,8 +16,8 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::aggregate::{
-    JobCopy, copy_of, cronjob_status, deployment_status, furthest_behind, job_status, max_surge,
-    max_unavailable, statefulset_status,
+    DaemonSetCopy, JobCopy, copy_of, cronjob_status, daemonset_status, deployment_status,
+    furthest_behind, job_status, max_surge, max_unavailable, statefulset_status,
 };
 use crate::history::{
     POD_TEMPLATE_HASH, RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status,
@@ -557,7 +557,7 @@ pub async fn report(
     Ok(())
 }
 
-/// Writes the status of every placed hub Job and CronJob from its copies, where it says
+/// Writes the status of every placed hub Job, CronJob and DaemonSet from its copies, where it says
 /// something new. A status the hub refuses is logged and left: the Placement's own status is
 /// written still.
 async fn write_batch_statuses(
@@ -572,6 +572,7 @@ async fn write_batch_statuses(
         let kind = job.key.kind.as_str();
         let resource = match kind {
             "Job" => resource("batch", "v1", "Job", "jobs"),
+            "DaemonSet" => resource("apps", "v1", "DaemonSet", "daemonsets"),
             _ => resource("batch", "v1", "CronJob", "cronjobs"),
         };
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
@@ -589,6 +590,24 @@ async fn write_batch_statuses(
         let old = job.object.data.get("status");
         let mut status = match kind {
             "Job" => job_status(&copies, old, now),
+            "DaemonSet" => {
+                let copies: Vec<DaemonSetCopy<'_>> = job
+                    .clusters
+                    .iter()
+                    .map(|cluster| {
+                        let w = current.work_of(&CopyKey::new(job.key.clone(), cluster));
+                        let c = w.map(|w| copy_of(w, &job.key, cluster));
+                        DaemonSetCopy {
+                            status: w
+                                .and_then(|w| manifest_status(w, &job.key))
+                                .and_then(|m| m.status.as_ref()),
+                            current: c.as_ref().is_some_and(|c| c.current && c.observed),
+                            stale: c.as_ref().is_some_and(|c| c.stale),
+                        }
+                    })
+                    .collect();
+                daemonset_status(&copies, job.object.metadata.generation)
+            }
             _ => cronjob_status(&copies, old),
         };
         keep_condition_times(&mut status, old);
@@ -597,7 +616,7 @@ async fn write_batch_statuses(
             continue;
         }
         let name = job.object.name_any();
-        let patch = json!({"apiVersion": "batch/v1", "kind": kind, "status": status});
+        let patch = json!({"apiVersion": resource.api_version, "kind": kind, "status": status});
         if let Err(e) = api.patch_status(&name, &params, &Patch::Apply(patch)).await {
             tracing::warn!(object = %format!("{kind} {ns}/{name}"), error = %e, "writing the hub object's status failed");
         }

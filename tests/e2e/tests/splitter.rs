@@ -2676,3 +2676,77 @@ async fn a_hub_deployment_a_member_refuses_is_not_current_for_gitops_tools() -> 
         .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_daemonset_runs_on_every_members_nodes_and_the_hub_counts_them_all() -> Result<()> {
+    let env = Environment::get();
+    // The chart's splitter identity: it may read DaemonSets and write their hub status.
+    let fleet = Fleet::start_as_chart("ds").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    for object in [
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "agents", "namespace": ns},
+               "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "DaemonSet"}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": ns},
+               "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                        "template": {"metadata": {"labels": {"app": "agent"}},
+                                     "spec": {"containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+    // Every member's DaemonSet runs a pod per node of that member; the hub counts them all.
+    let expected = wait_for(
+        "every member's DaemonSet to run on all its nodes",
+        Duration::from_secs(90),
+        || async {
+            let mut total = 0;
+            let mut short = Vec::new();
+            for (cluster, client) in members {
+                let status =
+                    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), ns)
+                        .get_opt("agent")
+                        .await?
+                        .and_then(|d| d.status);
+                match status {
+                    Some(s)
+                        if s.desired_number_scheduled > 0
+                            && s.number_available == Some(s.desired_number_scheduled) =>
+                    {
+                        total += s.desired_number_scheduled;
+                    }
+                    other => short.push(format!("{cluster}: {other:?}")),
+                }
+            }
+            Ok(Seen::unless(&short, total))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let said = crate::api::kubectl(
+        &env,
+        &[
+            "-n",
+            ns,
+            "rollout",
+            "status",
+            "daemonset/agent",
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    ensure!(said.contains("successfully rolled out"), "{said}");
+    let hub_status = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(hub.clone(), ns)
+        .get("agent")
+        .await?
+        .status
+        .unwrap_or_default();
+    ensure!(
+        hub_status.desired_number_scheduled == expected
+            && hub_status.number_available == Some(expected),
+        "the hub counts the pods of every member ({expected}): {hub_status:?}"
+    );
+    crate::api::kstatus_current(&env, ns, "daemonset", "agent").await?;
+    Ok(())
+}
