@@ -72,17 +72,12 @@ pub fn copy_of(work: &Work, key: &ObjectKey, cluster: &str) -> Copy {
 /// count as neither ready nor available), the most unavailable; current and observed only if
 /// every copy is; revisions only where every copy has the same. `None` without copies.
 pub fn furthest_behind(copies: &[Copy]) -> Option<Copy> {
-    let first = copies.first()?;
+    if copies.is_empty() {
+        return None;
+    }
     let fresh = |c: &Copy, n: i64| if c.stale { 0 } else { n };
     let min = |f: &dyn Fn(&Copy) -> i64| copies.iter().map(f).min().unwrap_or(0);
     let max = |f: &dyn Fn(&Copy) -> i64| copies.iter().map(f).max().unwrap_or(0);
-    let agreed = |f: fn(&Copy) -> &Option<String>| {
-        copies
-            .iter()
-            .all(|c| f(c) == f(first))
-            .then(|| f(first).clone())
-            .flatten()
-    };
     Some(Copy {
         cluster: copies
             .iter()
@@ -99,9 +94,18 @@ pub fn furthest_behind(copies: &[Copy]) -> Option<Copy> {
         available_replicas: min(&|c| fresh(c, c.available_replicas)),
         unavailable: max(&|c| if c.stale { c.replicas } else { c.unavailable }),
         current_replicas: min(&|c| c.current_replicas),
-        current_revision: agreed(|c| &c.current_revision),
-        update_revision: agreed(|c| &c.update_revision),
+        current_revision: agreed(copies, |c| &c.current_revision),
+        update_revision: agreed(copies, |c| &c.update_revision),
     })
+}
+
+/// The value of `field` when every copy has the same one; `None` when they differ or have none.
+fn agreed(copies: &[Copy], field: fn(&Copy) -> &Option<String>) -> Option<String> {
+    let first = field(copies.first()?).as_ref()?;
+    copies
+        .iter()
+        .all(|c| field(c).as_ref() == Some(first))
+        .then(|| first.clone())
 }
 
 /// The distribution, and the replicas no member could take (only held members were left).
@@ -267,30 +271,17 @@ pub fn statefulset_status(
     let fresh = |f: fn(&Copy) -> i64| copies.iter().filter(|c| !c.stale).map(f).sum::<i64>();
     let enough_copies = !copies.is_empty() || desired == 0;
     let all_current = enough_copies && copies.iter().all(|c| c.current && c.observed);
-    let agreed = |f: fn(&Copy) -> &Option<String>| -> Option<String> {
-        let first = f(copies.first()?).clone()?;
-        copies
-            .iter()
-            .all(|c| f(c).as_deref() == Some(first.as_str()))
-            .then_some(first)
-    };
     let placed = !division.is_empty();
-    let mut message = match ordinals {
-        Some(layout) => format!("ordinals {}", layout.describe()),
+    let message = match ordinals {
+        _ if !placed => "no member is eligible".to_string(),
         None => placed_message(desired, division),
-    };
-    if let Some(layout) = ordinals
-        && !layout.complete()
-        && !layout.waiting_for.is_empty()
-    {
-        message.push_str(&format!(
-            "; no ordinal moves until {} run(s) only what they are asked for (unreachable members are waited for: a pod is never run twice)",
+        Some(layout) if !layout.complete() && !layout.waiting_for.is_empty() => format!(
+            "ordinals {}; no ordinal moves until {} run(s) only what they are asked for (unreachable members are waited for: a pod is never run twice)",
+            layout.describe(),
             layout.waiting_for.join(", ")
-        ));
-    }
-    if !placed {
-        message = "no member is eligible".to_string();
-    }
+        ),
+        Some(layout) => format!("ordinals {}", layout.describe()),
+    };
     let mut status = json!({
         "replicas": sum(|c| c.replicas),
         "readyReplicas": fresh(|c| c.ready),
@@ -308,10 +299,10 @@ pub fn statefulset_status(
     if all_current && let Some(g) = generation {
         status["observedGeneration"] = json!(g);
     }
-    if let Some(r) = agreed(|c| &c.current_revision) {
+    if let Some(r) = agreed(copies, |c| &c.current_revision) {
         status["currentRevision"] = json!(r);
     }
-    if let Some(r) = agreed(|c| &c.update_revision) {
+    if let Some(r) = agreed(copies, |c| &c.update_revision) {
         status["updateRevision"] = json!(r);
     }
     status

@@ -49,10 +49,6 @@ const NOT_COPIED: [&str; 6] = [
 pub struct Record {
     pub name: String,
     pub uid: Option<String>,
-    pub resource_version: Option<String>,
-    pub generation: Option<i64>,
-    /// Its `pod-template-hash` label.
-    pub hash: String,
     pub revision: u64,
     /// Its `deployment.kubernetes.io/revision-history`.
     pub history: Vec<u64>,
@@ -286,10 +282,6 @@ mod tests {
                     let a = &manifest["metadata"]["annotations"];
                     let record = Record {
                         name: name.clone(),
-                        hash: manifest["metadata"]["labels"][POD_TEMPLATE_HASH]
-                            .as_str()
-                            .unwrap_or_default()
-                            .into(),
                         revision: a[REVISION]
                             .as_str()
                             .and_then(|r| r.parse().ok())

@@ -289,7 +289,7 @@ pub enum Keep {
 pub enum Divides {
     /// Each copy is the whole object.
     Not,
-    /// Its `spec.replicas` is divided (a Deployment or ReplicaSet under `Divided`).
+    /// Its `spec.replicas` is divided (a Deployment under `Divided`).
     Replicas,
     /// Its ordinals are divided into disjoint ranges (a StatefulSet under `Divided`, see
     /// [`crate::ordinals`]).

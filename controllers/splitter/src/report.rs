@@ -19,9 +19,7 @@ use crate::aggregate::{
     DaemonSetCopy, JobCopy, copy_of, cronjob_status, daemonset_status, deployment_status,
     furthest_behind, job_status, max_surge, max_unavailable, statefulset_status,
 };
-use crate::history::{
-    POD_TEMPLATE_HASH, RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status,
-};
+use crate::history::{RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status};
 use crate::observe::resource;
 use crate::plan::{
     CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_condition_now,
@@ -734,9 +732,6 @@ fn record_of(rs: &ReplicaSet) -> Record {
     Record {
         name: rs.name_any(),
         uid: rs.metadata.uid.clone(),
-        resource_version: rs.metadata.resource_version.clone(),
-        generation: rs.metadata.generation,
-        hash: labels.get(POD_TEMPLATE_HASH).cloned().unwrap_or_default(),
         revision: annotations
             .get(REVISION)
             .and_then(|r| r.parse().ok())
