@@ -375,10 +375,17 @@ fn job_condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 /// apiserver accepts it from a controller other than its own Job controller: counters summed
 /// (`succeeded` and `failed` never lower than before), `ready` at most `active`, `startTime` set
 /// once (the earliest copy's); `Complete` (after `SuccessCriteriaMet`, with the latest copy's
-/// `completionTime`) once every copy is complete, `Failed` (after `FailureTarget`, with the
+/// `completionTime`) once every copy is complete and together they succeeded `completions`
+/// times (the hub Job's; a share of a member that left and that no member took since is
+/// missing), `Failed` (after `FailureTarget`, with the
 /// failed member's reason and message) once one copy failed and none is running any more. A
 /// finished hub Job stays as it is.
-pub fn job_status(copies: &[JobCopy<'_>], old: Option<&Value>, now: &str) -> Value {
+pub fn job_status(
+    copies: &[JobCopy<'_>],
+    completions: Option<i64>,
+    old: Option<&Value>,
+    now: &str,
+) -> Value {
     let old = old.cloned().unwrap_or_else(|| json!({}));
     if job_condition(&old, "Complete").is_some() || job_condition(&old, "Failed").is_some() {
         return old;
@@ -427,7 +434,8 @@ pub fn job_status(copies: &[JobCopy<'_>], old: Option<&Value>, now: &str) -> Val
         .iter()
         .find_map(|(cluster, s)| Some((*cluster, job_condition(s, "Failed")?)));
     let finished = active == 0 && terminating == 0 && start.is_some();
-    if all_complete && finished {
+    let enough = completions.is_none_or(|c| sum("succeeded") >= c);
+    if all_complete && finished && enough {
         let completed = reported
             .iter()
             .filter_map(|(_, s)| s["completionTime"].as_str())
@@ -469,6 +477,52 @@ pub fn cronjob_status(copies: &[JobCopy<'_>], old: Option<&Value>) -> Value {
             .max();
         if let Some(t) = latest {
             status[field] = json!(t);
+        }
+    }
+    status
+}
+
+/// The hub Service's status from its copies: the load-balancer ingress of every member (each
+/// member's load balancer is one way in), each address once, in a stable order.
+pub fn service_status(copies: &[JobCopy<'_>]) -> Value {
+    let mut ingress: Vec<&Value> = copies
+        .iter()
+        .filter_map(|c| c.status?.pointer("/loadBalancer/ingress")?.as_array())
+        .flatten()
+        .collect();
+    ingress.sort_by_key(|i| i.to_string());
+    ingress.dedup();
+    if ingress.is_empty() {
+        json!({"loadBalancer": {}})
+    } else {
+        json!({"loadBalancer": {"ingress": ingress}})
+    }
+}
+
+/// The hub PersistentVolumeClaim's status from its copies: `Bound` once every copy is bound
+/// (with the smallest capacity any copy got, which every member has at least), `Lost` when one
+/// lost its volume, `Pending` otherwise.
+pub fn claim_status(copies: &[JobCopy<'_>]) -> Value {
+    fn phase<'a>(c: &JobCopy<'a>) -> Option<&'a str> {
+        c.status.and_then(|s| s["phase"].as_str())
+    }
+    if copies.iter().any(|c| phase(c) == Some("Lost")) {
+        return json!({"phase": "Lost"});
+    }
+    if copies.is_empty() || copies.iter().any(|c| phase(c) != Some("Bound")) {
+        return json!({"phase": "Pending"});
+    }
+    let mut status = json!({"phase": "Bound"});
+    if let Some(first) = copies.first().and_then(|c| c.status) {
+        status["accessModes"] = first["accessModes"].clone();
+        // Quantities compare by their canonical bytes only within one unit: keep the first
+        // copy's unless every copy reports the same.
+        let capacity = &first["capacity"];
+        if copies
+            .iter()
+            .all(|c| c.status.is_some_and(|s| &s["capacity"] == capacity))
+        {
+            status["capacity"] = capacity.clone();
         }
     }
     status
@@ -787,6 +841,7 @@ mod tests {
                         status: Some(b),
                     },
                 ],
+                Some(2),
                 old,
                 NOW,
             )
@@ -821,7 +876,7 @@ mod tests {
             .collect();
         assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
         // Finished, it stays as it is.
-        assert_eq!(job_status(&[], Some(&s), NOW), s);
+        assert_eq!(job_status(&[], Some(2), Some(&s), NOW), s);
     }
 
     #[test]
@@ -843,6 +898,7 @@ mod tests {
                         status: Some(other),
                     },
                 ],
+                None,
                 Some(&json!({"failed": 3})),
                 NOW,
             )
@@ -875,9 +931,21 @@ mod tests {
                 },
             ],
             None,
+            None,
             NOW,
         );
         assert!(s.get("conditions").is_none(), "{s}");
+        // Every copy complete, but the share of a member that left is still missing.
+        let s = job_status(
+            &[JobCopy {
+                cluster: "m1",
+                status: Some(&done),
+            }],
+            Some(3),
+            None,
+            NOW,
+        );
+        assert!(s.get("conditions").is_none(), "1 of 3 completions: {s}");
     }
 
     #[test]
@@ -909,5 +977,59 @@ mod tests {
                    "lastSuccessfulTime": "2026-12-02T10:01:30Z"})
         );
         assert_eq!(cronjob_status(&[], None), json!({}), "nothing to say yet");
+    }
+
+    fn reported(cluster: &'static str, status: &'static Value) -> JobCopy<'static> {
+        JobCopy {
+            cluster,
+            status: Some(status),
+        }
+    }
+
+    #[test]
+    fn a_service_lists_every_members_load_balancer_once() {
+        let a = Box::leak(Box::new(
+            json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}),
+        ));
+        let b = Box::leak(Box::new(json!({"loadBalancer": {"ingress": [
+            {"hostname": "lb.member2.example"}, {"ip": "192.0.2.10"}]}})));
+        let none = Box::leak(Box::new(json!({"loadBalancer": {}})));
+        let status = service_status(&[
+            reported("m1", a),
+            reported("m2", b),
+            reported("m3", none),
+            JobCopy {
+                cluster: "m4",
+                status: None,
+            },
+        ]);
+        assert_eq!(
+            status,
+            json!({"loadBalancer": {"ingress": [
+                {"hostname": "lb.member2.example"}, {"ip": "192.0.2.10"}]}})
+        );
+        assert_eq!(service_status(&[]), json!({"loadBalancer": {}}));
+    }
+
+    #[test]
+    fn a_claim_is_bound_on_the_hub_once_every_copy_is() {
+        let bound = Box::leak(Box::new(json!({"phase": "Bound",
+            "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}})));
+        let pending = Box::leak(Box::new(json!({"phase": "Pending"})));
+        let lost = Box::leak(Box::new(json!({"phase": "Lost"})));
+        assert_eq!(
+            claim_status(&[reported("m1", bound), reported("m2", bound)]),
+            json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"],
+                   "capacity": {"storage": "1Gi"}})
+        );
+        assert_eq!(
+            claim_status(&[reported("m1", bound), reported("m2", pending)]),
+            json!({"phase": "Pending"})
+        );
+        assert_eq!(
+            claim_status(&[reported("m1", bound), reported("m2", lost)]),
+            json!({"phase": "Lost"})
+        );
+        assert_eq!(claim_status(&[]), json!({"phase": "Pending"}));
     }
 }

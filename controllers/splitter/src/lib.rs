@@ -12,12 +12,14 @@
 //! | [`ordinals`] | pure: a divided StatefulSet's ordinal range per member (disjoint; let go before taking) |
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
-//! | [`hub_made`] | pure: what the hub's Kubernetes made (never placed, never copied) |
 //! | [`history`] | pure: a placed Deployment's hub ReplicaSet records, one per revision |
 //! | [`specificity`] | pure: which of several Placements places an object |
 //! | [`references`] | pure: what a workload's pod template refers to (follows it) |
 //! | [`render`] | pure: a member's manifest of an object, and the Works that hold them |
-//! | [`aggregate`] | pure: the hub Deployment's status from its copies |
+//! | [`aggregate`] | pure: the hub object's status from its copies (per kind) |
+//!
+//! What each kind prunes, how it divides, how its status combines and when a copy is healthy is
+//! `flotilla_interpreter`'s, shared with the syncer.
 
 pub mod aggregate;
 pub mod compatibility;
@@ -26,7 +28,6 @@ pub mod division;
 pub mod eligibility;
 pub mod execute;
 pub mod history;
-pub mod hub_made;
 pub mod observe;
 pub mod ordinals;
 pub mod plan;

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_api::condition::ConditionStatus;
-use flotilla_api::placement::{
-    ClusterDecision, ClusterExclusion, ObjectDecision, ReplicaSchedulingType,
-};
+use flotilla_api::placement::{ClusterDecision, ClusterExclusion, ObjectDecision};
 use flotilla_api::{
     ApiResourceImport, Cluster, ManifestIdentity, ManifestStatus, Placement, Work, WorkSpec,
     annotations, conditions, labels, names,
@@ -26,13 +24,15 @@ use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 
+use flotilla_interpreter::hub_made::made_by_the_hub;
+use flotilla_interpreter::{Divides, HubStatus, interpreter};
+
 use crate::compatibility::MemberSchema;
 use crate::division::{Candidate, Division, divide};
 use crate::eligibility::{Selection, select};
-use crate::hub_made::made_by_the_hub;
 use crate::ordinals::{Held, Layout, Range, lay_out};
 use crate::references::{Reference, references};
-use crate::render::{Origin, Share, bundle, member_manifest};
+use crate::render::{Origin, Share, bundle, kind_of, member_manifest};
 use crate::specificity::{Selectable, specificity, winner};
 
 /// How long the Works of an object that is no longer on the hub wait before they are deleted:
@@ -284,29 +284,6 @@ pub enum Keep {
     RenamePending,
 }
 
-/// How the copies of a placed object share its work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Divides {
-    /// Each copy is the whole object.
-    Not,
-    /// Its `spec.replicas` is divided (a Deployment under `Divided`).
-    Replicas,
-    /// Its ordinals are divided into disjoint ranges (a StatefulSet under `Divided`, see
-    /// [`crate::ordinals`]).
-    Ordinals,
-}
-
-impl Divides {
-    /// How objects of `api_version` `kind` divide under `scheduling`.
-    pub fn of(api_version: &str, kind: &str, scheduling: ReplicaSchedulingType) -> Self {
-        match (api_version, kind, scheduling) {
-            ("apps/v1", "Deployment", ReplicaSchedulingType::Divided) => Self::Replicas,
-            ("apps/v1", "StatefulSet", ReplicaSchedulingType::Divided) => Self::Ordinals,
-            _ => Self::Not,
-        }
-    }
-}
-
 /// A workload whose hub status the splitter writes from its copies' replicas (a Deployment or
 /// StatefulSet, divided or duplicated).
 #[derive(Clone, Debug)]
@@ -325,13 +302,14 @@ pub struct Divided {
     pub ordinals: Option<Layout>,
 }
 
-/// A placed object whose hub status the splitter writes from its copies (a Job, CronJob or
-/// DaemonSet),
-/// and the members its copies are on.
+/// A placed object whose hub status the splitter writes from its copies (a Job, CronJob,
+/// DaemonSet, Service or PersistentVolumeClaim), and the members its copies are on.
 #[derive(Clone, Debug)]
 pub struct Aggregated {
     pub key: ObjectKey,
     pub object: DynamicObject,
+    /// How the copies' statuses combine.
+    pub status: HubStatus,
     pub clusters: Vec<String>,
 }
 
@@ -370,7 +348,7 @@ pub struct Plan {
     /// The decision for every selected object.
     pub decisions: Vec<(ObjectKey, ObjectDecision)>,
     pub divisions: Vec<Divided>,
-    /// The placed Jobs, CronJobs and DaemonSets, for their hub status.
+    /// The other placed objects whose hub status comes from their copies.
     pub aggregated: Vec<Aggregated>,
     pub findings: Findings,
     /// The objects whose copies this Placement holds but that are not on the hub, with since
@@ -444,6 +422,34 @@ pub fn unreachable(w: &Work) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED))
         .is_some_and(|c| c.status == "Unknown")
+}
+
+/// The completions of a divided Job per member. A copy's completions cannot change once it
+/// runs, so each member that holds a copy and may still run it keeps its share; what no such
+/// member holds (all of it when the Job is first placed, the share of a member that left) is
+/// divided among the candidates that hold none and may take new work. With none, it waits for
+/// one (the hub Job says how many completions are placed).
+pub fn completions_division(
+    total: u32,
+    candidates: &[Candidate],
+    holding: &BTreeMap<String, Share>,
+) -> Division {
+    let mut division: Division = candidates
+        .iter()
+        .filter_map(|c| Some((c.cluster.clone(), holding.get(&c.cluster)?.replicas?)))
+        .collect();
+    let placed: u32 = division.values().sum();
+    let fresh: Vec<Candidate> = candidates
+        .iter()
+        .filter(|c| !c.held && !division.contains_key(&c.cluster))
+        .cloned()
+        .collect();
+    if placed < total
+        && let Ok(rest) = divide(total - placed, &fresh, &Division::new(), false)
+    {
+        division.extend(rest);
+    }
+    division
 }
 
 /// The ordinals of StatefulSet `key` that each member's copy holds (`holding`: as the Works ask
@@ -561,23 +567,16 @@ pub fn lean(work: &mut Work) {
         .unwrap_or_else(|_| spec_digest(&work.spec));
     for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
         let digest = digest(json.as_bytes());
-        let share = Share::of(&m.data);
+        let share = Share::of(m);
         m.metadata = kube::api::ObjectMeta {
             name: m.metadata.name.take(),
             namespace: m.metadata.namespace.take(),
             annotations: Some([(CACHED_MANIFEST_DIGEST.to_string(), digest)].into()),
             ..Default::default()
         };
-        m.data = match share {
-            Share {
-                replicas: Some(r),
-                ordinals_start: Some(start),
-            } => serde_json::json!({"spec": {"replicas": r, "ordinals": {"start": start}}}),
-            Share {
-                replicas: Some(r), ..
-            } => serde_json::json!({"spec": {"replicas": r}}),
-            _ => serde_json::json!({}),
-        };
+        let mut data = serde_json::json!({});
+        share.write(&mut data, kind_of(m));
+        m.data = data;
     }
     work.annotations_mut()
         .insert(CACHED_SPEC_DIGEST.to_string(), whole);
@@ -634,7 +633,7 @@ struct Holder<'a> {
 impl<'a> Holder<'a> {
     fn of(work: &'a Work) -> Option<Self> {
         let cluster = work.cluster_name()?;
-        let share = |m: &DynamicObject| Share::of(&m.data);
+        let share = Share::of;
         let index = work
             .labels()
             .get(labels::BUNDLE)
@@ -873,11 +872,27 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 })
                 .cloned()
                 .collect();
-            let divides = Divides::of(&ar.api_version, &ar.kind, spec.replica_scheduling.type_);
-            let total = object.data["spec"]["replicas"]
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .unwrap_or(1);
+            let kind = interpreter(&ar.api_version, &ar.kind);
+            let divides = kind.divides(&object.data, spec.replica_scheduling.type_);
+            let number = |pointer: &str| {
+                object
+                    .data
+                    .pointer(pointer)
+                    .and_then(Value::as_u64)
+                    .map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX))
+            };
+            let total = match divides {
+                Divides::Replicas => object
+                    .data
+                    .pointer(kind.replicas_pointer())
+                    .map_or(1, |_| number(kind.replicas_pointer())),
+                Divides::Completions => number("/spec/completions"),
+                Divides::One => 1,
+                Divides::Ordinals | Divides::Not => object.data["spec"]["replicas"]
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(1),
+            };
             // What each member's copy holds now (a copy being removed included).
             let holding: BTreeMap<String, Share> = previous
                 .iter()
@@ -911,6 +926,12 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     .ok();
                     layout.as_ref().map(Layout::division).unwrap_or_default()
                 }
+                Divides::Completions => completions_division(total, &candidates, &holding),
+                Divides::One => {
+                    // Where it runs, it stays while its member may keep it.
+                    let before: Division = holding.keys().map(|c| (c.clone(), 1)).collect();
+                    divide(1, &candidates, &before, false).unwrap_or_default()
+                }
                 Divides::Not => {
                     // A copy everywhere, except that a held member keeps only the copy it has.
                     candidates
@@ -920,26 +941,33 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                         .collect()
                 }
             };
-            if divides != Divides::Not {
-                out.divisions.push(Divided {
-                    key: key.clone(),
-                    object: object.clone(),
-                    division: division.clone(),
-                    total,
-                    duplicated: false,
-                    ordinals: layout.clone(),
-                });
-            } else if ar.group == "apps" && (ar.kind == "Deployment" || ar.kind == "StatefulSet") {
-                // A duplicated workload runs all its replicas in every member: its hub status
-                // says how far the copy furthest behind is.
-                out.divisions.push(Divided {
-                    key: key.clone(),
-                    object: object.clone(),
-                    division: division.keys().map(|c| (c.clone(), total)).collect(),
-                    total,
-                    duplicated: true,
-                    ordinals: None,
-                });
+            match (divides, kind.hub_status()) {
+                (
+                    Divides::Replicas | Divides::Ordinals,
+                    HubStatus::Deployment | HubStatus::StatefulSet,
+                ) => {
+                    out.divisions.push(Divided {
+                        key: key.clone(),
+                        object: object.clone(),
+                        division: division.clone(),
+                        total,
+                        duplicated: false,
+                        ordinals: layout.clone(),
+                    });
+                }
+                (Divides::Not, HubStatus::Deployment | HubStatus::StatefulSet) => {
+                    // A duplicated workload runs all its replicas in every member: its hub
+                    // status says how far the copy furthest behind is.
+                    out.divisions.push(Divided {
+                        key: key.clone(),
+                        object: object.clone(),
+                        division: division.keys().map(|c| (c.clone(), total)).collect(),
+                        total,
+                        duplicated: true,
+                        ordinals: None,
+                    });
+                }
+                _ => {}
             }
             let divided = divides != Divides::Not;
             let mut decision = ObjectDecision {
@@ -952,11 +980,12 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             decision.excluded.extend(excluded_here);
             // Scaled to 0, a divided workload keeps its copies, at 0 replicas, so that the
             // members agree with the hub and scaling up again reuses them.
-            let scaled_to_zero = divided && total == 0;
+            let scaled_to_zero =
+                matches!(divides, Divides::Replicas | Divides::Ordinals) && total == 0;
             for (cluster, n) in &division {
                 let copy = CopyKey::new(key.clone(), cluster);
                 let share = match (divides, &layout) {
-                    (Divides::Replicas, _) => Share::replicas(*n),
+                    (Divides::Replicas | Divides::Completions, _) => Share::of_count(&object, *n),
                     (Divides::Ordinals, Some(l)) => {
                         Share::ordinals(l.ranges.get(cluster).copied().unwrap_or_default())
                     }
@@ -971,20 +1000,26 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     continue;
                 }
                 wanted.insert(copy, Entry::new(member_manifest(&object, share))?);
+                let counted = matches!(
+                    divides,
+                    Divides::Replicas | Divides::Ordinals | Divides::Completions
+                );
                 decision.clusters.push(ClusterDecision {
                     cluster: cluster.clone(),
-                    replicas: divided.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
+                    replicas: counted.then(|| i32::try_from(*n).unwrap_or(i32::MAX)),
                     ..Default::default()
                 });
             }
-            let aggregated = matches!(
-                (ar.api_version.as_str(), ar.kind.as_str()),
-                ("batch/v1", "Job" | "CronJob") | ("apps/v1", "DaemonSet")
-            );
-            if aggregated {
+            if let status @ (HubStatus::DaemonSet
+            | HubStatus::Job
+            | HubStatus::CronJob
+            | HubStatus::Service
+            | HubStatus::PersistentVolumeClaim) = kind.hub_status()
+            {
                 out.aggregated.push(Aggregated {
                     key: key.clone(),
                     object: object.clone(),
+                    status,
                     clusters: decision
                         .clusters
                         .iter()
@@ -1119,11 +1154,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             kept.insert(key.clone(), why);
             if let Some(object) = seen.get(&key.object) {
                 // As its member runs it: its share of a divided object.
-                let divides = Divides::of(
-                    &key.object.api_version,
-                    &key.object.kind,
-                    spec.replica_scheduling.type_,
-                );
+                let divides = interpreter(&key.object.api_version, &key.object.kind)
+                    .divides(&object.data, spec.replica_scheduling.type_);
                 let share = match previous.get(key) {
                     Some(s) if divides != Divides::Not => *s,
                     _ => Share::default(),

@@ -6,8 +6,9 @@ use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, label
 
 use std::collections::BTreeMap;
 
-use crate::hub_made::strip_allocated;
 use crate::plan::Shelf;
+use flotilla_interpreter::hub_made::strip_allocated;
+use flotilla_interpreter::{Interpreter, interpreter};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
 
@@ -27,20 +28,28 @@ const HUB_ONLY_METADATA: [&str; 9] = [
 /// Annotations that describe the hub object's history, not the object.
 const HUB_ONLY_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
 
-/// A member's share of a divided workload: its `spec.replicas` and, for a StatefulSet divided by
-/// ordinals, its `spec.ordinals.start`. The default is the whole object, as on the hub.
+/// A member's share of a divided object: the count its kind divides (at its interpreter's
+/// [`replicas_pointer`](flotilla_interpreter::Interpreter::replicas_pointer): a Deployment's or
+/// StatefulSet's `spec.replicas`, a Job's `spec.completions`, a PodDisruptionBudget's
+/// `spec.minAvailable`), a StatefulSet's `spec.ordinals.start`, and the count that follows the
+/// share ([`follower_pointer`](flotilla_interpreter::Interpreter::follower_pointer): a Job's
+/// `spec.parallelism`). The default is the whole object, as on the hub.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Share {
     pub replicas: Option<u32>,
     pub ordinals_start: Option<u32>,
+    pub follower: Option<u32>,
 }
+
+/// Where a StatefulSet's first ordinal is.
+const ORDINALS_START: &str = "/spec/ordinals/start";
 
 impl Share {
     /// `n` replicas.
     pub fn replicas(n: u32) -> Self {
         Self {
             replicas: Some(n),
-            ordinals_start: None,
+            ..Self::default()
         }
     }
 
@@ -49,16 +58,48 @@ impl Share {
         Self {
             replicas: Some(range.count),
             ordinals_start: Some(range.start),
+            follower: None,
         }
     }
 
-    /// The share a member's manifest asks for (`spec.replicas`, `spec.ordinals.start`).
-    pub fn of(manifest: &Value) -> Self {
-        let number = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
-        let spec = &manifest["spec"];
+    /// `n` of the divided count of `object` (the hub object), with the count that follows it.
+    pub fn of_count(object: &DynamicObject, n: u32) -> Self {
         Self {
-            replicas: number(&spec["replicas"]),
-            ordinals_start: number(&spec["ordinals"]["start"]),
+            replicas: Some(n),
+            ordinals_start: None,
+            follower: kind_of(object).follower(&object.data, n),
+        }
+    }
+
+    /// The share a member's manifest (`object`, with its type) asks for.
+    pub fn of(object: &DynamicObject) -> Self {
+        let number = |pointer: &str| {
+            object
+                .data
+                .pointer(pointer)
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+        };
+        let kind = kind_of(object);
+        Self {
+            replicas: number(kind.replicas_pointer()),
+            ordinals_start: number(ORDINALS_START),
+            follower: kind.follower_pointer().and_then(number),
+        }
+    }
+
+    /// Writes the share into `data` (an object's fields but its type) of kind `kind`, where
+    /// [`Share::of`] reads it for an object of the same type.
+    pub fn write(&self, data: &mut Value, kind: &dyn Interpreter) {
+        let pointers = [
+            (Some(kind.replicas_pointer()), self.replicas),
+            (Some(ORDINALS_START), self.ordinals_start),
+            (kind.follower_pointer(), self.follower),
+        ];
+        for (pointer, value) in pointers {
+            if let (Some(pointer), Some(n)) = (pointer, value) {
+                set(data, pointer, Value::from(n));
+            }
         }
     }
 
@@ -68,8 +109,37 @@ impl Share {
     }
 }
 
+/// The interpreter of `object`'s kind (the generic one when it has no type).
+pub fn kind_of(object: &DynamicObject) -> &'static dyn Interpreter {
+    object.types.as_ref().map_or(interpreter("", ""), |t| {
+        interpreter(&t.api_version, &t.kind)
+    })
+}
+
+/// Sets the value at JSON `pointer` in `data`, making the objects on the way.
+fn set(data: &mut Value, pointer: &str, value: Value) {
+    let mut at = data;
+    let mut keys = pointer.split('/').skip(1).peekable();
+    while let Some(key) = keys.next() {
+        if !at.is_object() {
+            *at = Value::Object(Default::default());
+        }
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        if keys.peek().is_none() {
+            map.insert(key.to_string(), value);
+            return;
+        }
+        at = map
+            .entry(key.to_string())
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+}
+
 /// The manifest for a member: the hub object without hub-only metadata, status and the values
-/// the hub's apiserver allocated (see [`crate::hub_made`]), with the member's `share` of it.
+/// the hub's apiserver allocated (see [`flotilla_interpreter::hub_made`]), with the member's
+/// `share` of it.
 pub fn member_manifest(object: &DynamicObject, share: Share) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(types) = &object.types {
@@ -95,21 +165,9 @@ pub fn member_manifest(object: &DynamicObject, share: Share) -> Value {
                 }
             }
         }
-        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-            if let Some(n) = share.replicas {
-                spec.insert("replicas".into(), Value::from(n));
-            }
-            if let Some(start) = share.ordinals_start {
-                let ordinals = spec
-                    .entry("ordinals")
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Some(o) = ordinals.as_object_mut() {
-                    o.insert("start".into(), Value::from(start));
-                } else {
-                    *ordinals = serde_json::json!({ "start": start });
-                }
-            }
-        }
+    }
+    if value.get("spec").is_some_and(Value::is_object) {
+        share.write(&mut value, kind_of(object));
     }
     value
 }
@@ -234,13 +292,47 @@ mod tests {
         let m = member_manifest(&sts, share);
         assert_eq!(m["spec"]["replicas"], 2);
         assert_eq!(m["spec"]["ordinals"], json!({"start": 4}));
-        assert_eq!(Share::of(&m), share);
-        assert_eq!(Share::of(&m).range(), crate::ordinals::Range::new(4, 2));
+        assert_eq!(share_of(&m), share);
+        assert_eq!(share_of(&m).range(), crate::ordinals::Range::new(4, 2));
         // The hub's own start travels when the object is not divided.
         assert_eq!(
             member_manifest(&sts, Share::default())["spec"]["ordinals"]["start"],
             2
         );
+    }
+
+    fn share_of(manifest: &Value) -> Share {
+        Share::of(&serde_json::from_value(manifest.clone()).expect("manifest"))
+    }
+
+    #[test]
+    fn a_job_member_runs_its_share_of_completions_with_parallelism_in_proportion() {
+        let job: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "crunch", "namespace": "shop"},
+            "spec": {"completions": 6, "parallelism": 3, "template": {"spec": {}}}
+        }))
+        .expect("job");
+        let share = Share::of_count(&job, 2);
+        let m = member_manifest(&job, share);
+        assert_eq!(m["spec"]["completions"], 2);
+        assert_eq!(m["spec"]["parallelism"], 1);
+        assert!(m["spec"].get("replicas").is_none(), "{m}");
+        assert_eq!(share_of(&m), share);
+    }
+
+    #[test]
+    fn a_budget_member_protects_its_share_of_min_available() {
+        let pdb: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .expect("pdb");
+        let m = member_manifest(&pdb, Share::replicas(2));
+        assert_eq!(m["spec"]["minAvailable"], 2);
+        assert!(m["spec"].get("replicas").is_none(), "{m}");
+        assert_eq!(share_of(&m), Share::replicas(2));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{ClusterSummary, CopyCounts, ObjectDecision};
 use flotilla_api::{Placement, Work, annotations, conditions, field_managers, reasons};
+use flotilla_interpreter::HubStatus;
 use flotilla_runtime::Context;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -16,8 +17,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::aggregate::{
-    DaemonSetCopy, JobCopy, copy_of, cronjob_status, daemonset_status, deployment_status,
-    furthest_behind, job_status, max_surge, max_unavailable, statefulset_status,
+    DaemonSetCopy, JobCopy, claim_status, copy_of, cronjob_status, daemonset_status,
+    deployment_status, furthest_behind, job_status, max_surge, max_unavailable, service_status,
+    statefulset_status,
 };
 use crate::history::{RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status};
 use crate::observe::resource;
@@ -555,9 +557,9 @@ pub async fn report(
     Ok(())
 }
 
-/// Writes the status of every placed hub Job, CronJob and DaemonSet from its copies, where it says
-/// something new. A status the hub refuses is logged and left: the Placement's own status is
-/// written still.
+/// Writes the status of every other placed hub object whose status comes from its copies (Jobs,
+/// CronJobs, DaemonSets, Services, PersistentVolumeClaims), where it says something new. A
+/// status the hub refuses is logged and left: the Placement's own status is written still.
 async fn write_batch_statuses(
     ctx: &Context,
     ns: &str,
@@ -568,10 +570,15 @@ async fn write_batch_statuses(
     let params = PatchParams::apply(field_managers::SPLITTER).force();
     for job in &plan.aggregated {
         let kind = job.key.kind.as_str();
-        let resource = match kind {
-            "Job" => resource("batch", "v1", "Job", "jobs"),
-            "DaemonSet" => resource("apps", "v1", "DaemonSet", "daemonsets"),
-            _ => resource("batch", "v1", "CronJob", "cronjobs"),
+        let resource = match job.status {
+            HubStatus::Job => resource("batch", "v1", "Job", "jobs"),
+            HubStatus::CronJob => resource("batch", "v1", "CronJob", "cronjobs"),
+            HubStatus::DaemonSet => resource("apps", "v1", "DaemonSet", "daemonsets"),
+            HubStatus::Service => resource("", "v1", "Service", "services"),
+            HubStatus::PersistentVolumeClaim => {
+                resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+            }
+            HubStatus::Kept | HubStatus::Deployment | HubStatus::StatefulSet => continue,
         };
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
         let copies: Vec<JobCopy<'_>> = job
@@ -586,9 +593,14 @@ async fn write_batch_statuses(
             })
             .collect();
         let old = job.object.data.get("status");
-        let mut status = match kind {
-            "Job" => job_status(&copies, old, now),
-            "DaemonSet" => {
+        let mut status = match job.status {
+            HubStatus::Job => job_status(
+                &copies,
+                job.object.data["spec"]["completions"].as_i64(),
+                old,
+                now,
+            ),
+            HubStatus::DaemonSet => {
                 let copies: Vec<DaemonSetCopy<'_>> = job
                     .clusters
                     .iter()
@@ -606,6 +618,8 @@ async fn write_batch_statuses(
                     .collect();
                 daemonset_status(&copies, job.object.metadata.generation)
             }
+            HubStatus::Service => service_status(&copies),
+            HubStatus::PersistentVolumeClaim => claim_status(&copies),
             _ => cronjob_status(&copies, old),
         };
         keep_condition_times(&mut status, old);

@@ -1344,12 +1344,14 @@ async fn member_uids(fleet: &Fleet) -> Result<(Option<String>, Option<String>)> 
     ))
 }
 
-/// A Job applied to the hub runs in every member: the selector and pod labels the hub's
-/// apiserver generated from the hub Job's UID stay on the hub (a member refuses a Job that
-/// carries them: "`selector` not auto-generated"), and each member's Job completes with its own.
-/// The hub Job says so, in the terms `kubectl wait --for=condition=complete` reads.
+/// A Job applied to the hub runs once in the fleet: its completions are divided among the
+/// members (each runs its share, with parallelism in proportion), and an Indexed Job runs whole
+/// on one member. The selector and pod labels the hub's apiserver generated from the hub Job's
+/// UID stay on the hub (a member refuses a Job that carries them: "`selector` not
+/// auto-generated"), and each member's Job completes with its own. The hub Job counts every
+/// success once, in the terms `kubectl wait --for=condition=complete` and kstatus read.
 #[tokio::test]
-async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
+async fn a_job_on_the_hub_divides_its_completions_and_completes_once_in_the_fleet() -> Result<()> {
     let fleet = Fleet::start_as_chart("job").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
@@ -1362,7 +1364,8 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
     .await??;
     let job = json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "pi", "namespace": ns, "labels": {"team": "a"}},
-        "spec": {"backoffLimit": 1, "template": {"metadata": {"labels": {"app": "pi"}},
+        "spec": {"backoffLimit": 1, "completions": 6, "parallelism": 3,
+            "template": {"metadata": {"labels": {"app": "pi"}},
             "spec": {"restartPolicy": "Never",
                      "containers": [{"name": "pi", "image": "registry.k8s.io/pause:3.10"}]}}}});
     api::apply(hub, &job, false).await??;
@@ -1410,6 +1413,12 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
     for (cluster, copy) in &completed {
         let uid = copy.uid().unwrap_or_default();
         let spec = copy.spec.clone().unwrap_or_default();
+        ensure!(
+            (spec.completions, spec.parallelism) == (Some(2), Some(1)),
+            "{cluster}: a third of the completions, one pod at a time: {:?} {:?}",
+            spec.completions,
+            spec.parallelism
+        );
         let selector = format!("{:?}", spec.selector);
         ensure!(
             selector.contains(&uid) && !selector.contains(&hub_uid),
@@ -1457,19 +1466,68 @@ async fn a_job_on_the_hub_runs_to_completion_in_every_member() -> Result<()> {
         .status
         .unwrap_or_default();
     ensure!(
-        status.succeeded == Some(i32::try_from(members.len())?)
+        status.succeeded == Some(6)
             && status.active.unwrap_or_default() == 0
             && status.start_time.is_some()
             && status.completion_time.is_some(),
-        "the hub Job counts one success per member: {status:?}"
+        "the hub Job counts each of its 6 completions once: {status:?}"
     );
+
+    // An Indexed Job's indexes are one whole: it runs on one member.
+    let indexed = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "render", "namespace": ns},
+        "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed",
+            "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "r", "image": "registry.k8s.io/pause:3.10"}]}}}});
+    api::apply(hub, &indexed, false).await??;
+    let waited = crate::api::kubectl(
+        &env,
+        &[
+            "-n",
+            ns,
+            "wait",
+            "job/render",
+            "--for",
+            "condition=complete",
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    ensure!(waited.contains("condition met"), "{waited}");
+    let mut runs_on = Vec::new();
+    for (cluster, client) in members {
+        if let Some(copy) = Api::<Job>::namespaced(client.clone(), ns)
+            .get_opt("render")
+            .await?
+        {
+            let spec = copy.spec.unwrap_or_default();
+            ensure!(
+                spec.completions == Some(2),
+                "{cluster}: the whole Job: {spec:?}"
+            );
+            runs_on.push(cluster.clone());
+        }
+    }
+    ensure!(
+        runs_on.len() == 1,
+        "the Indexed Job runs on one member: {runs_on:?}"
+    );
+    let status = Api::<Job>::namespaced(hub.clone(), ns)
+        .get("render")
+        .await?
+        .status
+        .unwrap_or_default();
+    ensure!(status.succeeded == Some(2), "{status:?}");
     Ok(())
 }
 
-/// A CronJob applied to the hub fires in every member, and the hub CronJob shows when it last
-/// did (the latest of its copies) — what `kubectl get cronjob` prints as LAST SCHEDULE.
+/// A CronJob applied to the hub under the default `Divided` fires on one member — each schedule
+/// once in the fleet — and the hub CronJob shows when it last did, what `kubectl get cronjob`
+/// prints as LAST SCHEDULE.
 #[tokio::test]
-async fn a_cronjob_on_the_hub_fires_in_the_members_and_the_hub_says_when() -> Result<()> {
+async fn a_cronjob_on_the_hub_fires_on_one_member_and_the_hub_says_when() -> Result<()> {
     let fleet = Fleet::start_as_chart("cron").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
@@ -1492,24 +1550,28 @@ async fn a_cronjob_on_the_hub_fires_in_the_members_and_the_hub_says_when() -> Re
     .await??;
     // Once a minute: the first run is at most a minute away, and its Job then completes.
     let fired = wait_for(
-        "CronJob tick to have succeeded in every member",
+        "CronJob tick to have succeeded on one member, and to be on no other",
         Duration::from_secs(150),
         || async {
-            let mut waiting = Vec::new();
+            let mut copies = Vec::new();
             let mut latest = Vec::new();
             for (cluster, client) in members {
                 let copy = Api::<CronJob>::namespaced(client.clone(), ns)
                     .get_opt("tick")
                     .await?;
-                match copy
-                    .and_then(|c| c.status)
-                    .and_then(|s| s.last_successful_time)
-                {
-                    Some(t) => latest.push(t),
-                    None => waiting.push(format!("{cluster}: not yet")),
+                if let Some(copy) = copy {
+                    copies.push(cluster.clone());
+                    latest.extend(copy.status.and_then(|s| s.last_successful_time));
                 }
             }
-            Ok(Seen::unless(&waiting, latest))
+            if copies.len() > 1 {
+                anyhow::bail!("the CronJob is on {copies:?}: each schedule would fire there");
+            }
+            Ok(if latest.is_empty() {
+                Seen::not_yet(format!("on {copies:?}, not fired yet"))
+            } else {
+                Seen::Done(latest)
+            })
         },
     )
     .await
@@ -2748,5 +2810,228 @@ async fn a_daemonset_runs_on_every_members_nodes_and_the_hub_counts_them_all() -
         "the hub counts the pods of every member ({expected}): {hub_status:?}"
     );
     crate::api::kstatus_current(&env, ns, "daemonset", "agent").await?;
+    Ok(())
+}
+
+/// The `spec.minAvailable` of each member's copy of PodDisruptionBudget `name`.
+async fn budgets(members: &[(String, Client)], ns: &str, name: &str) -> Result<Vec<i64>> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let mut out = Vec::new();
+    for (_, client) in members {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+        if let Some(pdb) = api.get_opt(name).await? {
+            out.push(match pdb.spec.and_then(|s| s.min_available) {
+                Some(IntOrString::Int(n)) => i64::from(n),
+                _ => -1,
+            });
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// A PersistentVolumeClaim, a LoadBalancer Service, a PodDisruptionBudget and a
+/// HorizontalPodAutoscaler through the hub: the claim is `Bound` on the hub only once every
+/// member bound its copy to a volume of its own (the hub's binding never travels), the hub
+/// Service lists the load-balancer ingress of every member, a budget's `minAvailable` and an
+/// autoscaler's `maxReplicas` are divided among the members like replicas. kstatus says the
+/// claim and the Service are `Current` only then.
+#[tokio::test]
+async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Result<()> {
+    let fleet = Fleet::start_as_chart("kinds").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let env = Environment::get();
+    const CLASS: &str = "flotilla-e2e-manual";
+    // A volume in a member, bound in advance to the test's claim (no other claim takes it).
+    let volume = |i: usize| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": format!("{ns}-data-{i}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": CLASS, "hostPath": {"path": format!("/tmp/{ns}-{i}")},
+                     "claimRef": {"namespace": ns, "name": "data"}}})
+    };
+    let mut volumes: Vec<ClusterScopedObjects> = Vec::new();
+    for (i, (_, client)) in members.iter().enumerate() {
+        let mut owned = ClusterScopedObjects::new(&env.members[i]);
+        owned.add(
+            kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::PersistentVolume>(&()),
+            format!("{ns}-data-{i}"),
+        );
+        volumes.push(owned);
+        // The last member gets its volume later: until then its copy stays Pending.
+        if i + 1 < members.len() {
+            api::apply(client, &volume(i), false).await??;
+        }
+    }
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": "kinds", "namespace": ns},
+            "spec": {"replicaScheduling": {"type": "Divided", "division": "Even"},
+                     "resourceSelectors": [
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim"},
+                {"apiVersion": "v1", "kind": "Service"},
+                {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget"},
+                {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"}]}}),
+        false,
+    )
+    .await??;
+    for object in [
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
+                     "resources": {"requests": {"storage": "1Gi"}}}}),
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
+                     "ports": [{"port": 80, "targetPort": 8080}]}}),
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "web"}}}}),
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"minReplicas": 3, "maxReplicas": 10,
+                     "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+
+    // The budget: 5 pods kept available in the fleet, as 2 + 2 + 1.
+    wait_for("the budget divided", Duration::from_secs(60), || async {
+        let b = budgets(members, ns, "web").await?;
+        Ok(if b == [1, 2, 2] {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("minAvailable per member: {b:?}"))
+        })
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    // The autoscaler: at most 10 replicas in the fleet, each member's at least 1.
+    wait_for(
+        "the autoscaler's bounds divided",
+        Duration::from_secs(60),
+        || async {
+            use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+            let mut bounds = Vec::new();
+            for (_, client) in members {
+                let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+                if let Some(spec) = api.get_opt("web").await?.map(|h| h.spec) {
+                    bounds.push((spec.min_replicas.unwrap_or(1), spec.max_replicas));
+                }
+            }
+            bounds.sort_unstable();
+            Ok(if bounds == [(1, 3), (1, 3), (1, 4)] {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("(min, max) per member: {bounds:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    // The claim: bound in two members, pending in the third, so pending on the hub.
+    let claim_phase = |client: Client| async move {
+        let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(client, ns);
+        Ok::<_, anyhow::Error>(
+            api.get_opt("data")
+                .await?
+                .and_then(|c| c.status?.phase)
+                .unwrap_or_default(),
+        )
+    };
+    wait_for(
+        "two copies bound, one pending",
+        Duration::from_secs(60),
+        || async {
+            let mut phases = Vec::new();
+            for (_, client) in members {
+                phases.push(claim_phase(client.clone()).await?);
+            }
+            Ok(if phases == ["Bound", "Bound", "Pending"] {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{phases:?}"))
+            })
+        },
+    )
+    .await?;
+    // Long enough for the splitter to have reported the copies.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (verdict, message) = crate::api::kstatus(&env, ns, "pvc", "data").await?;
+    ensure!(
+        verdict != "Current" && claim_phase(hub.clone()).await? == "Pending",
+        "a claim one member has not bound is not ready on the hub: {verdict} {message}"
+    );
+    api::apply(&members[2].1, &volume(2), false).await??;
+    wait_for("the hub claim bound", Duration::from_secs(60), || async {
+        let phase = claim_phase(hub.clone()).await?;
+        Ok(if phase == "Bound" {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(phase)
+        })
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    crate::api::kstatus_current(&env, ns, "pvc", "data").await?;
+    for (cluster, client) in members {
+        let copy: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+            Api::namespaced(client.clone(), ns).get("data").await?;
+        let bound_to = copy.spec.and_then(|s| s.volume_name).unwrap_or_default();
+        ensure!(
+            bound_to.starts_with(&format!("{ns}-data-")),
+            "{cluster}: bound to its own volume: {bound_to}"
+        );
+    }
+
+    // The load balancers: each member's (as its cloud's controller would report it) on the hub.
+    for (i, (_, client)) in members.iter().take(2).enumerate() {
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(client.clone(), ns);
+        wait_for("the member's Service", Duration::from_secs(30), || async {
+            Ok(match services.get_opt("web").await? {
+                Some(_) => Seen::Done(()),
+                None => Seen::not_yet("not there"),
+            })
+        })
+        .await?;
+        services
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"loadBalancer": {
+                    "ingress": [{"ip": format!("192.0.2.{}", i + 10)}]}}})),
+            )
+            .await?;
+    }
+    wait_for(
+        "the hub Service's ingress",
+        Duration::from_secs(60),
+        || async {
+            let service: k8s_openapi::api::core::v1::Service =
+                Api::namespaced(hub.clone(), ns).get("web").await?;
+            let ips: Vec<String> = service
+                .status
+                .and_then(|s| s.load_balancer?.ingress)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|i| i.ip)
+                .collect();
+            Ok(if ips == ["192.0.2.10", "192.0.2.11"] {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{ips:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    crate::api::kstatus_current(&env, ns, "service", "web").await?;
+    drop(volumes);
     Ok(())
 }

@@ -176,6 +176,8 @@ fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
             resource: match kind.as_str() {
                 "Deployment" => resource("apps", "v1", "Deployment", "deployments"),
                 "StatefulSet" => resource("apps", "v1", "StatefulSet", "statefulsets"),
+                "Job" => resource("batch", "v1", "Job", "jobs"),
+                "CronJob" => resource("batch", "v1", "CronJob", "cronjobs"),
                 _ => resource("", "v1", "ConfigMap", "configmaps"),
             },
             objects,
@@ -733,7 +735,7 @@ fn ranges(p: &Plan) -> String {
                 .iter()
                 .find(|m| m.metadata.name.as_deref() == Some(key.object.name.as_str()))
                 .expect("the copy's manifest");
-            let share = crate::render::Share::of(&m.data);
+            let share = crate::render::Share::of(m);
             assert_eq!(share, crate::render::Share::ordinals(range), "{key:?}");
         }
         out.push(format!("{}={}", key.cluster, range.describe()));
@@ -1366,4 +1368,175 @@ fn a_copy_another_placement_takes_stays_until_that_placements_work_holds_it() {
     );
     let written = &p.wanted[p.writes.iter().next().expect("a write")];
     assert_eq!(held_names(written), ["b"]);
+}
+
+fn mk_job(ns: &str, name: &str, spec: Value) -> DynamicObject {
+    let mut spec = spec;
+    spec["template"] = json!({"spec": {"restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "i"}]}});
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("u-{name}"), "generation": 1},
+        "spec": spec,
+    }))
+    .expect("job")
+}
+
+/// Each member's `spec.<field>` of the copies of `name` the plan writes, as `m1=2 m2=2`.
+fn job_field(p: &Plan, name: &str, field: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for (key, id) in &p.copies {
+        if key.object.name != name || !p.writes.contains(id) {
+            continue;
+        }
+        let m = p.wanted[id]
+            .spec
+            .manifests
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(name))
+            .expect("the copy's manifest");
+        out.push(format!("{}={}", key.cluster, m.data["spec"][field]));
+    }
+    out.join(" ")
+}
+
+#[test]
+fn a_divided_jobs_completions_are_shared_once_and_never_rewritten() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Divided", "division": "Even"},
+               "rebalanceOnJoin": true, "failover": {"tolerationSeconds": 0}}),
+    );
+    let job = mk_job(
+        "shop",
+        "crunch",
+        json!({"completions": 5, "parallelism": 3}),
+    );
+    let first = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        vec![job.clone()],
+        vec![],
+    ))
+    .expect("plan");
+    assert_eq!(job_field(&first, "crunch", "completions"), "m1=2 m2=2 m3=1");
+    assert_eq!(job_field(&first, "crunch", "parallelism"), "m1=1 m2=1 m3=1");
+    let works = as_written(&first, true, true);
+
+    // A fourth member joins, with rebalanceOnJoin: a running Job's completions stay.
+    let mut four = three();
+    four.push(mk_cluster("m4", "True"));
+    let joined = plan(&mk_observation(
+        placement.clone(),
+        four.clone(),
+        vec![job.clone()],
+        works.clone(),
+    ))
+    .expect("plan");
+    assert!(joined.writes.is_empty(), "{:?}", joined.writes);
+    assert_eq!(placed(&joined, "crunch"), "m1=2 m2=2 m3=1");
+
+    // m1 fails: its two completions go to the member that runs none, the others keep theirs.
+    four[0] = mk_cluster("m1", "False");
+    let failed = plan(&mk_observation(placement, four, vec![job], works)).expect("plan");
+    assert_eq!(placed(&failed, "crunch"), "m2=2 m3=1 m4=2");
+    assert_eq!(job_field(&failed, "crunch", "completions"), "m4=2");
+    assert_eq!(
+        failed
+            .kept
+            .iter()
+            .map(|(k, why)| (k.cluster.as_str(), why))
+            .collect::<Vec<_>>(),
+        vec![("m1", &Keep::AwaitingReplacements)],
+        "m1's copy stays until its replacement is available"
+    );
+}
+
+/// The members of the plan's decision for `name`, with their counts, as `m1=2 m2=2`.
+fn placed(p: &Plan, name: &str) -> String {
+    p.decisions
+        .iter()
+        .filter(|(k, _)| k.name == name)
+        .flat_map(|(_, d)| &d.clusters)
+        .map(|c| {
+            format!(
+                "{}={}",
+                c.cluster,
+                c.replicas.map_or("-".into(), |n| n.to_string())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn an_indexed_job_or_a_cronjob_runs_on_one_member_and_moves_when_it_fails() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Divided", "division": "Even"},
+               "failover": {"tolerationSeconds": 0}}),
+    );
+    let indexed = mk_job(
+        "shop",
+        "render",
+        json!({"completions": 4, "completionMode": "Indexed"}),
+    );
+    let cron: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "shop", "uid": "u-cron", "generation": 1},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}},
+    }))
+    .expect("cronjob");
+    let objects = vec![indexed, cron];
+    let first = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        objects.clone(),
+        vec![],
+    ))
+    .expect("plan");
+    let on = |p: &Plan, name: &str| -> Vec<String> {
+        p.copies
+            .keys()
+            .filter(|k| k.object.name == name)
+            .map(|k| k.cluster.clone())
+            .collect()
+    };
+    assert_eq!(on(&first, "render").len(), 1);
+    assert_eq!(on(&first, "nightly").len(), 1);
+    // Whole: the Indexed Job keeps its completions.
+    assert_eq!(
+        job_field(&first, "render", "completions"),
+        format!("{}=4", on(&first, "render")[0])
+    );
+    let works = as_written(&first, true, true);
+    let again = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        objects.clone(),
+        works.clone(),
+    ))
+    .expect("plan");
+    assert_eq!(on(&again, "nightly"), on(&first, "nightly"), "it stays");
+    assert!(again.writes.is_empty());
+
+    let runs_cron = on(&first, "nightly")[0].clone();
+    let clusters: Vec<Arc<Cluster>> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|c| mk_cluster(c, if *c == runs_cron { "False" } else { "True" }))
+        .collect();
+    let moving = plan(&mk_observation(placement, clusters, objects, works)).expect("plan");
+    let now_on = on(&moving, "nightly");
+    assert_eq!(now_on.len(), 1);
+    assert_ne!(now_on[0], runs_cron, "it moves");
+    assert!(
+        moving.kept.iter().any(|(k, why)| k.cluster == runs_cron
+            && k.object.name == "nightly"
+            && *why == Keep::AwaitingReplacements),
+        "the old copy stays until the new one is available: {:?}",
+        moving.kept
+    );
 }

@@ -77,28 +77,20 @@ pub const JOB_GENERATED_LABELS: [&str; 4] = [
 ];
 
 /// Removes from `manifest` (the member's copy of a hub object of `api_version`/`kind`) the values
-/// the hub's apiserver allocated or generated, given the hub object's `managed` fields.
+/// the hub's apiserver allocated or generated, given the hub object's `managed` fields: what the
+/// kind's [`crate::Interpreter::prune`] says.
 pub fn strip_allocated(
     api_version: &str,
     kind: &str,
     manifest: &mut Value,
     managed: &[ManagedFieldsEntry],
 ) {
-    match (api_version, kind) {
-        ("v1", "Service") => {
-            let owners = Owners::new(managed);
-            if let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) {
-                strip_service(spec, &owners);
-            }
-        }
-        ("batch/v1", "Job") => strip_job(manifest),
-        _ => {}
-    }
+    crate::interpreter(api_version, kind).prune(manifest, managed);
 }
 
 /// A Job's generated selector and the generated labels of its pod template (and of the Job
 /// itself, should they have been copied there): each member generates its own.
-fn strip_job(manifest: &mut Value) {
+pub(crate) fn strip_job(manifest: &mut Value) {
     let uid = manifest
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -132,7 +124,13 @@ fn strip_job(manifest: &mut Value) {
     }
 }
 
-fn strip_service(spec: &mut Map<String, Value>, owners: &Owners) {
+/// A Service's cluster IPs (and the IP families that came with them), and the node ports the hub
+/// allocated: each member allocates its own from its own ranges.
+pub(crate) fn strip_service(manifest: &mut Value, managed: &[ManagedFieldsEntry]) {
+    let owners = Owners::new(managed);
+    let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
     // Headless (`None`) is a choice, not an address: it stays.
     let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
     if !headless {
@@ -153,6 +151,37 @@ fn strip_service(spec: &mut Map<String, Value>, owners: &Owners) {
             if port.contains_key("nodePort") && !owners.own_node_port(port) {
                 port.remove("nodePort");
             }
+        }
+    }
+}
+
+/// The annotations the persistent-volume controllers of a cluster set on a claim they bind or
+/// provision: which volume, which node, which provisioner. Each member decides its own.
+pub const CLAIM_BINDING_ANNOTATIONS: [&str; 5] = [
+    "pv.kubernetes.io/bind-completed",
+    "pv.kubernetes.io/bound-by-controller",
+    "volume.kubernetes.io/selected-node",
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+];
+
+/// A claim's binding: the volume it is bound to (`spec.volumeName`, a volume of one cluster) and
+/// the binding controllers' annotations. Each member binds its copy to a volume of its own.
+pub(crate) fn strip_claim(manifest: &mut Value) {
+    if let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("volumeName");
+    }
+    if let Some(annotations) = manifest
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        for key in CLAIM_BINDING_ANNOTATIONS {
+            annotations.remove(key);
+        }
+        if annotations.is_empty()
+            && let Some(meta) = manifest.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.remove("annotations");
         }
     }
 }
@@ -408,5 +437,26 @@ mod tests {
         job["metadata"]["labels"]["controller-uid"] = json!("chosen");
         strip_allocated("batch/v1", "Job", &mut job, &[]);
         assert_eq!(job["metadata"]["labels"]["controller-uid"], "chosen");
+    }
+
+    #[test]
+    fn a_claims_binding_stays_in_its_cluster() {
+        let mut claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "annotations": {
+                "pv.kubernetes.io/bind-completed": "yes",
+                "volume.kubernetes.io/selected-node": "node-1",
+                "team": "db"}},
+            "spec": {"volumeName": "pv-hub-1", "resources": {"requests": {"storage": "1Gi"}}}});
+        strip_allocated("v1", "PersistentVolumeClaim", &mut claim, &[]);
+        assert_eq!(
+            claim,
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "annotations": {"team": "db"}},
+                "spec": {"resources": {"requests": {"storage": "1Gi"}}}})
+        );
+        let mut bare = json!({"metadata": {"name": "data",
+            "annotations": {"pv.kubernetes.io/bound-by-controller": "yes"}}, "spec": {}});
+        strip_allocated("v1", "PersistentVolumeClaim", &mut bare, &[]);
+        assert_eq!(bare, json!({"metadata": {"name": "data"}, "spec": {}}));
     }
 }

@@ -1,0 +1,20 @@
+//! What Flotilla knows about each kind of object it places, as pure functions of the objects.
+//!
+//! For every kind, one [`Interpreter`] says:
+//! - what the hub made and must never travel to a member ([`Interpreter::prune`], built on
+//!   [`hub_made`]): a Job's generated selector, a Service's cluster IPs, a claim's binding;
+//! - how the copies share the work under a `Divided` Placement ([`Interpreter::divides`]):
+//!   replicas, ordinal ranges, completions, or the whole object on one member;
+//! - how the copies' statuses make the hub object's status ([`Interpreter::hub_status`]);
+//! - when a member's copy is healthy ([`Interpreter::unhealthy`], on top of the generic rules
+//!   of [`health::health`]).
+//!
+//! Kinds without an interpreter of their own get the generic one: copied whole to every chosen
+//! member, the hub object's status left alone, healthy by the generic rules.
+//! `docs/placement.md` has the table of every built-in kind.
+
+pub mod health;
+pub mod hub_made;
+mod kinds;
+
+pub use kinds::{Divides, HubStatus, Interpreter, interpreter, proportional};
