@@ -35,6 +35,8 @@ pub enum HubStatus {
     StatefulSet,
     /// Pod counters of every member's nodes summed.
     DaemonSet,
+    /// Replica counters summed.
+    ReplicaSet,
     /// Pod counters summed, `Complete` once every copy is, `Failed` once one failed.
     Job,
     /// The latest schedule of any copy.
@@ -143,6 +145,9 @@ struct ReplicaSet;
 impl Interpreter for ReplicaSet {
     fn divides(&self, object: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         Deployment.divides(object, scheduling)
+    }
+    fn hub_status(&self) -> HubStatus {
+        HubStatus::ReplicaSet
     }
     fn unhealthy(&self, object: &Value) -> Option<String> {
         let wanted = object["spec"]["replicas"].as_i64().unwrap_or(1);

@@ -308,9 +308,9 @@ pub fn statefulset_status(
     status
 }
 
-/// What one member's copy of a DaemonSet reports: its `status`, whether it runs the hub
-/// object's current spec (applied and observed), and whether its member is unreachable.
-pub struct DaemonSetCopy<'a> {
+/// What one member's copy of a DaemonSet or ReplicaSet reports: its `status`, whether it runs
+/// the hub object's current spec (applied and observed), and whether its member is unreachable.
+pub struct CountedCopy<'a> {
     pub status: Option<&'a Value>,
     pub current: bool,
     pub stale: bool,
@@ -320,8 +320,8 @@ pub struct DaemonSetCopy<'a> {
 /// counts summed (an unreachable member's pods count as neither ready nor available, but as
 /// unavailable), `observedGeneration` only once every copy applied and observed the current
 /// spec — so `kubectl rollout status daemonset` and kstatus wait for every member.
-pub fn daemonset_status(copies: &[DaemonSetCopy<'_>], generation: Option<i64>) -> Value {
-    let count = |c: &DaemonSetCopy<'_>, field: &str| {
+pub fn daemonset_status(copies: &[CountedCopy<'_>], generation: Option<i64>) -> Value {
+    let count = |c: &CountedCopy<'_>, field: &str| {
         c.status
             .and_then(|s| s.get(field))
             .and_then(Value::as_i64)
@@ -348,6 +348,51 @@ pub fn daemonset_status(copies: &[DaemonSetCopy<'_>], generation: Option<i64>) -
         "numberReady": fresh("numberReady"),
         "numberAvailable": fresh("numberAvailable"),
         "numberUnavailable": fresh("numberUnavailable") + unreachable,
+    });
+    if !copies.is_empty()
+        && copies.iter().all(|c| c.current)
+        && let Some(g) = generation
+    {
+        status["observedGeneration"] = json!(g);
+    }
+    status
+}
+
+/// The hub ReplicaSet's status from its copies, each running its own pods: divided, `replicas`
+/// and `fullyLabeledReplicas` summed and `readyReplicas` and `availableReplicas` summed over
+/// reachable members; `duplicated`, each the copy furthest behind's (the fewest), as a
+/// duplicated Deployment shows. `observedGeneration` once every copy applied and observed the
+/// current spec.
+pub fn replicaset_status(
+    copies: &[CountedCopy<'_>],
+    duplicated: bool,
+    generation: Option<i64>,
+) -> Value {
+    let count = |c: &CountedCopy<'_>, field: &str| {
+        c.status
+            .and_then(|s| s.get(field))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let sum = |field: &str, reachable_only: bool| {
+        let counts = copies.iter().map(|c| {
+            if reachable_only && c.stale {
+                0
+            } else {
+                count(c, field)
+            }
+        });
+        if duplicated {
+            counts.min().unwrap_or(0)
+        } else {
+            counts.sum::<i64>()
+        }
+    };
+    let mut status = json!({
+        "replicas": sum("replicas", false),
+        "fullyLabeledReplicas": sum("fullyLabeledReplicas", false),
+        "readyReplicas": sum("readyReplicas", true),
+        "availableReplicas": sum("availableReplicas", true),
     });
     if !copies.is_empty()
         && copies.iter().all(|c| c.current)
@@ -732,7 +777,7 @@ mod tests {
                        "updatedNumberScheduled": 3, "numberReady": 3, "numberAvailable": 3});
         let b = json!({"desiredNumberScheduled": 2, "currentNumberScheduled": 2,
                        "updatedNumberScheduled": 2, "numberReady": 2, "numberAvailable": 2});
-        let copy = |status, current, stale| DaemonSetCopy {
+        let copy = |status, current, stale| CountedCopy {
             status: Some(status),
             current,
             stale,
@@ -1031,5 +1076,42 @@ mod tests {
             json!({"phase": "Lost"})
         );
         assert_eq!(claim_status(&[]), json!({"phase": "Pending"}));
+    }
+
+    #[test]
+    fn a_replicaset_sums_its_copies_and_an_unreachable_ones_pods_are_not_ready() {
+        let a = json!({"replicas": 2, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 2});
+        let b = json!({"replicas": 1, "fullyLabeledReplicas": 1, "readyReplicas": 1, "availableReplicas": 1});
+        let copy = |status: &'static Value, current: bool, stale: bool| CountedCopy {
+            status: Some(status),
+            current,
+            stale,
+        };
+        let (a, b): (&'static Value, &'static Value) =
+            (Box::leak(Box::new(a)), Box::leak(Box::new(b)));
+        assert_eq!(
+            replicaset_status(
+                &[copy(a, true, false), copy(b, true, false)],
+                false,
+                Some(4)
+            ),
+            json!({"replicas": 3, "fullyLabeledReplicas": 3, "readyReplicas": 3,
+                   "availableReplicas": 3, "observedGeneration": 4})
+        );
+        assert_eq!(
+            replicaset_status(
+                &[copy(a, true, false), copy(b, false, true)],
+                false,
+                Some(4)
+            ),
+            json!({"replicas": 3, "fullyLabeledReplicas": 3, "readyReplicas": 2,
+                   "availableReplicas": 2})
+        );
+        // Duplicated: the copy furthest behind.
+        assert_eq!(
+            replicaset_status(&[copy(a, true, false), copy(b, true, false)], true, Some(4)),
+            json!({"replicas": 1, "fullyLabeledReplicas": 1, "readyReplicas": 1,
+                   "availableReplicas": 1, "observedGeneration": 4})
+        );
     }
 }

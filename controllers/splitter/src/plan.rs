@@ -310,6 +310,8 @@ pub struct Aggregated {
     pub object: DynamicObject,
     /// How the copies' statuses combine.
     pub status: HubStatus,
+    /// Each copy runs the whole object (it is not divided).
+    pub duplicated: bool,
     pub clusters: Vec<String>,
 }
 
@@ -1011,6 +1013,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 });
             }
             if let status @ (HubStatus::DaemonSet
+            | HubStatus::ReplicaSet
             | HubStatus::Job
             | HubStatus::CronJob
             | HubStatus::Service
@@ -1020,6 +1023,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     key: key.clone(),
                     object: object.clone(),
                     status,
+                    duplicated: !divided,
                     clusters: decision
                         .clusters
                         .iter()

@@ -17,9 +17,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::aggregate::{
-    DaemonSetCopy, JobCopy, claim_status, copy_of, cronjob_status, daemonset_status,
-    deployment_status, furthest_behind, job_status, max_surge, max_unavailable, service_status,
-    statefulset_status,
+    CountedCopy, JobCopy, claim_status, copy_of, cronjob_status, daemonset_status,
+    deployment_status, furthest_behind, job_status, max_surge, max_unavailable, replicaset_status,
+    service_status, statefulset_status,
 };
 use crate::history::{RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status};
 use crate::observe::resource;
@@ -574,6 +574,7 @@ async fn write_batch_statuses(
             HubStatus::Job => resource("batch", "v1", "Job", "jobs"),
             HubStatus::CronJob => resource("batch", "v1", "CronJob", "cronjobs"),
             HubStatus::DaemonSet => resource("apps", "v1", "DaemonSet", "daemonsets"),
+            HubStatus::ReplicaSet => resource("apps", "v1", "ReplicaSet", "replicasets"),
             HubStatus::Service => resource("", "v1", "Service", "services"),
             HubStatus::PersistentVolumeClaim => {
                 resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
@@ -600,14 +601,14 @@ async fn write_batch_statuses(
                 old,
                 now,
             ),
-            HubStatus::DaemonSet => {
-                let copies: Vec<DaemonSetCopy<'_>> = job
+            HubStatus::DaemonSet | HubStatus::ReplicaSet => {
+                let copies: Vec<CountedCopy<'_>> = job
                     .clusters
                     .iter()
                     .map(|cluster| {
                         let w = current.work_of(&CopyKey::new(job.key.clone(), cluster));
                         let c = w.map(|w| copy_of(w, &job.key, cluster));
-                        DaemonSetCopy {
+                        CountedCopy {
                             status: w
                                 .and_then(|w| manifest_status(w, &job.key))
                                 .and_then(|m| m.status.as_ref()),
@@ -616,7 +617,11 @@ async fn write_batch_statuses(
                         }
                     })
                     .collect();
-                daemonset_status(&copies, job.object.metadata.generation)
+                if job.status == HubStatus::DaemonSet {
+                    daemonset_status(&copies, job.object.metadata.generation)
+                } else {
+                    replicaset_status(&copies, job.duplicated, job.object.metadata.generation)
+                }
             }
             HubStatus::Service => service_status(&copies),
             HubStatus::PersistentVolumeClaim => claim_status(&copies),

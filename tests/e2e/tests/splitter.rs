@@ -3035,3 +3035,172 @@ async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Res
     drop(volumes);
     Ok(())
 }
+
+/// A divided StatefulSet whose member hangs (its apiserver stopped with SIGSTOP: it takes
+/// connections and never answers): the hub says 2 of 3 ready, and the hung member's ordinal runs
+/// nowhere else — it may still be running there — however long it hangs. Deleting its Cluster
+/// says the member is gone: its ordinal then runs on one of the others, once, and the hub says
+/// 3 of 3 again.
+#[tokio::test]
+async fn a_hung_members_statefulset_ordinal_runs_nowhere_else_until_its_cluster_is_deleted()
+-> Result<()> {
+    let env = Environment::get();
+    let scratch = ScratchMember::add(&env, "sts-hang").await?;
+    let mut infos = env.require_members(2)?[..2].to_vec();
+    infos.push(scratch.info.clone());
+    let fleet = Fleet::start_with("sts-hang", infos, &["--grace-period", "6s"]).await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    for object in [
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "spread", "namespace": ns},
+               "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "StatefulSet"}],
+                        "replicaScheduling": {"type": "Divided", "division": "Even"},
+                        "failover": {"tolerationSeconds": 2}}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": ns},
+               "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                        "template": {"metadata": {"labels": {"app": "db"}},
+                                     "spec": {"containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+    hub_statefulset_ready(&env, hub, ns, "db", 3)
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    let (live, hung) = fleet.members.split_at(2);
+    let hung_name = hung[0].0.clone();
+    let running = ordinals_running(&fleet.members, &[], ns, "db").await?;
+    let held: Vec<u32> = running
+        .iter()
+        .filter(|(_, on)| on.contains(&hung_name))
+        .map(|(o, _)| *o)
+        .collect();
+    ensure!(held.len() == 1, "one ordinal on each member: {running:?}");
+
+    env.clusters_sh(&["pause-member", &scratch.info.name])
+        .await?;
+    let api: Api<StatefulSet> = Api::namespaced(hub.clone(), ns);
+    wait_for(
+        "the hub to count the hung member's pod as not ready",
+        Duration::from_secs(90),
+        || async {
+            let s = api.get("db").await?.status.unwrap_or_default();
+            Ok(if s.ready_replicas == Some(2) {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{s:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    // Well past the grace period and the toleration: the ordinal stays where it may still run.
+    flotilla_e2e::holds_for(
+        &format!("db-{} to run on no live member", held[0]),
+        Duration::from_secs(20),
+        || async {
+            let now = ordinals_running(live, &[], ns, "db").await?;
+            Ok(if now.contains_key(&held[0]) {
+                Err(format!("db-{} runs in a live member: {now:?}", held[0]))
+            } else {
+                Ok(())
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    // The Cluster is deleted: the member is gone, and its ordinal runs once on the others.
+    fleet
+        .clusters
+        .delete(&hung_name, &DeleteParams::default())
+        .await?;
+    wait_for(
+        "the hung member's ordinal to run on a live member",
+        Duration::from_secs(120),
+        || async {
+            let now = ordinals_running(live, &[], ns, "db").await?;
+            Ok(
+                if now.keys().copied().collect::<Vec<_>>() == [0, 1, 2]
+                    && now.values().all(|on| on.len() == 1)
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{now:?}"))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let s = api.get("db").await?.status.unwrap_or_default();
+    wait_for(
+        "the hub to say 3 of 3 ready",
+        Duration::from_secs(60),
+        || async {
+            let s = api.get("db").await?.status.unwrap_or_default();
+            Ok(if s.ready_replicas == Some(3) {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{s:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(format!("{s:?}")))?;
+    env.clusters_sh(&["resume-member", &scratch.info.name])
+        .await?;
+    drop(fleet);
+    drop(scratch);
+    Ok(())
+}
+
+/// A ReplicaSet applied to the hub on its own (not a Deployment's): its replicas are divided
+/// like a Deployment's, and the hub ReplicaSet counts the pods of every member, so kstatus says
+/// `Current` once they all run.
+#[tokio::test]
+async fn a_standalone_replicaset_is_divided_and_the_hub_counts_its_pods() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start_as_chart("rs").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    for object in [
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "spread", "namespace": ns},
+               "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "ReplicaSet"}],
+                        "replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "cache", "namespace": ns},
+               "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "cache"}},
+                        "template": {"metadata": {"labels": {"app": "cache"}},
+                                     "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+    let api: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(hub.clone(), ns);
+    wait_for(
+        "the hub ReplicaSet 4 of 4 ready",
+        Duration::from_secs(90),
+        || async {
+            let s = api.get("cache").await?.status.unwrap_or_default();
+            Ok(
+                if (s.replicas, s.ready_replicas, s.available_replicas) == (4, Some(4), Some(4)) {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{s:?}"))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let mut shares = Vec::new();
+    for (_, client) in members {
+        let copy: k8s_openapi::api::apps::v1::ReplicaSet =
+            Api::namespaced(client.clone(), ns).get("cache").await?;
+        shares.push(copy.spec.replicas.unwrap_or_default());
+    }
+    shares.sort_unstable();
+    ensure!(
+        shares == [1, 1, 2],
+        "4 replicas over three members: {shares:?}"
+    );
+    crate::api::kstatus_current(&env, ns, "replicaset", "cache").await
+}
