@@ -41,8 +41,10 @@ pub enum HubStatus {
     Job,
     /// The latest schedule of any copy.
     CronJob,
-    /// The load-balancer ingress of every copy.
+    /// The load-balancer ingress of every copy (a Service's or an Ingress's).
     Service,
+    /// As [`HubStatus::Service`], for a networking.k8s.io/v1 Ingress.
+    Ingress,
     /// `Bound` once every copy is bound.
     PersistentVolumeClaim,
 }
@@ -102,6 +104,7 @@ pub fn interpreter(api_version: &str, kind: &str) -> &'static dyn Interpreter {
         ("batch/v1", "CronJob") => &CronJob,
         ("v1", "Service") => &Service,
         ("v1", "PersistentVolumeClaim") => &PersistentVolumeClaim,
+        ("networking.k8s.io/v1", "Ingress") => &Ingress,
         ("policy/v1", "PodDisruptionBudget") => &PodDisruptionBudget,
         ("autoscaling/v2", "HorizontalPodAutoscaler") => &HorizontalPodAutoscaler,
         _ => &Generic,
@@ -251,6 +254,14 @@ impl Interpreter for Service {
     }
 }
 
+/// networking.k8s.io/v1 Ingress: the hub lists every member's load-balancer ingress.
+struct Ingress;
+impl Interpreter for Ingress {
+    fn hub_status(&self) -> HubStatus {
+        HubStatus::Ingress
+    }
+}
+
 /// v1 PersistentVolumeClaim: each member binds its own volume; healthy once bound.
 struct PersistentVolumeClaim;
 impl Interpreter for PersistentVolumeClaim {
@@ -387,6 +398,29 @@ mod tests {
                 Divides::Not,
                 "{k}"
             );
+        }
+    }
+
+    #[test]
+    fn every_built_in_kind_says_how_its_hub_status_is_made() {
+        for (api_version, k, status) in [
+            ("apps/v1", "Deployment", HubStatus::Deployment),
+            ("apps/v1", "ReplicaSet", HubStatus::ReplicaSet),
+            ("apps/v1", "StatefulSet", HubStatus::StatefulSet),
+            ("apps/v1", "DaemonSet", HubStatus::DaemonSet),
+            ("batch/v1", "Job", HubStatus::Job),
+            ("batch/v1", "CronJob", HubStatus::CronJob),
+            ("v1", "Service", HubStatus::Service),
+            ("networking.k8s.io/v1", "Ingress", HubStatus::Ingress),
+            (
+                "v1",
+                "PersistentVolumeClaim",
+                HubStatus::PersistentVolumeClaim,
+            ),
+            ("v1", "ConfigMap", HubStatus::Kept),
+            ("policy/v1", "PodDisruptionBudget", HubStatus::Kept),
+        ] {
+            assert_eq!(interpreter(api_version, k).hub_status(), status, "{k}");
         }
     }
 

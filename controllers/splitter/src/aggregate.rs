@@ -527,8 +527,8 @@ pub fn cronjob_status(copies: &[JobCopy<'_>], old: Option<&Value>) -> Value {
     status
 }
 
-/// The hub Service's status from its copies: the load-balancer ingress of every member (each
-/// member's load balancer is one way in), each address once, in a stable order.
+/// The hub Service's or Ingress's status from its copies: the load-balancer ingress of every
+/// member (each member's load balancer is one way in), each address once, in a stable order.
 pub fn service_status(copies: &[JobCopy<'_>]) -> Value {
     let mut ingress: Vec<&Value> = copies
         .iter()

@@ -303,7 +303,8 @@ pub struct Divided {
 }
 
 /// A placed object whose hub status the splitter writes from its copies (a Job, CronJob,
-/// DaemonSet, Service or PersistentVolumeClaim), and the members its copies are on.
+/// DaemonSet, ReplicaSet, Service, Ingress or PersistentVolumeClaim), and the members its copies
+/// are on.
 #[derive(Clone, Debug)]
 pub struct Aggregated {
     pub key: ObjectKey,
@@ -430,7 +431,7 @@ pub fn unreachable(w: &Work) -> bool {
 /// runs, so each member that holds a copy and may still run it keeps its share; what no such
 /// member holds (all of it when the Job is first placed, the share of a member that left) is
 /// divided among the candidates that hold none and may take new work. With none, it waits for
-/// one (the hub Job says how many completions are placed).
+/// one (the Placement's decision lists each member's completions).
 pub fn completions_division(
     total: u32,
     candidates: &[Candidate],
@@ -1017,6 +1018,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             | HubStatus::Job
             | HubStatus::CronJob
             | HubStatus::Service
+            | HubStatus::Ingress
             | HubStatus::PersistentVolumeClaim) = kind.hub_status()
             {
                 out.aggregated.push(Aggregated {

@@ -558,7 +558,8 @@ pub async fn report(
 }
 
 /// Writes the status of every other placed hub object whose status comes from its copies (Jobs,
-/// CronJobs, DaemonSets, Services, PersistentVolumeClaims), where it says something new. A
+/// CronJobs, DaemonSets, ReplicaSets, Services, Ingresses, PersistentVolumeClaims), where it
+/// says something new. A
 /// status the hub refuses is logged and left: the Placement's own status is written still.
 async fn write_batch_statuses(
     ctx: &Context,
@@ -576,6 +577,7 @@ async fn write_batch_statuses(
             HubStatus::DaemonSet => resource("apps", "v1", "DaemonSet", "daemonsets"),
             HubStatus::ReplicaSet => resource("apps", "v1", "ReplicaSet", "replicasets"),
             HubStatus::Service => resource("", "v1", "Service", "services"),
+            HubStatus::Ingress => resource("networking.k8s.io", "v1", "Ingress", "ingresses"),
             HubStatus::PersistentVolumeClaim => {
                 resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
             }
@@ -623,7 +625,7 @@ async fn write_batch_statuses(
                     replicaset_status(&copies, job.duplicated, job.object.metadata.generation)
                 }
             }
-            HubStatus::Service => service_status(&copies),
+            HubStatus::Service | HubStatus::Ingress => service_status(&copies),
             HubStatus::PersistentVolumeClaim => claim_status(&copies),
             _ => cronjob_status(&copies, old),
         };

@@ -2834,7 +2834,7 @@ async fn budgets(members: &[(String, Client)], ns: &str, name: &str) -> Result<V
 /// A PersistentVolumeClaim, a LoadBalancer Service, a PodDisruptionBudget and a
 /// HorizontalPodAutoscaler through the hub: the claim is `Bound` on the hub only once every
 /// member bound its copy to a volume of its own (the hub's binding never travels), the hub
-/// Service lists the load-balancer ingress of every member, a budget's `minAvailable` and an
+/// Service and Ingress list the load-balancer ingress of every member, a budget's `minAvailable` and an
 /// autoscaler's `maxReplicas` are divided among the members like replicas. kstatus says the
 /// claim and the Service are `Current` only then.
 #[tokio::test]
@@ -2873,7 +2873,8 @@ async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Res
                 {"apiVersion": "v1", "kind": "PersistentVolumeClaim"},
                 {"apiVersion": "v1", "kind": "Service"},
                 {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget"},
-                {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"}]}}),
+                {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"},
+                {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress"}]}}),
         false,
     )
     .await??;
@@ -2893,6 +2894,9 @@ async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Res
             "metadata": {"name": "web", "namespace": ns},
             "spec": {"minReplicas": 3, "maxReplicas": 10,
                      "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}}),
     ] {
         api::apply(hub, &object, false).await??;
     }
@@ -2989,48 +2993,49 @@ async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Res
         );
     }
 
-    // The load balancers: each member's (as its cloud's controller would report it) on the hub.
-    for (i, (_, client)) in members.iter().take(2).enumerate() {
-        let services: Api<k8s_openapi::api::core::v1::Service> =
-            Api::namespaced(client.clone(), ns);
-        wait_for("the member's Service", Duration::from_secs(30), || async {
-            Ok(match services.get_opt("web").await? {
-                Some(_) => Seen::Done(()),
-                None => Seen::not_yet("not there"),
+    // The load balancers: each member's (as its cloud's or ingress controller would report
+    // it) on the hub, for the Service and for the Ingress.
+    let service = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&());
+    let ingress = kube::api::ApiResource::erase::<k8s_openapi::api::networking::v1::Ingress>(&());
+    for resource in [&service, &ingress] {
+        for (i, (_, client)) in members.iter().take(2).enumerate() {
+            let copies: Api<kube::api::DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, resource);
+            wait_for("the member's copy", Duration::from_secs(30), || async {
+                Ok(match copies.get_opt("web").await? {
+                    Some(_) => Seen::Done(()),
+                    None => Seen::not_yet("not there"),
+                })
             })
-        })
-        .await?;
-        services
-            .patch_status(
-                "web",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"loadBalancer": {
-                    "ingress": [{"ip": format!("192.0.2.{}", i + 10)}]}}})),
-            )
             .await?;
-    }
-    wait_for(
-        "the hub Service's ingress",
-        Duration::from_secs(60),
-        || async {
-            let service: k8s_openapi::api::core::v1::Service =
-                Api::namespaced(hub.clone(), ns).get("web").await?;
-            let ips: Vec<String> = service
-                .status
-                .and_then(|s| s.load_balancer?.ingress)
-                .unwrap_or_default()
+            copies
+                .patch_status(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"loadBalancer": {
+                        "ingress": [{"ip": format!("192.0.2.{}", i + 10)}]}}})),
+                )
+                .await?;
+        }
+        let hub_api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(hub.clone(), ns, resource);
+        wait_for("the hub's ingress", Duration::from_secs(60), || async {
+            let object = hub_api.get("web").await?;
+            let ips: Vec<&str> = object.data["status"]["loadBalancer"]["ingress"]
+                .as_array()
                 .into_iter()
-                .filter_map(|i| i.ip)
+                .flatten()
+                .filter_map(|i| i["ip"].as_str())
                 .collect();
             Ok(if ips == ["192.0.2.10", "192.0.2.11"] {
                 Seen::Done(())
             } else {
-                Seen::not_yet(format!("{ips:?}"))
+                Seen::not_yet(format!("{} {ips:?}", resource.kind))
             })
-        },
-    )
-    .await
-    .map_err(|e| e.context(fleet.splitter.log()))?;
+        })
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    }
     crate::api::kstatus_current(&env, ns, "service", "web").await?;
     drop(volumes);
     Ok(())
