@@ -115,6 +115,15 @@ fn divided(scheduling: ReplicaSchedulingType) -> bool {
     scheduling == ReplicaSchedulingType::Divided
 }
 
+/// `how` under `Divided`; copied whole under `Duplicated`.
+fn when_divided(scheduling: ReplicaSchedulingType, how: Divides) -> Divides {
+    if divided(scheduling) {
+        how
+    } else {
+        Divides::Not
+    }
+}
+
 fn count(v: &Value, field: &str) -> i64 {
     v.get(field).and_then(Value::as_i64).unwrap_or(0)
 }
@@ -132,11 +141,7 @@ impl Interpreter for Generic {}
 struct Deployment;
 impl Interpreter for Deployment {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
-        if divided(scheduling) {
-            Divides::Replicas
-        } else {
-            Divides::Not
-        }
+        when_divided(scheduling, Divides::Replicas)
     }
     fn hub_status(&self) -> HubStatus {
         HubStatus::Deployment
@@ -162,11 +167,7 @@ impl Interpreter for ReplicaSet {
 struct StatefulSet;
 impl Interpreter for StatefulSet {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
-        if divided(scheduling) {
-            Divides::Ordinals
-        } else {
-            Divides::Not
-        }
+        when_divided(scheduling, Divides::Ordinals)
     }
     fn hub_status(&self) -> HubStatus {
         HubStatus::StatefulSet
@@ -231,11 +232,7 @@ impl Interpreter for Job {
 struct CronJob;
 impl Interpreter for CronJob {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
-        if divided(scheduling) {
-            Divides::One
-        } else {
-            Divides::Not
-        }
+        when_divided(scheduling, Divides::One)
     }
     fn hub_status(&self) -> HubStatus {
         HubStatus::CronJob
@@ -303,11 +300,7 @@ impl Interpreter for PodDisruptionBudget {
 struct HorizontalPodAutoscaler;
 impl Interpreter for HorizontalPodAutoscaler {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
-        if divided(scheduling) {
-            Divides::Replicas
-        } else {
-            Divides::Not
-        }
+        when_divided(scheduling, Divides::Replicas)
     }
     fn replicas_pointer(&self) -> &str {
         "/spec/maxReplicas"

@@ -109,6 +109,18 @@ async fn hub_available(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
     .await
 }
 
+/// Two of the environment's members and, last, a member of the test's own, to stop or pause
+/// (removed when the returned value is dropped: drop it after the fleet).
+async fn two_and_a_scratch_member(
+    env: &Environment,
+    prefix: &str,
+) -> Result<(ScratchMember, Vec<ClusterInfo>)> {
+    let scratch = ScratchMember::add(env, prefix).await?;
+    let mut infos = env.require_members(2)?[..2].to_vec();
+    infos.push(scratch.info.clone());
+    Ok((scratch, infos))
+}
+
 /// A Cluster label that takes a Cluster out of the test splitter's `--cluster-selector` only.
 const SPLITTER_OUT: &str = "e2e.flotilla.dev/splitter-out";
 
@@ -1893,9 +1905,7 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
 -> Result<()> {
     let env = Environment::get();
     // A member of its own to stop; dropped (removed) after the fleet.
-    let scratch = ScratchMember::add(&env, "split-fo").await?;
-    let mut infos = env.require_members(2)?[..2].to_vec();
-    infos.push(scratch.info.clone());
+    let (scratch, infos) = two_and_a_scratch_member(&env, "split-fo").await?;
     let fleet = Fleet::start_with("split-fo", infos, &["--grace-period", "6s"]).await?;
     let ns = fleet.ns.name();
     let placement: Placement = serde_json::from_value(json!({
@@ -2083,9 +2093,7 @@ async fn a_cluster_that_leaves_the_splitters_selector_keeps_its_copies() -> Resu
 async fn a_member_that_hangs_never_delays_the_others() -> Result<()> {
     let env = Environment::get();
     // A member of its own to pause; dropped (removed) after the fleet.
-    let scratch = ScratchMember::add(&env, "hang").await?;
-    let mut infos = env.require_members(2)?[..2].to_vec();
-    infos.push(scratch.info.clone());
+    let (scratch, infos) = two_and_a_scratch_member(&env, "hang").await?;
     // Few workers: a hung member that held them all would show at once.
     let fleet = Fleet::start_with_flags(
         "hang",
@@ -3050,9 +3058,7 @@ async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Res
 async fn a_hung_members_statefulset_ordinal_runs_nowhere_else_until_its_cluster_is_deleted()
 -> Result<()> {
     let env = Environment::get();
-    let scratch = ScratchMember::add(&env, "sts-hang").await?;
-    let mut infos = env.require_members(2)?[..2].to_vec();
-    infos.push(scratch.info.clone());
+    let (scratch, infos) = two_and_a_scratch_member(&env, "sts-hang").await?;
     let fleet = Fleet::start_with("sts-hang", infos, &["--grace-period", "6s"]).await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     for object in [
