@@ -3,6 +3,8 @@
 # cache directory outside the repository:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm, and
 #   kstatus (hack/kstatus: the readiness verdict GitOps tools compute, from cli-utils' kstatus)
+# and, in crds/, real CRDs of widely used projects (Argo Rollouts' Rollout, OpenKruise's
+# CloneSet) from their Go modules, named <plural>.<group>.yaml
 # and, for the older Kubernetes minor that some members run (KUBERNETES_OLDER_VERSION),
 #   k8s-<version>/{kube-apiserver,kube-controller-manager,kube-scheduler}
 # Versions come from hack/versions.env. Binaries already present are not rebuilt, so a second run
@@ -17,6 +19,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm kstatus)
+CRD_MARKERS=(".argo-rollouts-${ARGO_ROLLOUTS_VERSION}" ".openkruise-${OPENKRUISE_VERSION}")
 case "${1:-}" in
   --print-dir) echo "${TOOLS_BIN}"; exit 0 ;;
   --check)
@@ -27,6 +30,7 @@ case "${1:-}" in
       done
     done
     [[ -f "${KWOK_STAGES_DIR}/.ready" ]] || { echo "missing: kwok stages"; exit 1; }
+    for m in "${CRD_MARKERS[@]}"; do [[ -f "${TOOLS_BIN}/crds/${m}" ]] || { echo "missing: crds ${m}"; exit 1; }; done
     echo "${TOOLS_BIN}"; exit 0 ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   "") ;;
@@ -189,12 +193,34 @@ build_kstatus() {
   report kstatus "${t0}"
 }
 
+# One CRD file of a Go module: fetch_crd MODULE VERSION PATH-IN-MODULE NAME MARKER.
+fetch_crd() {
+  local module="$1" version="$2" path="$3" name="$4" marker="$5" t0 dir
+  if [[ -f "${TOOLS_BIN}/crds/${marker}" ]]; then skip "${name}"; return; fi
+  t0="$(now)"
+  mkdir -p "${TOOLS_BIN}/crds"
+  (cd "${WORK}" && go_or_die "${module}@${version}" go mod download "${module}@${version}")
+  dir="$(cd "${WORK}" && go mod download -json "${module}@${version}" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -f "${dir}/${path}" ]] || die "${module}@${version} has no ${path}"
+  rm -f "${TOOLS_BIN}/crds/.${name}.tmp"
+  cp "${dir}/${path}" "${TOOLS_BIN}/crds/.${name}.tmp"
+  chmod u+w "${TOOLS_BIN}/crds/.${name}.tmp"
+  mv "${TOOLS_BIN}/crds/.${name}.tmp" "${TOOLS_BIN}/crds/${name}"
+  touch "${TOOLS_BIN}/crds/${marker}"
+  report "${name}" "${t0}"
+}
+
 T0="$(now)"
 log "tool cache: ${TOOLS_BIN}"
 build_etcd
 build_kwok
 build_helm
 build_kstatus
+fetch_crd github.com/argoproj/argo-rollouts "${ARGO_ROLLOUTS_VERSION}" manifests/crds/rollout-crd.yaml \
+  rollouts.argoproj.io.yaml ".argo-rollouts-${ARGO_ROLLOUTS_VERSION}"
+fetch_crd github.com/openkruise/kruise "${OPENKRUISE_VERSION}" config/crd/bases/apps.kruise.io_clonesets.yaml \
+  clonesets.apps.kruise.io.yaml ".openkruise-${OPENKRUISE_VERSION}"
 build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl
 build_k8s "${KUBERNETES_OLDER_VERSION}" "${K8S_SERVER_TOOLS[@]}"
 log "all tools ready in $(( $(now) - T0 ))s"

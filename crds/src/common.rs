@@ -26,6 +26,8 @@ pub(crate) mod patterns {
     pub const LABEL_VALUE: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
     /// A key of a Secret's data.
     pub const SECRET_KEY: &str = "^[-._a-zA-Z0-9]+$";
+    /// A path to a field through objects only, JSONPath style: `.spec.replicas`.
+    pub const FIELD_PATH: &str = r"^(\.[A-Za-z_$][A-Za-z0-9_$-]*)+$";
     /// A path into an object, JSONPath style: `.spec.replicas`.
     pub const JSON_PATH: &str = r"^(\.[^.\[\]]+(\[[^\[\]]+\])?)+$";
 }

@@ -248,6 +248,22 @@ pub mod reasons {
     pub const NO_IMPORTS: &str = "NoImports";
     /// The imports have no common schema (or none could be read); the message has the path.
     pub const NO_COMMON_SCHEMA: &str = "NoCommonSchema";
+
+    // WorkloadProfile: Accepted
+    /// Every path is in the kind's negotiated schema and the health rule compiles.
+    pub const PROFILE_ACCEPTED: &str = "Accepted";
+    /// The kind has no NegotiatedAPIResource yet (no Placement selects it, no `--extra-type`).
+    pub const NO_NEGOTIATED_SCHEMA: &str = "NoNegotiatedSchema";
+    /// A path names a field the kind's negotiated schema does not have.
+    pub const PATH_NOT_IN_SCHEMA: &str = "PathNotInSchema";
+    /// A path names a field that is not an integer.
+    pub const NOT_AN_INTEGER: &str = "NotAnInteger";
+    /// Status sums are asked for, but the kind has no status subresource to write them to.
+    pub const NO_STATUS_SUBRESOURCE: &str = "NoStatusSubresource";
+    /// The health rule does not compile, or refers to something other than `self`.
+    pub const INVALID_HEALTH_RULE: &str = "InvalidHealthRule";
+    /// An older profile of the same kind is the one in use.
+    pub const DUPLICATE: &str = "Duplicate";
     /// The hub CRD was created or updated from the negotiated schema.
     pub const PUBLISHED: &str = "Published";
     /// `spec.publish` is false.

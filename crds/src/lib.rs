@@ -8,6 +8,7 @@
 //! | [`Work`] | `flotilla-cluster-<name>` | objects to apply to one member, and their observed status |
 //! | [`ApiResourceImport`] | `flotilla-cluster-<name>` | one member's schema for one resource type |
 //! | [`NegotiatedApiResource`] | cluster | the schema of one resource type every member can honour |
+//! | [`WorkloadProfile`] | cluster | how a custom kind divides, sums its status and is healthy |
 //!
 //! The CRD YAML in `crds/yaml/` is generated from these types by
 //! `cargo run -p flotilla-api --bin crdgen`; a test fails when it is stale.
@@ -23,6 +24,7 @@ pub mod names;
 pub mod negotiated_api_resource;
 pub mod placement;
 pub mod work;
+pub mod workload_profile;
 
 pub use api_resource::{ApiResourceNames, ApiResourceSpec, GroupVersion, ResourceScope};
 pub use api_resource_import::{
@@ -45,6 +47,7 @@ pub use placement::{
     ReplicaSchedulingType, ReplicaStrategy, ResourceSelector, Toleration, TolerationOperator,
 };
 pub use work::{ManifestIdentity, ManifestStatus, Work, WorkSpec, WorkStatus};
+pub use workload_profile::{WorkloadProfile, WorkloadProfileSpec, WorkloadProfileStatus};
 
 /// The API group of every Flotilla kind.
 pub const GROUP: &str = "flotilla.dev";

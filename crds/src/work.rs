@@ -104,6 +104,13 @@ pub struct WorkSpec {
     /// say in its namespaces' labels (an empty map does: no labels but Flotilla's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_labels: Option<BTreeMap<String, String>>,
+
+    /// When a manifest's object is healthy in the member (its `available`): a CEL expression over
+    /// `self`, the member's object with its status. The splitter copies it from the accepted
+    /// WorkloadProfile of the manifests' kind. Unset: the syncer's rules for the kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub health: Option<String>,
 }
 
 /// Schema of `spec.manifests`: embedded Kubernetes objects, validated by the apiserver as such
@@ -305,6 +312,7 @@ mod tests {
             conflict_policy: ConflictPolicy::Abort,
             ignore_fields: vec![],
             namespace_labels: Default::default(),
+            health: None,
         };
         let value = serde_json::to_value(&spec).expect("serializes");
         assert_eq!(value["manifests"][0]["spec"]["replicas"], 4);
@@ -346,6 +354,7 @@ mod tests {
                 conflict_policy: ConflictPolicy::Abort,
                 ignore_fields: vec![],
                 namespace_labels: Default::default(),
+                health: None,
             },
         );
         assert_eq!(work.cluster_name(), None);

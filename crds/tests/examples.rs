@@ -1,5 +1,5 @@
-//! The example objects in `deploy/examples/` are valid instances of the Rust types: they parse,
-//! name the kinds they claim, and cover every kind. (That the apiserver accepts them, CEL rules
+//! The example objects in `deploy/examples/` and the profiles in `deploy/profiles/` are valid
+//! instances of the Rust types: they parse, name the kinds they claim, and cover every kind. (That the apiserver accepts them, CEL rules
 //! included, is checked by the end-to-end tests in `tests/e2e/tests/api.rs`.)
 
 use std::collections::BTreeSet;
@@ -7,20 +7,25 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use flotilla_api::{
-    ApiResourceImport, Cluster, NegotiatedApiResource, Placement, ReplicaScheduling, SyncMode, Work,
+    ApiResourceImport, Cluster, NegotiatedApiResource, Placement, ReplicaScheduling, SyncMode,
+    Work, WorkloadProfile,
 };
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-fn examples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples")
+fn deploy_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(name)
 }
 
-/// Every document of every `*.yaml` file in `deploy/examples`, with its file name.
+/// Every document of every `*.yaml` file in `deploy/examples` and `deploy/profiles`, with its
+/// file name.
 fn example_documents() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = fs::read_dir(examples_dir())
-        .expect("deploy/examples exists")
+    let mut files: Vec<PathBuf> = ["examples", "profiles"]
+        .into_iter()
+        .flat_map(|dir| fs::read_dir(deploy_dir(dir)).expect("the deploy directory exists"))
         .map(|e| e.expect("readable directory entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
@@ -97,6 +102,17 @@ fn every_example_is_a_valid_object_of_its_kind() {
                     "{file}"
                 );
             }
+            "WorkloadProfile" => {
+                let p: WorkloadProfile = parse(file, doc);
+                let kind = p.spec.kind.to_lowercase();
+                assert!(
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(&kind) && n.ends_with(&p.spec.group)),
+                    "{file}: named <plural>.<group> of its kind"
+                );
+            }
             other => panic!("{file}: unexpected kind {other:?}"),
         }
         kinds.insert(kind.to_string());
@@ -107,6 +123,7 @@ fn every_example_is_a_valid_object_of_its_kind() {
         "NegotiatedAPIResource",
         "Placement",
         "Work",
+        "WorkloadProfile",
     ]
     .map(String::from)
     .into();

@@ -5,6 +5,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use crate::interpreter;
+use crate::profile::HealthRule;
 
 /// How an applied object is doing, read generically from its status.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +29,14 @@ fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 /// objects without such conditions (ConfigMaps, Services, ...) are available once they exist, except
 /// that an object with a generation whose status is still empty (a workload just created) is not.
 pub fn health(object: &DynamicObject) -> Health {
+    health_by(object, None)
+}
+
+/// As [`health`], but with `rule` (a custom kind's CEL health rule) in place of the rules read
+/// off conditions and counts: a copy whose newer spec is not observed yet is still not
+/// available; otherwise the rule says. A rule that cannot tell (a field the object does not
+/// have yet) counts as not available, with its reason.
+pub fn health_by(object: &DynamicObject, rule: Option<&HealthRule>) -> Health {
     let status = object.data.get("status").cloned().unwrap_or(Value::Null);
     let generation = object.metadata.generation;
     // A freshly created workload has an empty status until its controller reports.
@@ -39,6 +48,17 @@ pub fn health(object: &DynamicObject) -> Health {
         && o < g
     {
         return Health::NotAvailable(format!("generation {g} not observed yet (observed {o})"));
+    }
+    if let Some(rule) = rule {
+        let whole = serde_json::to_value(object).unwrap_or(Value::Null);
+        return match rule.evaluate(&whole) {
+            Ok(true) => Health::Available,
+            Ok(false) => Health::NotAvailable(format!("health rule not met: {}", rule.source())),
+            Err(why) => Health::NotAvailable(format!(
+                "health rule {} cannot tell yet: {why}",
+                rule.source()
+            )),
+        };
     }
     for bad in ["ReplicaFailure", "Failed", "Degraded"] {
         if let Some(c) = condition(&status, bad)
@@ -147,5 +167,42 @@ mod tests {
         };
         assert_eq!(health(&ds(3)), Health::Available);
         assert!(matches!(health(&ds(2)), Health::NotAvailable(_)));
+    }
+
+    #[test]
+    fn a_health_rule_replaces_the_generic_rules() {
+        let rule = HealthRule::compile("self.status.phase == 'Healthy'").expect("rule");
+        let rollout = |generation: i64, observed: i64, phase: &str| {
+            obj(
+                json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                "metadata": {"name": "web", "generation": generation},
+                "status": {"observedGeneration": observed, "phase": phase,
+                           "conditions": [{"type": "Available", "status": "False"}]}}),
+            )
+        };
+        assert_eq!(
+            health_by(&rollout(2, 2, "Healthy"), Some(&rule)),
+            Health::Available
+        );
+        assert_eq!(
+            health_by(&rollout(2, 2, "Progressing"), Some(&rule)),
+            Health::NotAvailable("health rule not met: self.status.phase == 'Healthy'".into())
+        );
+        assert!(matches!(
+            health_by(&rollout(3, 2, "Healthy"), Some(&rule)),
+            Health::NotAvailable(m) if m.contains("not observed")
+        ));
+        assert!(matches!(
+            health_by(&rollout(2, 2, "Healthy"), None),
+            Health::NotAvailable(m) if m.starts_with("Available=False")
+        ));
+        let fresh = obj(
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+            "metadata": {"name": "web"}, "status": {"observedGeneration": 1}}),
+        );
+        assert!(matches!(
+            health_by(&fresh, Some(&rule)),
+            Health::NotAvailable(m) if m.contains("cannot tell")
+        ));
     }
 }

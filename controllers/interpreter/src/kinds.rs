@@ -47,6 +47,8 @@ pub enum HubStatus {
     Ingress,
     /// `Bound` once every copy is bound.
     PersistentVolumeClaim,
+    /// The [`Interpreter::status_sums`] fields summed (a custom kind's profile).
+    Summed,
 }
 
 /// What Flotilla knows about one kind. Every method has the behaviour of a kind Flotilla knows
@@ -85,6 +87,18 @@ pub trait Interpreter: Sync {
         HubStatus::Kept
     }
 
+    /// The status fields (JSON pointers) the hub object shows summed over its copies, for
+    /// [`HubStatus::Summed`].
+    fn status_sums(&self) -> &[String] {
+        &[]
+    }
+
+    /// A CEL rule over `self` that says when a member's copy is healthy, replacing the generic
+    /// rules (see [`crate::profile::HealthRule`]).
+    fn health_rule(&self) -> Option<&str> {
+        None
+    }
+
     /// Why a member's copy (`object`, with its status) is not healthy although the generic
     /// rules of [`crate::health::health`] found nothing wrong, if it is not.
     fn unhealthy(&self, _object: &Value) -> Option<String> {
@@ -95,7 +109,17 @@ pub trait Interpreter: Sync {
 /// The interpreter of `kind` in `api_version` (e.g. `apps/v1`, `Deployment`); the generic one
 /// for a kind without one of its own.
 pub fn interpreter(api_version: &str, kind: &str) -> &'static dyn Interpreter {
-    match (api_version, kind) {
+    builtin(api_version, kind).unwrap_or(&Generic)
+}
+
+/// The generic interpreter: copied whole, the hub status left alone, the generic health rules.
+pub fn generic() -> &'static dyn Interpreter {
+    &Generic
+}
+
+/// The built-in interpreter of `kind` in `api_version`, if Flotilla has one.
+pub fn builtin(api_version: &str, kind: &str) -> Option<&'static dyn Interpreter> {
+    Some(match (api_version, kind) {
         ("apps/v1", "Deployment") => &Deployment,
         ("apps/v1", "ReplicaSet") => &ReplicaSet,
         ("apps/v1", "StatefulSet") => &StatefulSet,
@@ -107,8 +131,8 @@ pub fn interpreter(api_version: &str, kind: &str) -> &'static dyn Interpreter {
         ("networking.k8s.io/v1", "Ingress") => &Ingress,
         ("policy/v1", "PodDisruptionBudget") => &PodDisruptionBudget,
         ("autoscaling/v2", "HorizontalPodAutoscaler") => &HorizontalPodAutoscaler,
-        _ => &Generic,
-    }
+        _ => return None,
+    })
 }
 
 fn divided(scheduling: ReplicaSchedulingType) -> bool {

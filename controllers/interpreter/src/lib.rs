@@ -9,6 +9,9 @@
 //! - when a member's copy is healthy ([`Interpreter::unhealthy`], on top of the generic rules
 //!   of [`health::health`]).
 //!
+//! A custom kind gets its rules from an accepted `WorkloadProfile` ([`Profile`]), checked against
+//! the kind's negotiated schema by [`profile::check`].
+//!
 //! Kinds without an interpreter of their own get the generic one: copied whole to every chosen
 //! member, the hub object's status left alone, healthy by the generic rules.
 //! `docs/placement.md` has the table of every built-in kind.
@@ -16,5 +19,7 @@
 pub mod health;
 pub mod hub_made;
 mod kinds;
+pub mod profile;
 
-pub use kinds::{Divides, HubStatus, Interpreter, interpreter, proportional};
+pub use kinds::{Divides, HubStatus, Interpreter, builtin, generic, interpreter, proportional};
+pub use profile::{HealthRule, Kinds, Profile};

@@ -7,6 +7,7 @@
 //! | [`pull`] | `flotilla-negotiator importer`: the importer inside a pull-mode member |
 //! | [`negotiation`] | NegotiatedAPIResources: LCD, enforcement, publishing, import verdicts |
 //! | [`cluster_status`] | each Cluster's `status.resources` summary |
+//! | [`profiles`] | each WorkloadProfile's `Accepted`: its paths checked against the negotiated schema |
 //! | [`verdict`] | pure: the negotiation of one type and the verdicts it gives |
 //! | [`schemas`] | pure: a member's schema of one type from its OpenAPI v3 or CRD |
 //! | [`types`] | pure: which types are imported |
@@ -18,6 +19,7 @@ pub mod hub_importer;
 pub mod importer;
 pub mod metrics;
 pub mod negotiation;
+pub mod profiles;
 pub mod pull;
 pub mod schemas;
 pub mod types;
@@ -121,7 +123,8 @@ pub struct NegotiatorArgs {
 }
 
 /// Runs the negotiator's controllers until `ctx.shutdown`: the importer of push-mode members,
-/// the negotiation of every imported type, and the Clusters' compatibility summaries.
+/// the negotiation of every imported type, the Clusters' compatibility summaries, and the check
+/// of every WorkloadProfile.
 pub async fn run(ctx: Context, args: NegotiatorArgs) -> anyhow::Result<()> {
     let metrics =
         metrics::NegotiatorMetrics::register(ctx.metrics.registry(), ctx.metrics.prefix())?;
@@ -146,8 +149,9 @@ pub async fn run(ctx: Context, args: NegotiatorArgs) -> anyhow::Result<()> {
         shared.clone(),
         metrics,
     ));
+    let profiles = tokio::spawn(profiles::run(ctx.clone()));
     shared.mark_ready_when_synced(&ctx).await;
-    let mut results = vec![negotiation.await, status.await];
+    let mut results = vec![negotiation.await, status.await, profiles.await];
     if let Some(importer) = importer {
         results.push(importer.await);
     }

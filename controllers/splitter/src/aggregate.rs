@@ -573,6 +573,36 @@ pub fn claim_status(copies: &[JobCopy<'_>]) -> Value {
     status
 }
 
+/// The hub status of a custom kind from its copies, as its profile says: each of `sums` (JSON
+/// pointers into the status, such as `/status/readyReplicas`) summed over the copies that
+/// report it. Nothing else: the splitter does not know the kind's other status fields (an Argo
+/// Rollout's `observedGeneration` is a string).
+pub fn summed_status(copies: &[JobCopy<'_>], sums: &[String]) -> Value {
+    let mut status = json!({});
+    for pointer in sums {
+        let Some(field) = pointer.strip_prefix("/status/") else {
+            continue;
+        };
+        let total: i64 = copies
+            .iter()
+            .filter_map(|c| c.status?.pointer(&format!("/{field}"))?.as_i64())
+            .sum();
+        let mut at = &mut status;
+        let mut keys = field.split('/').peekable();
+        while let Some(key) = keys.next() {
+            if keys.peek().is_none() {
+                at[key] = json!(total);
+                break;
+            }
+            if !at[key].is_object() {
+                at[key] = json!({});
+            }
+            at = &mut at[key];
+        }
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1112,6 +1142,32 @@ mod tests {
             replicaset_status(&[copy(a, true, false), copy(b, true, false)], true, Some(4)),
             json!({"replicas": 1, "fullyLabeledReplicas": 1, "readyReplicas": 1,
                    "availableReplicas": 1, "observedGeneration": 4})
+        );
+    }
+
+    #[test]
+    fn a_custom_kind_sums_the_fields_its_profile_names() {
+        let a: &'static Value = Box::leak(Box::new(
+            json!({"readyReplicas": 2, "canary": {"weight": 10}, "phase": "Healthy"}),
+        ));
+        let b: &'static Value = Box::leak(Box::new(json!({"readyReplicas": 1})));
+        let sums = [
+            "/status/readyReplicas".to_string(),
+            "/status/canary/weight".to_string(),
+        ];
+        assert_eq!(
+            summed_status(&[reported("m1", a), reported("m2", b)], &sums),
+            json!({"readyReplicas": 3, "canary": {"weight": 10}})
+        );
+        assert_eq!(
+            summed_status(
+                &[JobCopy {
+                    cluster: "m1",
+                    status: None
+                }],
+                &sums
+            ),
+            json!({"readyReplicas": 0, "canary": {"weight": 0}})
         );
     }
 }

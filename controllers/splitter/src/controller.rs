@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use flotilla_api::{ApiResourceImport, Cluster, Placement, Work, annotations, conditions, labels};
+use flotilla_api::{
+    ApiResourceImport, Cluster, Placement, Work, WorkloadProfile, annotations, conditions, labels,
+};
 use flotilla_runtime::cache::SeenInputs;
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
@@ -76,6 +78,8 @@ pub struct Splitter {
     pub(crate) namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The hub ReplicaSet records of placed Deployments, without their pod templates.
     pub(crate) records: Store<ReplicaSet>,
+    /// The WorkloadProfiles of custom kinds (only accepted ones are used).
+    pub(crate) profiles: Store<WorkloadProfile>,
     /// The Works written by recent passes, until the cache has them.
     pub(crate) recent: Arc<RecentWrites>,
     /// Custom types found in the hub's discovery, by apiVersion and kind, each watched.
@@ -302,10 +306,30 @@ pub async fn run(
     .reflect(import_writer)
     .applied_objects()
     .predicate_filter(import_inputs, Default::default());
+    // The profiles of custom kinds: a profile accepted, changed or deleted looks at every
+    // Placement again (rare, and it may change how any of them divides).
+    let (profiles, profile_writer) = reflector::store::<WorkloadProfile>();
+    let profile_events = watcher(
+        Api::<WorkloadProfile>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(|p| p.metadata.managed_fields = None)
+    .reflect(profile_writer)
+    .touched_objects()
+    .predicate_filter(profile_inputs, Default::default());
     let every = placements.clone();
+    let every_again = placements.clone();
     let controller = Controller::for_stream(placement_events, placements)
         .watches_stream(import_events, move |_: ApiResourceImport| {
             every
+                .state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(profile_events, move |_: WorkloadProfile| {
+            every_again
                 .state()
                 .iter()
                 .map(|p| ObjectRef::from_obj(&**p))
@@ -344,6 +368,8 @@ pub async fn run(
             // Nor before the Deployments' records are known: one not seen yet would be
             // numbered anew.
             flotilla_runtime::cache::wait_until_synced(&records).await;
+            // Nor before the profiles are known: a divided custom kind would be copied whole.
+            flotilla_runtime::cache::wait_until_synced(&profiles).await;
             // Nor before every Cluster is known: one not seen yet would look deleted.
             if let Some(all) = &all_clusters {
                 flotilla_runtime::cache::wait_until_synced(all).await;
@@ -360,6 +386,7 @@ pub async fn run(
         imports,
         namespaces,
         records,
+        profiles,
         recent,
         types: Default::default(),
         absent: Default::default(),
@@ -456,6 +483,14 @@ where
 }
 
 /// What of an import the per-object check reads: its schema and its `Compatible` verdict.
+/// What of a profile the splitter reads: its spec (generation) and whether it is accepted.
+fn profile_inputs(profile: &WorkloadProfile) -> Option<u64> {
+    let accepted = profile.accepted();
+    Some(flotilla_api::names::fnv1a(
+        format!("{:?}/{accepted}", profile.metadata.generation).bytes(),
+    ))
+}
+
 fn import_inputs(import: &ApiResourceImport) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use flotilla_api::placement::{DEFAULT_TYPES, ResourceSelector};
-use flotilla_api::{Placement, Work, annotations, labels, names};
+use flotilla_api::{Placement, Work, WorkloadProfile, annotations, labels, names};
+use flotilla_interpreter::{Kinds, Profile};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::reflector::ObjectRef;
@@ -184,6 +185,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
         .collect();
     Observation {
+        kinds: kinds(&state.profiles.state()),
         records,
         namespace_labels,
         placement,
@@ -200,6 +202,21 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         absent_since,
         others,
     }
+}
+
+/// The interpreter of every kind: the built-in ones and those of accepted `profiles` (the oldest
+/// of a kind, should two be accepted at once).
+pub fn kinds(profiles: &[Arc<WorkloadProfile>]) -> Kinds {
+    let mut accepted: Vec<&Arc<WorkloadProfile>> =
+        profiles.iter().filter(|p| p.accepted()).collect();
+    accepted.sort_by_key(|p| (p.metadata.creation_timestamp.clone(), p.name_any()));
+    Kinds::new(accepted.into_iter().map(|p| {
+        (
+            p.spec.group.clone(),
+            p.spec.kind.clone(),
+            Profile::new(&p.spec),
+        )
+    }))
 }
 
 /// The types a Placement selects, as API resources, each once, with the selectors naming a type

@@ -25,14 +25,14 @@ use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 
 use flotilla_interpreter::hub_made::made_by_the_hub;
-use flotilla_interpreter::{Divides, HubStatus, interpreter};
+use flotilla_interpreter::{Divides, HubStatus, Kinds, builtin};
 
 use crate::compatibility::MemberSchema;
 use crate::division::{Candidate, Division, divide};
 use crate::eligibility::{Selection, select};
 use crate::ordinals::{Held, Layout, Range, lay_out};
 use crate::references::{Reference, references};
-use crate::render::{Origin, Share, bundle, kind_of, member_manifest};
+use crate::render::{Origin, Share, bundle, member_manifest};
 use crate::specificity::{Selectable, specificity, winner};
 
 /// How long the Works of an object that is no longer on the hub wait before they are deleted:
@@ -174,6 +174,8 @@ pub struct Observation {
     /// The hub ReplicaSet records of the namespace's Deployments (see [`crate::history`]), as
     /// cached: without their pod templates.
     pub records: Vec<Arc<k8s_openapi::api::apps::v1::ReplicaSet>>,
+    /// The interpreter of every kind: built in, or from an accepted WorkloadProfile.
+    pub kinds: Kinds,
 }
 
 /// A Work of another Placement of the namespace.
@@ -309,8 +311,12 @@ pub struct Divided {
 pub struct Aggregated {
     pub key: ObjectKey,
     pub object: DynamicObject,
+    /// Its type on the hub.
+    pub resource: ApiResource,
     /// How the copies' statuses combine.
     pub status: HubStatus,
+    /// For [`HubStatus::Summed`]: the status fields summed (JSON pointers).
+    pub sums: Vec<String>,
     /// Each copy runs the whole object (it is not divided).
     pub duplicated: bool,
     pub clusters: Vec<String>,
@@ -525,6 +531,7 @@ fn spec_digest_with<'a>(
         conflict_policy: spec.conflict_policy,
         ignore_fields: spec.ignore_fields.clone(),
         namespace_labels: spec.namespace_labels.clone(),
+        health: spec.health.clone(),
     };
     let json = serde_json::to_string(&empty)?;
     // `manifests` is the spec's first field: `{"manifests":[],...}`.
@@ -570,19 +577,56 @@ pub fn lean(work: &mut Work) {
         .unwrap_or_else(|_| spec_digest(&work.spec));
     for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
         let digest = digest(json.as_bytes());
-        let share = Share::of(m);
+        // A built-in kind keeps its share; another kind (its profile is not known here) every
+        // integer of its spec, where its profile's replica path may be.
+        let kind = m
+            .types
+            .as_ref()
+            .and_then(|t| builtin(&t.api_version, &t.kind));
+        let lean_data = match kind {
+            Some(kind) => {
+                let mut data = serde_json::json!({});
+                Share::of(kind, m).write(&mut data, kind);
+                data
+            }
+            None => serde_json::json!({ "spec": integers(&m.data["spec"], LEAN_INTEGERS) }),
+        };
         m.metadata = kube::api::ObjectMeta {
             name: m.metadata.name.take(),
             namespace: m.metadata.namespace.take(),
             annotations: Some([(CACHED_MANIFEST_DIGEST.to_string(), digest)].into()),
             ..Default::default()
         };
-        let mut data = serde_json::json!({});
-        share.write(&mut data, kind_of(m));
-        m.data = data;
+        m.data = lean_data;
     }
     work.annotations_mut()
         .insert(CACHED_SPEC_DIGEST.to_string(), whole);
+}
+
+/// The most integers of a custom kind's spec a lean Work manifest keeps.
+const LEAN_INTEGERS: usize = 16;
+
+/// The integer fields of `value` (through objects, not arrays), at most `budget` of them, in
+/// the objects they are in: `{"replicas": 3, "workers": {"count": 2}}`.
+fn integers(value: &Value, budget: usize) -> Value {
+    fn walk(value: &Value, left: &mut usize) -> Option<Value> {
+        match value {
+            Value::Number(n) if n.is_u64() || n.is_i64() => {
+                *left = left.checked_sub(1)?;
+                Some(value.clone())
+            }
+            Value::Object(map) => {
+                let kept: serde_json::Map<String, Value> = map
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), walk(v, left)?)))
+                    .collect();
+                (!kept.is_empty()).then_some(Value::Object(kept))
+            }
+            _ => None,
+        }
+    }
+    let mut left = budget;
+    walk(value, &mut left).unwrap_or_else(|| serde_json::json!({}))
 }
 
 /// The digest of a hub Work's spec: as its cache entry recorded it, or of the spec itself.
@@ -634,9 +678,16 @@ struct Holder<'a> {
 }
 
 impl<'a> Holder<'a> {
-    fn of(work: &'a Work) -> Option<Self> {
+    fn of(work: &'a Work, kinds: &Kinds) -> Option<Self> {
         let cluster = work.cluster_name()?;
-        let share = Share::of;
+        let share = |m: &DynamicObject| {
+            let t = m.types.as_ref();
+            let kind = kinds.of(
+                t.map_or("", |t| t.api_version.as_str()),
+                t.map_or("", |t| t.kind.as_str()),
+            );
+            Share::of(kind, m)
+        };
         let index = work
             .labels()
             .get(labels::BUNDLE)
@@ -747,12 +798,16 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         .map(|p| &**p)
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .collect();
-    let holders: Vec<Holder> = obs.works.iter().filter_map(|w| Holder::of(w)).collect();
+    let holders: Vec<Holder> = obs
+        .works
+        .iter()
+        .filter_map(|w| Holder::of(w, &obs.kinds))
+        .collect();
     // The other Placements' Works, and whether each one's Placement is gone.
     let others: Vec<(bool, Holder)> = obs
         .others
         .iter()
-        .filter_map(|o| Some((o.orphaned, Holder::of(&o.work)?)))
+        .filter_map(|o| Some((o.orphaned, Holder::of(&o.work, &obs.kinds)?)))
         .collect();
     // Whether another Placement's Work holds copy `key` and its member reports it applied: a
     // copy handed over leaves this Placement's Work then.
@@ -795,6 +850,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
 
     for listed in &obs.types {
         let ar = &listed.resource;
+        let kind = obs.kinds.of(&ar.api_version, &ar.kind);
         let member_schemas: BTreeMap<&str, MemberSchema> = selection
             .candidates
             .iter()
@@ -851,7 +907,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 }
             }
             placing.insert(key.clone());
-            let manifest = member_manifest(&object, Share::default());
+            let manifest = member_manifest(kind, &object, Share::default());
             let mut excluded_here: Vec<ClusterExclusion> = Vec::new();
             let candidates: Vec<Candidate> = selection
                 .candidates
@@ -875,7 +931,6 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 })
                 .cloned()
                 .collect();
-            let kind = interpreter(&ar.api_version, &ar.kind);
             let divides = kind.divides(&object.data, spec.replica_scheduling.type_);
             let number = |pointer: &str| {
                 object
@@ -988,7 +1043,9 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             for (cluster, n) in &division {
                 let copy = CopyKey::new(key.clone(), cluster);
                 let share = match (divides, &layout) {
-                    (Divides::Replicas | Divides::Completions, _) => Share::of_count(&object, *n),
+                    (Divides::Replicas | Divides::Completions, _) => {
+                        Share::of_count(kind, &object, *n)
+                    }
                     (Divides::Ordinals, Some(l)) => {
                         Share::ordinals(l.ranges.get(cluster).copied().unwrap_or_default())
                     }
@@ -1002,7 +1059,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 if divided && *n == 0 && !(live(&copy) && (scaled_to_zero || letting_go)) {
                     continue;
                 }
-                wanted.insert(copy, Entry::new(member_manifest(&object, share))?);
+                wanted.insert(copy, Entry::new(member_manifest(kind, &object, share))?);
                 let counted = matches!(
                     divides,
                     Divides::Replicas | Divides::Ordinals | Divides::Completions
@@ -1019,12 +1076,15 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             | HubStatus::CronJob
             | HubStatus::Service
             | HubStatus::Ingress
-            | HubStatus::PersistentVolumeClaim) = kind.hub_status()
+            | HubStatus::PersistentVolumeClaim
+            | HubStatus::Summed) = kind.hub_status()
             {
                 out.aggregated.push(Aggregated {
                     key: key.clone(),
                     object: object.clone(),
+                    resource: ar.clone(),
                     status,
+                    sums: kind.status_sums().to_vec(),
                     duplicated: !divided,
                     clusters: decision
                         .clusters
@@ -1087,7 +1147,11 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         for cluster in on {
             wanted.insert(
                 CopyKey::new(key.clone(), &cluster),
-                Entry::new(member_manifest(&object, Share::default()))?,
+                Entry::new(member_manifest(
+                    obs.kinds.of(&ar.api_version, &ar.kind),
+                    &object,
+                    Share::default(),
+                ))?,
             );
             decision.clusters.push(ClusterDecision {
                 cluster,
@@ -1160,8 +1224,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             kept.insert(key.clone(), why);
             if let Some(object) = seen.get(&key.object) {
                 // As its member runs it: its share of a divided object.
-                let divides = interpreter(&key.object.api_version, &key.object.kind)
-                    .divides(&object.data, spec.replica_scheduling.type_);
+                let kind = obs.kinds.of(&key.object.api_version, &key.object.kind);
+                let divides = kind.divides(&object.data, spec.replica_scheduling.type_);
                 let share = match previous.get(key) {
                     Some(s) if divides != Divides::Not => *s,
                     _ => Share::default(),
@@ -1171,7 +1235,10 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     api_version: key.object.api_version.clone(),
                     kind: key.object.kind.clone(),
                 });
-                retained.insert(key.clone(), Entry::new(member_manifest(&object, share))?);
+                retained.insert(
+                    key.clone(),
+                    Entry::new(member_manifest(kind, &object, share))?,
+                );
             }
             Ok::<_, serde_json::Error>(())
         };
@@ -1415,6 +1482,12 @@ fn pack(
                 namespace_labels: obs.namespace_labels.as_ref(),
             };
             let mut work = bundle(&origin, shelf, index, Vec::new(), &replaced);
+            // A custom kind's health rule, from its profile, for the syncer.
+            work.spec.health = obs
+                .kinds
+                .of(&shelf.api_version, &shelf.kind)
+                .health_rule()
+                .map(str::to_string);
             let digest = spec_digest_with(&work.spec, manifests.iter().map(|e| &*e.json))?;
             let id = key_of(&work);
             for key in keys.iter().filter(|k| wanted_keys.contains(*k)) {

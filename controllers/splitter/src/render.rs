@@ -7,7 +7,6 @@ use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, label
 use std::collections::BTreeMap;
 
 use crate::plan::Shelf;
-use flotilla_interpreter::hub_made::strip_allocated;
 use flotilla_interpreter::{Interpreter, interpreter};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
@@ -62,17 +61,18 @@ impl Share {
         }
     }
 
-    /// `n` of the divided count of `object` (the hub object), with the count that follows it.
-    pub fn of_count(object: &DynamicObject, n: u32) -> Self {
+    /// `n` of the divided count of `object` (the hub object, of `kind`), with the count that
+    /// follows it.
+    pub fn of_count(kind: &dyn Interpreter, object: &DynamicObject, n: u32) -> Self {
         Self {
             replicas: Some(n),
             ordinals_start: None,
-            follower: kind_of(object).follower(&object.data, n),
+            follower: kind.follower(&object.data, n),
         }
     }
 
-    /// The share a member's manifest (`object`, with its type) asks for.
-    pub fn of(object: &DynamicObject) -> Self {
+    /// The share a member's manifest (`object`, of `kind`) asks for.
+    pub fn of(kind: &dyn Interpreter, object: &DynamicObject) -> Self {
         let number = |pointer: &str| {
             object
                 .data
@@ -80,7 +80,6 @@ impl Share {
                 .and_then(Value::as_u64)
                 .and_then(|n| u32::try_from(n).ok())
         };
-        let kind = kind_of(object);
         Self {
             replicas: number(kind.replicas_pointer()),
             ordinals_start: number(ORDINALS_START),
@@ -109,7 +108,8 @@ impl Share {
     }
 }
 
-/// The interpreter of `object`'s kind (the generic one when it has no type).
+/// The built-in interpreter of `object`'s kind (the generic one when it has no type, or a kind
+/// without built-in rules).
 pub fn kind_of(object: &DynamicObject) -> &'static dyn Interpreter {
     object.types.as_ref().map_or(interpreter("", ""), |t| {
         interpreter(&t.api_version, &t.kind)
@@ -137,19 +137,17 @@ fn set(data: &mut Value, pointer: &str, value: Value) {
     }
 }
 
-/// The manifest for a member: the hub object without hub-only metadata, status and the values
-/// the hub's apiserver allocated (see [`flotilla_interpreter::hub_made`]), with the member's
-/// `share` of it.
-pub fn member_manifest(object: &DynamicObject, share: Share) -> Value {
+/// The manifest for a member: the hub object (of `kind`) without hub-only metadata, status and
+/// the values the hub's apiserver allocated (see [`flotilla_interpreter::hub_made`]), with the
+/// member's `share` of it.
+pub fn member_manifest(kind: &dyn Interpreter, object: &DynamicObject, share: Share) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
-    if let Some(types) = &object.types {
-        let managed = object
-            .metadata
-            .managed_fields
-            .as_deref()
-            .unwrap_or_default();
-        strip_allocated(&types.api_version, &types.kind, &mut value, managed);
-    }
+    let managed = object
+        .metadata
+        .managed_fields
+        .as_deref()
+        .unwrap_or_default();
+    kind.prune(&mut value, managed);
     if let Some(obj) = value.as_object_mut() {
         obj.remove("status");
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -167,7 +165,7 @@ pub fn member_manifest(object: &DynamicObject, share: Share) -> Value {
         }
     }
     if value.get("spec").is_some_and(Value::is_object) {
-        share.write(&mut value, kind_of(object));
+        share.write(&mut value, kind);
     }
     value
 }
@@ -206,6 +204,7 @@ pub fn bundle(
             conflict_policy: spec.conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
             namespace_labels: namespace_labels.cloned(),
+            health: None,
         },
     );
     let labels = [
@@ -265,7 +264,7 @@ mod tests {
 
     #[test]
     fn the_member_gets_the_object_without_hub_metadata_and_with_its_share() {
-        let m = member_manifest(&deployment(), Share::replicas(4));
+        let m = member_manifest(kind_of(&deployment()), &deployment(), Share::replicas(4));
         assert_eq!(m["spec"]["replicas"], 4);
         assert!(m.get("status").is_none());
         let meta = &m["metadata"];
@@ -275,7 +274,7 @@ mod tests {
         assert_eq!(meta["annotations"], json!({"team": "a"}));
         assert_eq!(meta["labels"]["app"], "web");
         assert_eq!(
-            member_manifest(&deployment(), Share::default())["spec"]["replicas"],
+            member_manifest(kind_of(&deployment()), &deployment(), Share::default())["spec"]["replicas"],
             10
         );
     }
@@ -289,20 +288,21 @@ mod tests {
         }))
         .expect("statefulset");
         let share = Share::ordinals(crate::ordinals::Range::new(4, 2));
-        let m = member_manifest(&sts, share);
+        let m = member_manifest(kind_of(&sts), &sts, share);
         assert_eq!(m["spec"]["replicas"], 2);
         assert_eq!(m["spec"]["ordinals"], json!({"start": 4}));
         assert_eq!(share_of(&m), share);
         assert_eq!(share_of(&m).range(), crate::ordinals::Range::new(4, 2));
         // The hub's own start travels when the object is not divided.
         assert_eq!(
-            member_manifest(&sts, Share::default())["spec"]["ordinals"]["start"],
+            member_manifest(kind_of(&sts), &sts, Share::default())["spec"]["ordinals"]["start"],
             2
         );
     }
 
     fn share_of(manifest: &Value) -> Share {
-        Share::of(&serde_json::from_value(manifest.clone()).expect("manifest"))
+        let object: DynamicObject = serde_json::from_value(manifest.clone()).expect("manifest");
+        Share::of(kind_of(&object), &object)
     }
 
     #[test]
@@ -313,8 +313,8 @@ mod tests {
             "spec": {"completions": 6, "parallelism": 3, "template": {"spec": {}}}
         }))
         .expect("job");
-        let share = Share::of_count(&job, 2);
-        let m = member_manifest(&job, share);
+        let share = Share::of_count(kind_of(&job), &job, 2);
+        let m = member_manifest(kind_of(&job), &job, share);
         assert_eq!(m["spec"]["completions"], 2);
         assert_eq!(m["spec"]["parallelism"], 1);
         assert!(m["spec"].get("replicas").is_none(), "{m}");
@@ -329,7 +329,7 @@ mod tests {
             "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "web"}}}
         }))
         .expect("pdb");
-        let m = member_manifest(&pdb, Share::replicas(2));
+        let m = member_manifest(kind_of(&pdb), &pdb, Share::replicas(2));
         assert_eq!(m["spec"]["minAvailable"], 2);
         assert!(m["spec"].get("replicas").is_none(), "{m}");
         assert_eq!(share_of(&m), Share::replicas(2));
@@ -346,7 +346,7 @@ mod tests {
                      "ports": [{"port": 80, "protocol": "TCP", "nodePort": 31000}]}
         }))
         .expect("service");
-        let m = member_manifest(&service, Share::default());
+        let m = member_manifest(kind_of(&service), &service, Share::default());
         assert!(m["spec"].get("clusterIP").is_none(), "{m}");
         assert!(m["spec"]["ports"][0].get("nodePort").is_none(), "{m}");
         assert!(m["metadata"].get("managedFields").is_none(), "{m}");
@@ -360,9 +360,12 @@ mod tests {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
         };
-        let manifest: DynamicObject =
-            serde_json::from_value(member_manifest(&deployment(), Share::replicas(4)))
-                .expect("manifest");
+        let manifest: DynamicObject = serde_json::from_value(member_manifest(
+            kind_of(&deployment()),
+            &deployment(),
+            Share::replicas(4),
+        ))
+        .expect("manifest");
         let labels = [(
             "pod-security.kubernetes.io/enforce".to_string(),
             "restricted".to_string(),

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::aggregate::{
     CountedCopy, JobCopy, claim_status, copy_of, cronjob_status, daemonset_status,
     deployment_status, furthest_behind, job_status, max_surge, max_unavailable, replicaset_status,
-    service_status, statefulset_status,
+    service_status, statefulset_status, summed_status,
 };
 use crate::history::{RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status};
 use crate::observe::resource;
@@ -571,19 +571,14 @@ async fn write_batch_statuses(
     let params = PatchParams::apply(field_managers::SPLITTER).force();
     for job in &plan.aggregated {
         let kind = job.key.kind.as_str();
-        let resource = match job.status {
-            HubStatus::Job => resource("batch", "v1", "Job", "jobs"),
-            HubStatus::CronJob => resource("batch", "v1", "CronJob", "cronjobs"),
-            HubStatus::DaemonSet => resource("apps", "v1", "DaemonSet", "daemonsets"),
-            HubStatus::ReplicaSet => resource("apps", "v1", "ReplicaSet", "replicasets"),
-            HubStatus::Service => resource("", "v1", "Service", "services"),
-            HubStatus::Ingress => resource("networking.k8s.io", "v1", "Ingress", "ingresses"),
-            HubStatus::PersistentVolumeClaim => {
-                resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
-            }
-            HubStatus::Kept | HubStatus::Deployment | HubStatus::StatefulSet => continue,
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
+        if matches!(
+            job.status,
+            HubStatus::Kept | HubStatus::Deployment | HubStatus::StatefulSet
+        ) {
+            continue;
+        }
+        let resource = &job.resource;
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
         let copies: Vec<JobCopy<'_>> = job
             .clusters
             .iter()
@@ -627,6 +622,7 @@ async fn write_batch_statuses(
             }
             HubStatus::Service | HubStatus::Ingress => service_status(&copies),
             HubStatus::PersistentVolumeClaim => claim_status(&copies),
+            HubStatus::Summed => summed_status(&copies, &job.sums),
             _ => cronjob_status(&copies, old),
         };
         keep_condition_times(&mut status, old);

@@ -284,6 +284,7 @@ mod tests {
                 conflict_policy: Default::default(),
                 ignore_fields: ignore,
                 namespace_labels: Default::default(),
+                health: None,
             },
         );
         w.metadata = ObjectMeta {

@@ -262,6 +262,7 @@ mod tests {
                 conflict_policy: Default::default(),
                 ignore_fields: vec![],
                 namespace_labels: Default::default(),
+                health: None,
             },
         );
         w.metadata.namespace = Some("flotilla-cluster-m1".into());

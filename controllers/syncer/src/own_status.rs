@@ -108,6 +108,7 @@ mod tests {
                 conflict_policy: Default::default(),
                 ignore_fields: vec![],
                 namespace_labels: Default::default(),
+                health: None,
             },
         );
         w.metadata.uid = Some("u-1".into());

@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::apply::Outcome;
 
 pub use flotilla_api::condition::Verdict;
-use flotilla_interpreter::health::{Health, health};
+use flotilla_interpreter::HealthRule;
+use flotilla_interpreter::health::{Health, health_by};
 
 /// The status of manifest `ordinal` as observed in the member: the object's `status` as the
 /// member reports it, its generations and resourceVersion.
@@ -51,13 +52,14 @@ pub fn manifest_entry(
     identity: &ManifestIdentity,
     outcome: &Outcome,
     previous: Option<&ManifestStatus>,
+    rule: Option<&HealthRule>,
     now: Timestamp,
 ) -> ManifestStatus {
     let mut entry = match outcome {
         Outcome::Applied(object) | Outcome::Unchanged(object) => {
             let mut entry = manifest_status(ordinal, identity, object);
             entry.applied = ConditionStatus::True;
-            let (available, why) = match health(object) {
+            let (available, why) = match health_by(object, rule) {
                 Health::Available => (ConditionStatus::True, None),
                 Health::NotAvailable(m) => {
                     (ConditionStatus::False, Some((reasons::NOT_AVAILABLE, m)))
@@ -115,7 +117,10 @@ pub fn same_ignoring_times(a: &WorkStatus, b: &WorkStatus) -> bool {
 }
 
 /// The Work's conditions from the outcome of every manifest (in order).
-pub fn work_conditions(outcomes: &[(ManifestIdentity, Outcome)]) -> [Verdict; 3] {
+pub fn work_conditions(
+    outcomes: &[(ManifestIdentity, Outcome)],
+    rule: Option<&HealthRule>,
+) -> [Verdict; 3] {
     let total = outcomes.len();
     let conflicts: Vec<&str> = outcomes
         .iter()
@@ -167,7 +172,7 @@ pub fn work_conditions(outcomes: &[(ManifestIdentity, Outcome)]) -> [Verdict; 3]
         )
     };
 
-    let healths: Vec<Health> = applied.iter().map(|o| health(o)).collect();
+    let healths: Vec<Health> = applied.iter().map(|o| health_by(o, rule)).collect();
     let degraded: Vec<&str> = healths
         .iter()
         .filter_map(|h| match h {
@@ -256,14 +261,14 @@ mod tests {
     #[test]
     fn conditions_name_conflicts_and_failures() {
         let ok = (id(), Outcome::Applied(Box::new(deployment(1, 1, "True"))));
-        let [a, v, d] = work_conditions(std::slice::from_ref(&ok));
+        let [a, v, d] = work_conditions(std::slice::from_ref(&ok), None);
         assert_eq!((a.status, v.status, d.status), ("True", "True", "False"));
 
         let conflict = (
             id(),
             Outcome::Conflict("Deployment.apps shop/web exists".into()),
         );
-        let [a, v, _] = work_conditions(&[ok.clone(), conflict]);
+        let [a, v, _] = work_conditions(&[ok.clone(), conflict], None);
         assert_eq!((a.status, a.reason), ("False", reasons::CONFLICT));
         assert!(a.message.contains("shop/web"));
         assert_eq!(v.status, "Unknown");
@@ -275,7 +280,7 @@ mod tests {
                 message: "spec.replicas: Invalid".into(),
             },
         );
-        let [a, _, _] = work_conditions(&[ok, failed]);
+        let [a, _, _] = work_conditions(&[ok, failed], None);
         assert_eq!((a.status, a.reason), ("False", reasons::APPLY_FAILED));
         assert!(
             a.message
@@ -292,6 +297,7 @@ mod tests {
                 0,
                 &id(),
                 &Outcome::Applied(Box::new(deployment(4, 4, "True"))),
+                None,
                 None,
                 Timestamp::from_second(secs).expect("time"),
             );
@@ -336,6 +342,7 @@ mod tests {
             &id(),
             &Outcome::Applied(Box::new(deployment(1, 1, "True"))),
             None,
+            None,
             at(1),
         );
         assert_eq!(
@@ -350,6 +357,7 @@ mod tests {
             &id(),
             &Outcome::Unchanged(Box::new(deployment(1, 1, "True"))),
             Some(&ok),
+            None,
             at(2),
         );
         assert_eq!(again.last_transition_time, Some(Time(at(1))));
@@ -359,6 +367,7 @@ mod tests {
             &id(),
             &Outcome::Applied(Box::new(deployment(2, 1, "True"))),
             Some(&ok),
+            None,
             at(2),
         );
         assert_eq!(
@@ -387,7 +396,7 @@ mod tests {
             reason: reasons::APPLY_FAILED,
             message: "spec.replicas: Invalid".into(),
         };
-        let failed = manifest_entry(0, &id(), &refused, Some(&ok), at(3));
+        let failed = manifest_entry(0, &id(), &refused, Some(&ok), None, at(3));
         assert_eq!(
             (failed.applied, failed.reason.as_deref()),
             (ConditionStatus::False, Some(reasons::APPLY_FAILED))
@@ -408,6 +417,7 @@ mod tests {
             0,
             &id(),
             &Outcome::Conflict("is managed by Work x".into()),
+            None,
             None,
             at(3),
         );
@@ -432,6 +442,7 @@ mod tests {
             7,
             &identity,
             &Outcome::Applied(Box::new(cm)),
+            None,
             None,
             Timestamp::from_second(1_800_000_000).expect("time"),
         );

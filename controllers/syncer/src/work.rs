@@ -41,6 +41,7 @@ use crate::shard::{self, ShardConfig, Shards};
 use crate::status::{Verdict, manifest_entry, same_ignoring_times, work_conditions};
 use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
 use crate::watches::{MemberWatches, Use};
+use flotilla_interpreter::HealthRule;
 
 /// Why a reconciliation failed.
 #[derive(Debug, thiserror::Error)]
@@ -768,6 +769,13 @@ async fn apply(
     let mut applied_count = 0;
     let mut ready = Vec::new();
     let prepared_all = prepare(work);
+    // The Work's health rule (a custom kind's, from its WorkloadProfile); one that does not
+    // compile leaves the generic rules, and says so.
+    let rule = work.spec.health.as_deref().and_then(|source| {
+        HealthRule::compile(source)
+            .inspect_err(|e| tracing::warn!(work = %work_ref, error = %e, "invalid health rule"))
+            .ok()
+    });
     let to_remove = removed(&status, &prepared_all);
     for prepared in prepared_all {
         match prepared {
@@ -830,6 +838,7 @@ async fn apply(
             &prepared.identity,
             &outcome,
             before,
+            rule.as_ref(),
             now,
         ));
         outcomes.push((prepared.identity, outcome));
@@ -853,7 +862,7 @@ async fn apply(
     if applied_count == outcomes.len() {
         state.tracking.applied(&key, work.metadata.generation);
     }
-    let verdicts = work_conditions(&outcomes);
+    let verdicts = work_conditions(&outcomes, rule.as_ref());
     for v in &verdicts {
         let before = status.conditions.iter().find(|c| c.type_ == v.type_);
         if before.is_some_and(|c| c.status == v.status && c.reason == v.reason) {

@@ -178,6 +178,7 @@ fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
                 "StatefulSet" => resource("apps", "v1", "StatefulSet", "statefulsets"),
                 "Job" => resource("batch", "v1", "Job", "jobs"),
                 "CronJob" => resource("batch", "v1", "CronJob", "cronjobs"),
+                "Pipeline" => resource("example.com", "v1", "Pipeline", "pipelines"),
                 _ => resource("", "v1", "ConfigMap", "configmaps"),
             },
             objects,
@@ -207,6 +208,7 @@ fn mk_observation(
         others: Vec::new(),
         namespace_labels: None,
         records: Vec::new(),
+        kinds: flotilla_interpreter::Kinds::default(),
     }
 }
 
@@ -297,6 +299,7 @@ fn a_specs_digest_from_its_manifests_json_is_its_digest() {
     .into_iter()
     .map(|o| {
         serde_json::from_value(crate::render::member_manifest(
+            crate::render::kind_of(&o),
             &o,
             crate::render::Share::default(),
         ))
@@ -326,6 +329,7 @@ fn a_specs_digest_from_its_manifests_json_is_its_digest() {
                 conflict_policy: Default::default(),
                 ignore_fields: ignore_fields.clone(),
                 namespace_labels: Default::default(),
+                health: None,
             };
             assert_eq!(
                 spec_digest_with(&spec, json[..n].iter().map(String::as_str)).expect("digest"),
@@ -735,7 +739,7 @@ fn ranges(p: &Plan) -> String {
                 .iter()
                 .find(|m| m.metadata.name.as_deref() == Some(key.object.name.as_str()))
                 .expect("the copy's manifest");
-            let share = crate::render::Share::of(m);
+            let share = crate::render::Share::of(crate::render::kind_of(m), m);
             assert_eq!(share, crate::render::Share::ordinals(range), "{key:?}");
         }
         out.push(format!("{}={}", key.cluster, range.describe()));
@@ -1539,4 +1543,87 @@ fn an_indexed_job_or_a_cronjob_runs_on_one_member_and_moves_when_it_fails() {
         "the old copy stays until the new one is available: {:?}",
         moving.kept
     );
+}
+
+/// The profile of the custom kind Pipeline: workers divided, ready workers summed, healthy once
+/// one is ready.
+fn pipeline_kinds() -> flotilla_interpreter::Kinds {
+    let spec: flotilla_api::WorkloadProfileSpec = serde_json::from_value(json!({
+        "group": "example.com", "kind": "Pipeline", "replicas": ".spec.workers.count",
+        "statusSums": [".status.readyWorkers"], "health": "self.status.readyWorkers > 0"}))
+    .expect("profile");
+    flotilla_interpreter::Kinds::new([(
+        "example.com".to_string(),
+        "Pipeline".to_string(),
+        flotilla_interpreter::Profile::new(&spec),
+    )])
+}
+
+fn mk_pipeline(workers: u32) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Pipeline",
+        "metadata": {"name": "etl", "namespace": "shop", "uid": "u-etl", "generation": 1},
+        "spec": {"workers": {"count": workers, "image": "etl:1"}, "source": "s3://in"},
+    }))
+    .expect("pipeline")
+}
+
+#[test]
+fn a_custom_kind_with_a_profile_divides_at_its_path_and_its_works_carry_the_health_rule() {
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Divided", "division": "Even"}}),
+    );
+    let mut obs = mk_observation(placement.clone(), three(), vec![mk_pipeline(5)], vec![]);
+    obs.kinds = pipeline_kinds();
+    let first = plan(&obs).expect("plan");
+    assert_eq!(placed(&first, "etl"), "m1=2 m2=2 m3=1");
+    for work in first.wanted.values() {
+        assert_eq!(
+            work.spec.health.as_deref(),
+            Some("self.status.readyWorkers > 0")
+        );
+        let m = &work.spec.manifests[0];
+        assert_eq!(
+            m.data["spec"]["workers"]["image"], "etl:1",
+            "the rest is the hub's"
+        );
+        assert!(m.data["spec"].get("replicas").is_none(), "{m:?}");
+    }
+    assert_eq!(
+        first
+            .aggregated
+            .iter()
+            .map(|a| a.sums.clone())
+            .collect::<Vec<_>>(),
+        vec![vec!["/status/readyWorkers".to_string()]]
+    );
+
+    // The cache keeps the integers of a custom kind's spec, so the next pass knows each share.
+    let cached = as_written(&first, true, true);
+    let m = &cached[0].spec.manifests[0];
+    assert_eq!(
+        m.data,
+        json!({"spec": {"workers": {"count": m.data["spec"]["workers"]["count"]}}})
+    );
+    let mut again = mk_observation(placement.clone(), three(), vec![mk_pipeline(5)], cached);
+    again.kinds = pipeline_kinds();
+    let again = plan(&again).expect("plan");
+    assert!(
+        again.writes.is_empty(),
+        "nothing changed: {:?}",
+        again.writes
+    );
+
+    // Without the profile (not accepted, deleted) the kind is copied whole, as any other.
+    let whole = plan(&mk_observation(
+        placement,
+        three(),
+        vec![mk_pipeline(5)],
+        vec![],
+    ))
+    .expect("plan");
+    assert_eq!(placed(&whole, "etl"), "m1=- m2=- m3=-");
+    assert!(whole.wanted.values().all(|w| w.spec.health.is_none()));
 }

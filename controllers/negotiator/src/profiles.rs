@@ -1,0 +1,342 @@
+//! WorkloadProfiles: each checked against the negotiated schema of its kind, with the verdict in
+//! its `Accepted` condition (and a Warning event naming the field when it is refused). The
+//! splitter and the syncer use only accepted profiles.
+//!
+//! A profile is checked again when it changes and when a NegotiatedAPIResource changes (the kind
+//! gets negotiated, or its schema narrows so that a path is gone).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_api::condition::{ConditionStatus, new_condition, set_condition};
+use flotilla_api::{NegotiatedApiResource, WorkloadProfile, conditions, field_managers, reasons};
+use flotilla_interpreter::profile::{Rejection, check};
+use flotilla_runtime::{Context, ErrorCategory};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+/// The verdict on `profile`, given every profile and every NegotiatedAPIResource: the names of
+/// the NegotiatedAPIResources it was checked against, or why it cannot be used.
+pub fn verdict(
+    profile: &WorkloadProfile,
+    profiles: &[Arc<WorkloadProfile>],
+    negotiated: &[Arc<NegotiatedApiResource>],
+) -> Result<String, Rejection> {
+    let spec = &profile.spec;
+    let age = |p: &WorkloadProfile| (p.metadata.creation_timestamp.clone(), p.name_any());
+    if let Some(older) = profiles
+        .iter()
+        .find(|p| p.spec.group == spec.group && p.spec.kind == spec.kind && age(p) < age(profile))
+    {
+        return Err(Rejection {
+            reason: reasons::DUPLICATE,
+            message: format!(
+                "WorkloadProfile {} (older) already describes {} {}",
+                older.name_any(),
+                spec.group,
+                spec.kind
+            ),
+        });
+    }
+    let mut of_kind: Vec<&NegotiatedApiResource> = negotiated
+        .iter()
+        .map(|n| &**n)
+        .filter(|n| {
+            let r = &n.spec.resource;
+            r.group_version.group == spec.group && r.names.kind == spec.kind
+        })
+        .collect();
+    of_kind.sort_by_key(|n| n.name_any());
+    if of_kind.is_empty() {
+        return Err(Rejection {
+            reason: reasons::NO_NEGOTIATED_SCHEMA,
+            message: format!(
+                "no NegotiatedAPIResource of {} {} yet: a Placement must select the kind (or the \
+                 negotiator's --extra-type name it) for the members' schemas to be imported",
+                spec.group, spec.kind
+            ),
+        });
+    }
+    for n in &of_kind {
+        let r = &n.spec.resource;
+        let api_version = format!("{}/{}", r.group_version.group, r.group_version.version);
+        if flotilla_interpreter::builtin(&api_version, &spec.kind).is_some() {
+            return Err(Rejection {
+                reason: reasons::BUILT_IN,
+                message: format!(
+                    "Flotilla has built-in rules for {api_version} {}; a profile cannot replace them",
+                    spec.kind
+                ),
+            });
+        }
+        let status = r.subresources.as_ref().is_some_and(|s| s.status.is_some());
+        check(spec, &r.open_api_v3_schema, status).map_err(|mut why| {
+            why.message = format!("{} (NegotiatedAPIResource {})", why.message, n.name_any());
+            why
+        })?;
+    }
+    Ok(of_kind
+        .iter()
+        .map(|n| n.name_any())
+        .collect::<Vec<_>>()
+        .join(","))
+}
+
+struct State {
+    ctx: Context,
+    profiles: Store<WorkloadProfile>,
+    negotiated: Store<NegotiatedApiResource>,
+}
+
+/// Runs the profile check until `ctx.shutdown`.
+pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let negotiated = flotilla_runtime::cache::spawn_store(
+        &ctx,
+        Api::<NegotiatedApiResource>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let controller = Controller::new(
+        Api::<WorkloadProfile>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let profiles = controller.store();
+    let every = profiles.clone();
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        profiles,
+        negotiated: negotiated.clone(),
+    });
+    flotilla_runtime::cache::wait_until_synced(&negotiated).await;
+    controller
+        .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
+        // A kind negotiated, or its schema changed: every profile is checked again.
+        .watches(
+            Api::<NegotiatedApiResource>::all(client),
+            watcher::Config::default(),
+            move |_| {
+                every
+                    .state()
+                    .iter()
+                    .map(|p| ObjectRef::from_obj(&**p))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+async fn reconcile(
+    profile: Arc<WorkloadProfile>,
+    state: Arc<State>,
+) -> Result<Action, kube::Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&profile, &state).await;
+    state.ctx.metrics.observe_reconcile(
+        "workloadprofile",
+        started.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|e| e.category()),
+    );
+    result
+}
+
+async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Action, kube::Error> {
+    if profile.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let verdict = verdict(profile, &state.profiles.state(), &state.negotiated.state());
+    let generation = profile.metadata.generation;
+    let (condition, negotiated) = match &verdict {
+        Ok(names) => (
+            new_condition(
+                conditions::ACCEPTED,
+                ConditionStatus::True,
+                reasons::PROFILE_ACCEPTED,
+                format!("every path is in the negotiated schema ({names})"),
+                generation,
+                Time(Timestamp::now()),
+            ),
+            Some(names.clone()),
+        ),
+        Err(why) => (
+            new_condition(
+                conditions::ACCEPTED,
+                ConditionStatus::False,
+                why.reason,
+                why.message.clone(),
+                generation,
+                Time(Timestamp::now()),
+            ),
+            None,
+        ),
+    };
+    let old = profile.status.clone().unwrap_or_default();
+    let mut conditions = old.conditions.clone();
+    let changed = set_condition(&mut conditions, condition.clone())
+        || old.observed_generation != generation
+        || old.negotiated != negotiated;
+    if !changed {
+        return Ok(Action::await_change());
+    }
+    Api::<WorkloadProfile>::all(state.ctx.client.clone())
+        .patch_status(
+            &profile.name_any(),
+            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+            &Patch::Apply(json!({
+                "apiVersion": WorkloadProfile::api_version(&()),
+                "kind": WorkloadProfile::kind(&()),
+                "status": {
+                    "conditions": conditions,
+                    "observedGeneration": generation,
+                    "negotiated": negotiated,
+                },
+            })),
+        )
+        .await?;
+    let was = old
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::ACCEPTED);
+    let news = was.is_none_or(|c| c.status != condition.status || c.reason != condition.reason);
+    match &verdict {
+        Err(why) if news => {
+            state
+                .ctx
+                .events
+                .warning(profile, why.reason, "Check", &why.message)
+                .await;
+        }
+        Ok(_) if news => {
+            state
+                .ctx
+                .events
+                .normal(
+                    profile,
+                    reasons::PROFILE_ACCEPTED,
+                    "Check",
+                    &condition.message,
+                )
+                .await;
+        }
+        _ => {}
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(profile: Arc<WorkloadProfile>, error: &kube::Error, _: Arc<State>) -> Action {
+    tracing::warn!(profile = %profile.name_any(), error = %error, "writing the profile's verdict failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn profile(name: &str, created: &str, spec: Value) -> Arc<WorkloadProfile> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "WorkloadProfile",
+                "metadata": {"name": name, "creationTimestamp": created, "generation": 1},
+                "spec": spec,
+            }))
+            .expect("profile"),
+        )
+    }
+
+    fn negotiated(
+        group: &str,
+        version: &str,
+        kind: &str,
+        status: bool,
+    ) -> Arc<NegotiatedApiResource> {
+        let plural = format!("{}s", kind.to_lowercase());
+        let mut spec = json!({
+            "groupVersion": {"group": group, "version": version},
+            "names": {"plural": plural, "kind": kind},
+            "scope": "Namespaced",
+            "openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+                "status": {"type": "object", "properties": {"readyReplicas": {"type": "integer"}}}}},
+        });
+        if status {
+            spec["subresources"] = json!({"status": {}});
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "NegotiatedAPIResource",
+                "metadata": {"name": format!("{plural}.{version}.{group}")},
+                "spec": spec,
+            }))
+            .expect("negotiated"),
+        )
+    }
+
+    const ROLLOUT: &str = "2026-01-01T00:00:00Z";
+
+    fn rollout_spec() -> Value {
+        json!({"group": "argoproj.io", "kind": "Rollout", "replicas": ".spec.replicas",
+               "statusSums": [".status.readyReplicas"]})
+    }
+
+    #[test]
+    fn a_profile_is_accepted_against_every_negotiated_version_of_its_kind() {
+        let p = profile("rollouts", ROLLOUT, rollout_spec());
+        let nars = [
+            negotiated("argoproj.io", "v1alpha1", "Rollout", true),
+            negotiated("example.com", "v1", "Rollout", true),
+        ];
+        assert_eq!(
+            verdict(&p, std::slice::from_ref(&p), &nars),
+            Ok("rollouts.v1alpha1.argoproj.io".to_string())
+        );
+    }
+
+    #[test]
+    fn a_profile_without_a_schema_an_older_twin_or_a_status_subresource_is_refused() {
+        let p = profile("rollouts", ROLLOUT, rollout_spec());
+        let why = verdict(&p, std::slice::from_ref(&p), &[]).expect_err("no schema");
+        assert_eq!(why.reason, reasons::NO_NEGOTIATED_SCHEMA);
+
+        let older = profile("rollouts-old", "2025-06-01T00:00:00Z", rollout_spec());
+        let nars = [negotiated("argoproj.io", "v1alpha1", "Rollout", true)];
+        let why = verdict(&p, &[older.clone(), p.clone()], &nars).expect_err("duplicate");
+        assert_eq!(why.reason, reasons::DUPLICATE);
+        assert!(why.message.contains("rollouts-old"), "{}", why.message);
+        assert!(
+            verdict(&older, &[older.clone(), p.clone()], &nars).is_ok(),
+            "the oldest wins"
+        );
+
+        let no_status = [negotiated("argoproj.io", "v1alpha1", "Rollout", false)];
+        let why = verdict(&p, std::slice::from_ref(&p), &no_status).expect_err("no status");
+        assert_eq!(why.reason, reasons::NO_STATUS_SUBRESOURCE);
+        assert!(
+            why.message.contains("rollouts.v1alpha1.argoproj.io"),
+            "{}",
+            why.message
+        );
+    }
+
+    #[test]
+    fn a_built_in_kind_keeps_its_rules() {
+        let p = profile(
+            "deployments",
+            ROLLOUT,
+            json!({"group": "apps", "kind": "Deployment", "replicas": ".spec.replicas"}),
+        );
+        let nars = [negotiated("apps", "v1", "Deployment", true)];
+        let why = verdict(&p, std::slice::from_ref(&p), &nars).expect_err("built in");
+        assert_eq!(why.reason, reasons::BUILT_IN);
+    }
+}
