@@ -306,30 +306,26 @@ pub async fn run(
     .reflect(import_writer)
     .applied_objects()
     .predicate_filter(import_inputs, Default::default());
-    // The profiles of custom kinds: a profile accepted, changed or deleted looks at every
-    // Placement again (rare, and it may change how any of them divides).
-    let (profiles, profile_writer) = reflector::store::<WorkloadProfile>();
-    let profile_events = watcher(
+    // The profiles of custom kinds, cached on their own (a pass waits for them): a profile
+    // accepted, changed or deleted looks at every Placement again (rare, and it may change how
+    // any of them divides).
+    let profiles_cell: Arc<OnceLock<Store<WorkloadProfile>>> = Arc::default();
+    let profiles = flotilla_runtime::cache::spawn_store_with(
+        &ctx,
         Api::<WorkloadProfile>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(|p| p.metadata.managed_fields = None)
-    .reflect(profile_writer)
-    .touched_objects()
-    .predicate_filter(profile_inputs, Default::default());
+        every_placement_on_change(
+            placements.clone(),
+            profiles_cell.clone(),
+            profile_inputs,
+            triggers.clone(),
+        ),
+    );
+    let _ = profiles_cell.set(profiles.clone());
     let every = placements.clone();
-    let every_again = placements.clone();
     let controller = Controller::for_stream(placement_events, placements)
         .watches_stream(import_events, move |_: ApiResourceImport| {
             every
-                .state()
-                .iter()
-                .map(|p| ObjectRef::from_obj(&**p))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(profile_events, move |_: WorkloadProfile| {
-            every_again
                 .state()
                 .iter()
                 .map(|p| ObjectRef::from_obj(&**p))
@@ -484,11 +480,9 @@ where
 
 /// What of an import the per-object check reads: its schema and its `Compatible` verdict.
 /// What of a profile the splitter reads: its spec (generation) and whether it is accepted.
-fn profile_inputs(profile: &WorkloadProfile) -> Option<u64> {
+fn profile_inputs(profile: &WorkloadProfile) -> u64 {
     let accepted = profile.accepted();
-    Some(flotilla_api::names::fnv1a(
-        format!("{:?}/{accepted}", profile.metadata.generation).bytes(),
-    ))
+    flotilla_api::names::fnv1a(format!("{:?}/{accepted}", profile.metadata.generation).bytes())
 }
 
 fn import_inputs(import: &ApiResourceImport) -> Option<u64> {

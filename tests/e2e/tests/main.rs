@@ -7,6 +7,7 @@ mod chart;
 mod environment;
 mod fleet;
 mod negotiator;
+mod profiles;
 mod registration;
 mod registration_pull;
 mod runtime;
