@@ -76,18 +76,6 @@ pub const JOB_GENERATED_LABELS: [&str; 4] = [
     "job-name",
 ];
 
-/// Removes from `manifest` (the member's copy of a hub object of `api_version`/`kind`) the values
-/// the hub's apiserver allocated or generated, given the hub object's `managed` fields: what the
-/// kind's [`crate::Interpreter::prune`] says.
-pub fn strip_allocated(
-    api_version: &str,
-    kind: &str,
-    manifest: &mut Value,
-    managed: &[ManagedFieldsEntry],
-) {
-    crate::interpreter(api_version, kind).prune(manifest, managed);
-}
-
 /// A Job's generated selector and the generated labels of its pod template (and of the Job
 /// itself, should they have been copied there): each member generates its own.
 pub(crate) fn strip_job(manifest: &mut Value) {
@@ -238,6 +226,16 @@ impl<'a> Owners<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the kind's interpreter leaves of `manifest` (the member's copy of a hub object).
+    fn strip_allocated(
+        api_version: &str,
+        kind: &str,
+        manifest: &mut Value,
+        managed: &[ManagedFieldsEntry],
+    ) {
+        crate::interpreter(api_version, kind).prune(manifest, managed);
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
     use serde_json::json;
 

@@ -7,7 +7,7 @@ use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, label
 use std::collections::BTreeMap;
 
 use crate::plan::Shelf;
-use flotilla_interpreter::{Interpreter, interpreter};
+use flotilla_interpreter::{Interpreter, generic, interpreter};
 use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::Value;
 
@@ -111,9 +111,10 @@ impl Share {
 /// The built-in interpreter of `object`'s kind (the generic one when it has no type, or a kind
 /// without built-in rules).
 pub fn kind_of(object: &DynamicObject) -> &'static dyn Interpreter {
-    object.types.as_ref().map_or(interpreter("", ""), |t| {
-        interpreter(&t.api_version, &t.kind)
-    })
+    object
+        .types
+        .as_ref()
+        .map_or(generic(), |t| interpreter(&t.api_version, &t.kind))
 }
 
 /// Sets the value at JSON `pointer` in `data`, making the objects on the way.
