@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{ApiResourceImport, Cluster, NegotiatedApiResource, Placement, Work, WorkloadProfile};
+use crate::{
+    ApiResourceImport, Cluster, ClusterPlacement, NegotiatedApiResource, Placement, Work,
+    WorkloadProfile,
+};
 
 /// The command that regenerates the YAML.
 pub const REGENERATE: &str = "cargo run -p flotilla-api --bin crdgen";
@@ -39,6 +42,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         Cluster::crd(),
         Placement::crd(),
+        ClusterPlacement::crd(),
         Work::crd(),
         ApiResourceImport::crd(),
         NegotiatedApiResource::crd(),

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | [`Cluster`] | cluster | a member cluster: how to reach it, whether it may get work, its health |
 //! | [`Placement`] | namespaced | which objects of a namespace go to which clusters, replica division |
+//! | [`ClusterPlacement`] | cluster | which cluster-scoped objects (Namespaces, CRDs, ClusterRoles) go where |
 //! | [`Work`] | `flotilla-cluster-<name>` | objects to apply to one member, and their observed status |
 //! | [`ApiResourceImport`] | `flotilla-cluster-<name>` | one member's schema for one resource type |
 //! | [`NegotiatedApiResource`] | cluster | the schema of one resource type every member can honour |
@@ -16,6 +17,7 @@
 pub mod api_resource;
 pub mod api_resource_import;
 pub mod cluster;
+pub mod cluster_placement;
 mod common;
 pub mod condition;
 mod constants;
@@ -35,6 +37,7 @@ pub use cluster::{
     Cluster, ClusterSpec, ClusterStatus, Compatibility, KubeconfigSecretRef, ResourceCompatibility,
     SyncMode, Taint, TaintEffect,
 };
+pub use cluster_placement::{ClusterPlacement, ClusterPlacementSpec};
 pub use common::{ConflictPolicy, DeletePolicy, IgnoreFields, ManifestSelector};
 pub use condition::ConditionStatus;
 pub use constants::{annotations, conditions, field_managers, finalizers, labels, reasons};

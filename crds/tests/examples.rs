@@ -7,8 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use flotilla_api::{
-    ApiResourceImport, Cluster, NegotiatedApiResource, Placement, ReplicaScheduling, SyncMode,
-    Work, WorkloadProfile,
+    ApiResourceImport, Cluster, ClusterPlacement, NegotiatedApiResource, Placement,
+    ReplicaScheduling, SyncMode, Work, WorkloadProfile,
 };
 use kube::Resource;
 use serde::de::DeserializeOwned;
@@ -67,6 +67,13 @@ fn every_example_is_a_valid_object_of_its_kind() {
                     assert!(c.spec.kubeconfig_secret_ref.is_some(), "{file}");
                 }
             }
+            "ClusterPlacement" => {
+                let p: ClusterPlacement = parse(file, doc);
+                assert!(
+                    !p.spec.resource_selectors.is_empty(),
+                    "{file}: a ClusterPlacement names what it places"
+                );
+            }
             "Placement" => {
                 let p: Placement = parse(file, doc);
                 assert!(
@@ -120,6 +127,7 @@ fn every_example_is_a_valid_object_of_its_kind() {
     let expected: BTreeSet<String> = [
         "APIResourceImport",
         "Cluster",
+        "ClusterPlacement",
         "NegotiatedAPIResource",
         "Placement",
         "Work",

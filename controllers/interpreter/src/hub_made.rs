@@ -1,10 +1,13 @@
 //! Pure: what the hub's own Kubernetes made, which never travels to a member.
 //!
-//! Two things are the hub's and no one else's:
+//! Three things are the hub's and no one else's:
 //! - objects Kubernetes itself creates in every namespace of every cluster: the root CA bundle
 //!   `kube-root-ca.crt`, the `default` ServiceAccount and service-account token Secrets. Every
 //!   member has (or makes) its own, with its own CA and its own signing key; the hub's copy would
-//!   replace what pods in the member trust.
+//!   replace what pods in the member trust. Likewise the cluster-scoped objects every cluster
+//!   makes for itself (its system namespaces, the default RBAC roles, priority classes and API
+//!   priority and fairness objects), and those that describe the hub itself: Flotilla's own
+//!   CRDs, per-member namespaces and per-member roles.
 //! - values the hub's apiserver allocated from its own ranges when it stored an object: a
 //!   Service's cluster IPs (and the IP families that came with them) and node ports. A member
 //!   allocates its own from its own ranges; the hub's may lie outside them or collide there.
@@ -48,24 +51,62 @@ fn has_controller(object: &DynamicObject) -> bool {
 }
 
 /// Whether Kubernetes itself made `object` (of `api_version`/`kind`) in the hub, in every
-/// namespace of every cluster; `false` for every object a user made.
+/// namespace of every cluster, or as part of the hub itself; `false` for every object a user
+/// made.
 pub fn made_by_kubernetes(api_version: &str, kind: &str, object: &DynamicObject) -> bool {
-    if api_version != "v1" {
-        return false;
-    }
     let name = object.metadata.name.as_deref().unwrap_or_default();
-    match kind {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    // The RBAC defaults and the other objects the apiserver makes at start-up carry this label.
+    let bootstrapped = object
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(BOOTSTRAPPING_LABEL));
+    match (group, kind) {
         // The hub's root CA bundle, published in every namespace; each member publishes its own.
-        "ConfigMap" => name == ROOT_CA_CONFIGMAP,
+        ("", "ConfigMap") => name == ROOT_CA_CONFIGMAP,
         // Every namespace of every cluster has its own.
-        "ServiceAccount" => name == DEFAULT_SERVICE_ACCOUNT,
+        ("", "ServiceAccount") => name == DEFAULT_SERVICE_ACCOUNT,
         // A token of a hub ServiceAccount, signed by the hub; members issue their own.
-        "Secret" => {
+        ("", "Secret") => {
             object.data.get("type").and_then(Value::as_str) == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
         }
-        _ => false,
+        // Every cluster has its own system namespaces; the hub's per-member namespaces hold the
+        // members' Works and credentials.
+        ("", "Namespace") => {
+            SYSTEM_NAMESPACES.contains(&name)
+                || name.starts_with(flotilla_api::names::CLUSTER_NAMESPACE_PREFIX)
+        }
+        // The apiserver's default roles, and the roles registration keeps per member.
+        ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => {
+            bootstrapped || name.starts_with("system:") || name.starts_with("flotilla:")
+        }
+        // Flotilla's own kinds describe the hub and its members.
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => name.ends_with(".flotilla.dev"),
+        // `system-cluster-critical` and `system-node-critical`, made by every apiserver.
+        ("scheduling.k8s.io", "PriorityClass") => name.starts_with("system-"),
+        // The API priority and fairness defaults, kept up to date by every apiserver.
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema" | "PriorityLevelConfiguration") => {
+            bootstrapped
+                || object
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(APF_AUTOUPDATE_ANNOTATION))
+        }
+        _ => bootstrapped,
     }
 }
+
+/// The namespaces every cluster makes for itself.
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The label of the objects the apiserver makes at start-up (`rbac-defaults`, …).
+pub const BOOTSTRAPPING_LABEL: &str = "kubernetes.io/bootstrapping";
+
+/// The annotation of the API priority and fairness objects the apiserver keeps up to date.
+pub const APF_AUTOUPDATE_ANNOTATION: &str = "apf.kubernetes.io/autoupdate-spec";
 
 /// The labels the hub's apiserver gives the pod template of a Job without `manualSelector`
 /// (its selector matches the first): the hub Job's UID and name.
@@ -272,6 +313,52 @@ mod tests {
         let custom = object(json!({"apiVersion": "example.com/v1", "kind": "ConfigMap",
                                    "metadata": {"name": "kube-root-ca.crt"}}));
         assert!(!made_by_kubernetes("example.com/v1", "ConfigMap", &custom));
+    }
+
+    #[test]
+    fn the_hubs_own_cluster_scoped_objects_are_never_placed() {
+        let hubs = [
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flotilla-cluster-east"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": "system:kube-dns"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "flotilla:cluster:east:agent"}}),
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": "works.flotilla.dev"}}),
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": "system-node-critical"}}),
+            json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+                   "metadata": {"name": "catch-all", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}}}),
+        ];
+        for o in hubs {
+            let (v, k) = (
+                o["apiVersion"].as_str().expect("v"),
+                o["kind"].as_str().expect("k"),
+            );
+            assert!(made_by_kubernetes(v, k, &object(o.clone())), "{o}");
+        }
+        let users = [
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop",
+                   "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flotilla-system"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "shop-reader"}}),
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": "widgets.example.com"}}),
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": "batch-low"}}),
+        ];
+        for o in users {
+            let (v, k) = (
+                o["apiVersion"].as_str().expect("v"),
+                o["kind"].as_str().expect("k"),
+            );
+            assert!(!made_by_kubernetes(v, k, &object(o.clone())), "{o}");
+        }
     }
 
     #[test]

@@ -23,3 +23,33 @@ pub mod profile;
 
 pub use kinds::{Divides, HubStatus, Interpreter, builtin, generic, interpreter, proportional};
 pub use profile::{HealthRule, Kinds, Profile};
+
+/// Whether deleting a member's copy of a `kind` object (of `api_version`) would delete what
+/// others made in that member too: a Namespace takes everything in it, a
+/// CustomResourceDefinition every object of its type. Flotilla never deletes those: a copy that
+/// leaves its placement is orphaned (left in the member, unmanaged), whatever the delete policy.
+pub fn deletion_cascades(api_version: &str, kind: &str) -> bool {
+    matches!(
+        (api_version, kind),
+        ("v1", "Namespace") | ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_namespaces_and_crds_take_others_objects_with_them() {
+        assert!(super::deletion_cascades("v1", "Namespace"));
+        assert!(super::deletion_cascades(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition"
+        ));
+        for (v, k) in [
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            ("v1", "ConfigMap"),
+            ("example.com/v1", "Namespace"),
+        ] {
+            assert!(!super::deletion_cascades(v, k), "{v} {k}");
+        }
+    }
+}

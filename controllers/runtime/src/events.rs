@@ -58,6 +58,18 @@ impl Events {
             .await;
     }
 
+    /// A Warning event on an object known by reference.
+    pub async fn warning_ref(
+        &self,
+        reference: &ObjectReference,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
+        self.publish_ref(reference, EventType::Warning, reason, action, note.into())
+            .await;
+    }
+
     async fn publish<K>(
         &self,
         object: &K,

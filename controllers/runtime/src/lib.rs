@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod telemetry;
+pub mod union;
 
 use std::future::Future;
 use std::time::Duration;

@@ -14,12 +14,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use flotilla_api::{
-    ApiResourceImport, Cluster, Placement, Work, WorkloadProfile, annotations, conditions, labels,
+    ApiResourceImport, Cluster, ClusterPlacement, Placement, Work, WorkloadProfile, annotations,
+    conditions, labels,
 };
 use flotilla_runtime::cache::SeenInputs;
 use flotilla_runtime::{Context, ErrorCategory};
-use futures::StreamExt;
 use futures::channel::mpsc;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
@@ -70,7 +71,9 @@ pub struct Splitter {
     pub(crate) all_clusters: Option<Store<PartialObjectMeta<Cluster>>>,
     /// The Works the splitter wrote (labelled with their Placement), cached.
     pub(crate) works: Store<Work>,
-    /// Every Placement in scope, to settle which one places an object.
+    /// Every Placement in scope, to settle which one places an object, and every
+    /// ClusterPlacement (as a Placement without a namespace, see
+    /// [`ClusterPlacement::as_placement`]) when the splitter serves every namespace.
     pub(crate) placements: Store<Placement>,
     /// The negotiator's imports of the members' schemas, for the per-object check.
     pub(crate) imports: Store<ApiResourceImport>,
@@ -82,8 +85,9 @@ pub struct Splitter {
     pub(crate) profiles: Store<WorkloadProfile>,
     /// The Works written by recent passes, until the cache has them.
     pub(crate) recent: Arc<RecentWrites>,
-    /// Custom types found in the hub's discovery, by apiVersion and kind, each watched.
-    types: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Types found in the hub's discovery, by apiVersion and kind, each watched, with whether
+    /// they are namespaced.
+    types: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
     /// Per Placement: the objects of its Works missing on the hub, and since when.
     absent: Mutex<HashMap<ObjectRef<Placement>, BTreeMap<ObjectKey, Timestamp>>>,
     /// The namespace this controller serves (`None`: every namespace).
@@ -93,8 +97,8 @@ pub struct Splitter {
 }
 
 impl Splitter {
-    /// A custom type found before.
-    pub(crate) fn known_type(&self, api_version: &str, kind: &str) -> Option<ApiResource> {
+    /// A type found before, and whether it is namespaced.
+    pub(crate) fn known_type(&self, api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
         self.types
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -102,21 +106,31 @@ impl Splitter {
             .cloned()
     }
 
-    /// Remembers a custom type found in discovery and watches its objects (metadata only), so
-    /// that their changes reach the members in about a second, as for the default types.
-    pub(crate) fn learn_type(&self, api_version: &str, kind: &str, ar: &ApiResource) {
+    /// Remembers a type found in discovery (`namespaced` or not) and watches its objects
+    /// (metadata only), so that their changes reach the members in about a second, as for the
+    /// default types.
+    pub(crate) fn learn_type(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ar: &ApiResource,
+        namespaced: bool,
+    ) {
         let first = self
             .types
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((api_version.to_string(), kind.to_string()), ar.clone())
+            .insert(
+                (api_version.to_string(), kind.to_string()),
+                (ar.clone(), namespaced),
+            )
             .is_none();
         if !first || self.ctx.shutdown.is_cancelled() {
             return;
         }
         let api: Api<PartialObjectMeta<DynamicObject>> = match &self.namespace {
-            None => Api::all_with(self.ctx.client.clone(), ar),
-            Some(ns) => Api::namespaced_with(self.ctx.client.clone(), ns, ar),
+            Some(ns) if namespaced => Api::namespaced_with(self.ctx.client.clone(), ns, ar),
+            _ => Api::all_with(self.ctx.client.clone(), ar),
         };
         let events = watcher(api, watcher::Config::default())
             .default_backoff()
@@ -169,13 +183,41 @@ impl Splitter {
     }
 }
 
-/// Runs the Placement controller of `namespace` (`None`: every namespace), placing on the
-/// Clusters `args.cluster_selector` selects, until `ctx.shutdown`.
-pub async fn run(
-    ctx: Context,
-    namespace: Option<&str>,
-    args: &crate::SplitterArgs,
-) -> anyhow::Result<()> {
+/// Which placements one controller serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Every Placement and every ClusterPlacement.
+    Everything,
+    /// Every Placement.
+    Namespaces,
+    /// The Placements of one namespace.
+    Namespace(&'a str),
+    /// The ClusterPlacements.
+    ClusterPlacements,
+}
+
+impl Scope<'_> {
+    /// The one namespace served, if only one is.
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Self::Namespace(ns) => Some(ns),
+            _ => None,
+        }
+    }
+
+    fn placements(&self) -> bool {
+        *self != Self::ClusterPlacements
+    }
+
+    fn cluster_placements(&self) -> bool {
+        matches!(self, Self::Everything | Self::ClusterPlacements)
+    }
+}
+
+/// Runs the placement controller of `scope`, placing on the Clusters `args.cluster_selector`
+/// selects, until `ctx.shutdown`.
+pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> anyhow::Result<()> {
+    let namespace = scope.namespace();
     let cluster_selector = args.cluster_selector.as_str();
     let client = ctx.client.clone();
     let cluster_watch = flotilla_runtime::cache::selected(cluster_selector);
@@ -188,9 +230,38 @@ pub async fn run(
     };
 
     let (triggers, triggered) = mpsc::unbounded();
-    // Placements, cached; only spec changes (and deletion) trigger: the splitter's own status
-    // writes do not.
-    let (placements, writer) = reflector::store::<Placement>();
+    // Placements and (when serving every namespace) ClusterPlacements, cached in one store; only
+    // spec changes (and deletion) trigger: the splitter's own status writes do not.
+    let (placements, mut sources) = flotilla_runtime::union::union::<Placement>(
+        usize::from(scope.placements()) + usize::from(scope.cluster_placements()),
+    );
+    let mut placement_events = futures::stream::empty().boxed();
+    if scope.placements() {
+        let source = sources.remove(0);
+        let events = watcher(placements_api, watcher::Config::default())
+            .default_backoff()
+            .inspect(move |e| {
+                if let Ok(e) = e {
+                    source.apply(e);
+                }
+            });
+        placement_events = futures::stream::select(placement_events, events).boxed();
+    }
+    if scope.cluster_placements() {
+        let source = sources.remove(0);
+        let events = watcher(
+            Api::<ClusterPlacement>::all(client.clone()),
+            flotilla_runtime::cache::selected(&args.cluster_placement_selector),
+        )
+        .default_backoff()
+        .map_ok(as_placements)
+        .inspect(move |e| {
+            if let Ok(e) = e {
+                source.apply(e);
+            }
+        });
+        placement_events = futures::stream::select(placement_events, events).boxed();
+    }
     // Clusters, cached; a change of what selection reads may change the eligibility of members
     // for every Placement. The pass starts from the cache's own watch, once the cache has the
     // change: a second watch would race it, and a pass that read the cache just before a
@@ -227,12 +298,7 @@ pub async fn run(
     // second watch would race it: a neighbour's pass could still read the old Placement).
     let neighbours_of = placements.clone();
     let neighbour_triggers = triggers.clone();
-    let placement_events = spec_changes_and_deletions(
-        watcher(placements_api, watcher::Config::default())
-            .default_backoff()
-            .reflect(writer),
-    )
-    .inspect(move |changed| {
+    let placement_events = spec_changes_and_deletions(placement_events).inspect(move |changed| {
         let Ok(changed) = changed else { return };
         let ns = changed.namespace();
         for p in neighbours_of.state() {
@@ -242,8 +308,12 @@ pub async fn run(
         }
     });
     // Hub Deployments: their spec and deletion, not the status the splitter writes.
-    let deployment_events = spec_changes_and_deletions(
-        watcher(deployments_api, watcher::Config::default()).default_backoff(),
+    let namespaced = scope.placements();
+    let deployment_events = only_if(
+        namespaced,
+        spec_changes_and_deletions(
+            watcher(deployments_api, watcher::Config::default()).default_backoff(),
+        ),
     );
     let neighbours = placements.clone();
     let same_namespace = placements.clone();
@@ -335,19 +405,22 @@ pub async fn run(
         .watches_stream(deployment_events, in_namespace_of(same_namespace.clone()))
         // So does any other object of the default types (metadata only: any change at all).
         .watches_stream(
-            object_changes::<ConfigMap>(&client, namespace),
+            only_if(namespaced, object_changes::<ConfigMap>(&client, namespace)),
             in_namespace_of(same_namespace.clone()),
         )
         .watches_stream(
-            object_changes::<Secret>(&client, namespace),
+            only_if(namespaced, object_changes::<Secret>(&client, namespace)),
             in_namespace_of(same_namespace.clone()),
         )
         .watches_stream(
-            object_changes::<Service>(&client, namespace),
+            only_if(namespaced, object_changes::<Service>(&client, namespace)),
             in_namespace_of(same_namespace.clone()),
         )
         .watches_stream(
-            object_changes::<ServiceAccount>(&client, namespace),
+            only_if(
+                namespaced,
+                object_changes::<ServiceAccount>(&client, namespace),
+            ),
             in_namespace_of(same_namespace.clone()),
         )
         // Objects of the custom types Placements select (watched once a pass finds the type).
@@ -409,7 +482,32 @@ pub async fn run(
     Ok(())
 }
 
-/// The Placements of namespace `ns`.
+/// `stream` if `on`, else nothing (a watch a scope does not need is not started).
+fn only_if<S>(on: bool, stream: S) -> futures::stream::BoxStream<'static, S::Item>
+where
+    S: futures::Stream + Send + 'static,
+    S::Item: Send,
+{
+    if on {
+        stream.boxed()
+    } else {
+        futures::stream::empty().boxed()
+    }
+}
+
+/// The events of a ClusterPlacement watch as those of the Placements the splitter handles.
+fn as_placements(event: watcher::Event<ClusterPlacement>) -> watcher::Event<Placement> {
+    use watcher::Event;
+    match event {
+        Event::Apply(cp) => Event::Apply(cp.as_placement()),
+        Event::Delete(cp) => Event::Delete(cp.as_placement()),
+        Event::InitApply(cp) => Event::InitApply(cp.as_placement()),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// The Placements of namespace `ns` (`None`: the ClusterPlacements).
 fn placements_in(store: &Store<Placement>, ns: Option<String>) -> Vec<ObjectRef<Placement>> {
     store
         .state()
@@ -611,9 +709,12 @@ fn work_trigger(
             }
         }
         let name = w.labels().get(labels::PLACEMENT);
+        // A ClusterPlacement's Works have an empty source namespace.
         let ns = w.annotations().get(annotations::SOURCE_NAMESPACE);
         for p in placements.state() {
-            if Some(&p.name_any()) == name && p.namespace().as_ref() == ns {
+            if Some(&p.name_any()) == name
+                && p.namespace().unwrap_or_default().as_str() == ns.map_or("", String::as_str)
+            {
                 let _ = triggers.unbounded_send(ObjectRef::from_obj(&*p));
             }
         }

@@ -2,7 +2,7 @@
 //!
 //! | module | does |
 //! |---|---|
-//! | [`controller`] | the Placement controller: each pass observes, plans, executes and reports |
+//! | [`controller`] | the Placement (and ClusterPlacement) controller: each pass observes, plans, executes and reports |
 //! | [`observe`] | what a pass reads: caches, and a fresh list of the selected objects |
 //! | [`plan`] | pure: the Works to write and delete (and those kept, and why), the decisions |
 //! | [`recent`] | read-your-writes: the Works a pass wrote, until the cache has them |
@@ -54,6 +54,16 @@ pub struct SplitterArgs {
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     pub cluster_selector: String,
 
+    /// Whether this splitter serves ClusterPlacements (cluster-scoped objects). Default: true
+    /// without --namespace (it serves everything), false with it (a namespace's splitter leaves
+    /// them to another).
+    #[arg(long, value_name = "BOOL")]
+    pub cluster_placements: Option<bool>,
+
+    /// Only serve ClusterPlacements with these labels (a label selector); empty: every one.
+    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    pub cluster_placement_selector: String,
+
     /// How many Placements (per --namespace) are worked on at the same time.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub concurrency: u16,
@@ -67,12 +77,22 @@ pub async fn run(ctx: Context, args: SplitterArgs) -> anyhow::Result<()> {
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty())
         .collect();
+    use controller::Scope;
     if namespaces.is_empty() {
-        return controller::run(ctx, None, &args).await;
+        let scope = if args.cluster_placements == Some(false) {
+            Scope::Namespaces
+        } else {
+            Scope::Everything
+        };
+        return controller::run(ctx, scope, &args).await;
     }
-    let runs = namespaces
-        .iter()
-        .map(|ns| controller::run(ctx.clone(), Some(ns.as_str()), &args));
+    let mut scopes: Vec<Scope<'_>> = namespaces.iter().map(|ns| Scope::Namespace(ns)).collect();
+    if args.cluster_placements == Some(true) {
+        scopes.push(Scope::ClusterPlacements);
+    }
+    let runs = scopes
+        .into_iter()
+        .map(|scope| controller::run(ctx.clone(), scope, &args));
     futures::future::try_join_all(runs).await?;
     Ok(())
 }

@@ -41,9 +41,11 @@ pub fn proves_absent(e: &kube::Error) -> bool {
     }
 }
 
-/// What one pass of `placement` reads.
+/// What one pass of `placement` reads (a ClusterPlacement's: a Placement without a namespace,
+/// which selects cluster-scoped objects).
 pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation {
-    let ns = placement.namespace().unwrap_or_default();
+    let scope = placement.namespace();
+    let ns = scope.clone().unwrap_or_default();
     let name = placement.name_any();
     let clusters = state.clusters.state();
     let in_scope: BTreeSet<String> = clusters.iter().map(|c| c.name_any()).collect();
@@ -62,7 +64,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .placements
         .state()
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| p.namespace() == scope)
         .collect();
     let of_namespace = |w: &Work| w.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns);
     let cached: Vec<Arc<Work>> = state
@@ -81,7 +83,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .placements
         .state()
         .iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| p.namespace() == scope)
         .map(|p| p.name_any())
         .collect();
     // Works of other Placements: those of a Placement that no longer exists may be adopted.
@@ -98,10 +100,13 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .collect();
 
     let (resolved, unsupported, mut unreadable) =
-        selected_types(state, &placement.spec.resource_selectors).await;
+        selected_types(state, &placement.spec.resource_selectors, scope.is_some()).await;
     let mut types = Vec::with_capacity(resolved.len());
     for ar in resolved {
-        let api: Api<DynamicObject> = Api::namespaced_with(state.ctx.client.clone(), &ns, &ar);
+        let api: Api<DynamicObject> = match &scope {
+            Some(ns) => Api::namespaced_with(state.ctx.client.clone(), ns, &ar),
+            None => Api::all_with(state.ctx.client.clone(), &ar),
+        };
         match api.list(&ListParams::default()).await {
             Ok(list) => types.push(Listed {
                 resource: ar,
@@ -111,7 +116,10 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
             Err(e) => unreadable.push(Unreadable::new(
                 &ar.api_version,
                 &ar.kind,
-                &format!("list {} in namespace {ns}", ar.plural),
+                &match &scope {
+                    Some(ns) => format!("list {} in namespace {ns}", ar.plural),
+                    None => format!("list {}", ar.plural),
+                },
                 &e,
             )),
         }
@@ -174,15 +182,18 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         }
     }
     let absent_since = state.absent_since(&placement);
-    let namespace_labels = state
-        .namespaces
-        .get(&ObjectRef::new(&ns))
-        .map(|n| member_namespace_labels(n.labels()));
+    // Cluster-scoped objects go to no member namespace.
+    let namespace_labels = scope.as_ref().and_then(|ns| {
+        state
+            .namespaces
+            .get(&ObjectRef::new(ns))
+            .map(|n| member_namespace_labels(n.labels()))
+    });
     let records = state
         .records
         .state()
         .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| scope.is_some() && r.namespace() == scope)
         .collect();
     Observation {
         kinds: kinds(&state.profiles.state()),
@@ -219,15 +230,21 @@ pub fn kinds(profiles: &[Arc<WorkloadProfile>]) -> Kinds {
     }))
 }
 
-/// The types a Placement selects, as API resources, each once, with the selectors naming a type
-/// the hub does not serve and those naming a type that cannot be looked up now. The default
-/// types are known; others (custom resources) are looked up in the hub's discovery once,
-/// remembered, and watched from then on.
+/// The types a Placement (`namespaced`) or a ClusterPlacement selects, as API resources, each
+/// once, with the selectors naming a type it cannot place (the hub does not serve it, or not in
+/// the placement's scope) and those naming a type that cannot be looked up now. The default
+/// types are known; others are looked up in the hub's discovery once, remembered, and watched
+/// from then on.
 async fn selected_types(
     state: &Splitter,
     selectors: &[ResourceSelector],
+    namespaced: bool,
 ) -> (Vec<ApiResource>, Vec<String>, Vec<Unreadable>) {
     if selectors.is_empty() {
+        // A ClusterPlacement names at least one type (its schema says so): nothing by default.
+        if !namespaced {
+            return (Vec::new(), Vec::new(), Vec::new());
+        }
         let types = DEFAULT_TYPES
             .iter()
             .map(|(g, v, k, p)| resource(g, v, k, p))
@@ -236,7 +253,7 @@ async fn selected_types(
     }
     let (mut types, mut unsupported, mut unreadable) = (Vec::new(), Vec::new(), Vec::new());
     for s in selectors {
-        match resolve(state, &s.api_version, &s.kind).await {
+        match resolve(state, &s.api_version, &s.kind, namespaced).await {
             Ok(ar) if !types.contains(&ar) => types.push(ar),
             Ok(_) => {}
             Err(TypeLookupError::Absent(why)) => {
@@ -253,34 +270,75 @@ async fn selected_types(
     (types, unsupported, unreadable)
 }
 
+/// The API resource of `api_version`/`kind`, if a Placement (`namespaced`) or a ClusterPlacement
+/// may place its objects.
 async fn resolve(
     state: &Splitter,
     api_version: &str,
     kind: &str,
+    namespaced: bool,
 ) -> Result<ApiResource, TypeLookupError> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    if let Some(why) = never_placed(group, kind) {
+        return Err(TypeLookupError::Absent(why.into()));
+    }
     if let Some((g, v, k, p)) = DEFAULT_TYPES
         .iter()
         .find(|(g, v, k, _)| *g == group && *v == version && *k == kind)
     {
-        return Ok(resource(g, v, k, p));
+        return in_scope(resource(g, v, k, p), true, namespaced);
     }
-    if let Some(ar) = state.known_type(api_version, kind) {
-        return Ok(ar);
+    if let Some((ar, type_namespaced)) = state.known_type(api_version, kind) {
+        return in_scope(ar, type_namespaced, namespaced);
     }
     let gvk = GroupVersionKind::gvk(group, version, kind);
     match kube::discovery::pinned_kind(&state.ctx.client, &gvk).await {
-        Ok((ar, caps)) if caps.scope == kube::discovery::Scope::Namespaced => {
-            state.learn_type(api_version, kind, &ar);
+        Ok((ar, caps)) => {
+            let type_namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+            let ar = in_scope(ar, type_namespaced, namespaced)?;
+            // Watched once it is known to be placeable here.
+            state.learn_type(api_version, kind, &ar, type_namespaced);
             Ok(ar)
         }
-        Ok(_) => Err(TypeLookupError::Absent(
-            "cluster-scoped: a Placement places objects of its namespace".into(),
-        )),
         Err(e) if proves_absent(&e) => {
             Err(TypeLookupError::Absent("the hub does not serve it".into()))
         }
         Err(e) => Err(TypeLookupError::Unknown(e)),
+    }
+}
+
+/// `ar` when a Placement (`placement_namespaced`) or a ClusterPlacement may place objects of it
+/// (`type_namespaced`): a Placement those of its namespace, a ClusterPlacement cluster-scoped ones.
+fn in_scope(
+    ar: ApiResource,
+    type_namespaced: bool,
+    placement_namespaced: bool,
+) -> Result<ApiResource, TypeLookupError> {
+    match (type_namespaced, placement_namespaced) {
+        (true, true) | (false, false) => Ok(ar),
+        (false, true) => Err(TypeLookupError::Absent(
+            "cluster-scoped: a Placement places objects of its namespace; use a ClusterPlacement"
+                .into(),
+        )),
+        (true, false) => Err(TypeLookupError::Absent(
+            "namespaced: a ClusterPlacement places cluster-scoped objects; use a Placement in the \
+             objects' namespace"
+                .into(),
+        )),
+    }
+}
+
+/// Why objects of `group`/`kind` are never placed, whatever a selector says: they describe the
+/// hub itself (Flotilla's own kinds, its nodes, its certificate requests, its API services).
+pub fn never_placed(group: &str, kind: &str) -> Option<&'static str> {
+    match (group, kind) {
+        (flotilla_api::GROUP, _) => Some("Flotilla's own kinds describe the hub and its members"),
+        ("", "Node") => Some("nodes are the hub's own"),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            Some("certificate requests are made to the hub's own signers")
+        }
+        ("apiregistration.k8s.io", "APIService") => Some("API services describe the hub's own API"),
+        _ => None,
     }
 }
 

@@ -787,7 +787,6 @@ impl Entry {
 /// Plans one pass of `obs.placement`.
 pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     let placement = &*obs.placement;
-    let ns = placement.namespace().unwrap_or_default();
     let name = placement.name_any();
     let spec = &placement.spec;
     let clusters: Vec<&Cluster> = obs.clusters.iter().map(|c| &**c).collect();
@@ -796,7 +795,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         .neighbours
         .iter()
         .map(|p| &**p)
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| p.namespace() == placement.namespace())
         .collect();
     let holders: Vec<Holder> = obs
         .works

@@ -2,7 +2,9 @@
 //! what the hub's apiserver allocated, with that member's replica count; and the Works that hold
 //! the manifests of one Placement, member and type ([`names::bundle_name`]).
 
-use flotilla_api::{PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names};
+use flotilla_api::{
+    DeletePolicy, PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names,
+};
 
 use std::collections::BTreeMap;
 
@@ -201,7 +203,14 @@ pub fn bundle(
         &names::bundle_name(group, &shelf.kind, namespace, placement, index),
         WorkSpec {
             manifests,
-            delete_policy: spec.delete_policy,
+            delete_policy: if flotilla_interpreter::deletion_cascades(
+                &shelf.api_version,
+                &shelf.kind,
+            ) {
+                DeletePolicy::Orphan
+            } else {
+                spec.delete_policy
+            },
             conflict_policy: spec.conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
             namespace_labels: namespace_labels.cloned(),

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{ClusterSummary, CopyCounts, ObjectDecision};
-use flotilla_api::{Placement, Work, annotations, conditions, field_managers, reasons};
+use flotilla_api::{
+    ClusterPlacement, Placement, Work, annotations, conditions, field_managers, reasons,
+};
 use flotilla_interpreter::HubStatus;
 use flotilla_runtime::Context;
 use k8s_openapi::jiff::Timestamp;
@@ -315,11 +317,34 @@ pub fn placement_status(
         .as_ref()
         .and_then(|s| serde_json::to_value(s).ok());
     keep_condition_times(&mut status, old.as_ref());
-    json!({
-        "apiVersion": Placement::api_version(&()),
-        "kind": Placement::kind(&()),
-        "status": status,
-    })
+    let (api_version, kind) = type_of(placement);
+    json!({"apiVersion": api_version, "kind": kind, "status": status})
+}
+
+/// The apiVersion and kind of `placement` as users know it: a Placement, or a ClusterPlacement
+/// (a Placement without a namespace, see [`ClusterPlacement::as_placement`]).
+fn type_of(placement: &Placement) -> (String, String) {
+    if placement.namespace().is_some() {
+        (
+            Placement::api_version(&()).into(),
+            Placement::kind(&()).into(),
+        )
+    } else {
+        (
+            ClusterPlacement::api_version(&()).into(),
+            ClusterPlacement::kind(&()).into(),
+        )
+    }
+}
+
+/// What Events about `placement` refer to.
+fn reference_of(placement: &Placement) -> k8s_openapi::api::core::v1::ObjectReference {
+    let (api_version, kind) = type_of(placement);
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        ..placement.object_ref(&())
+    }
 }
 
 /// The `Scheduled` message: what is placed where, and everything that stands in the way.
@@ -511,9 +536,19 @@ pub async fn report(
     {
         return Ok(());
     }
-    Api::<Placement>::namespaced(ctx.client.clone(), &ns)
-        .patch_status(&placement.name_any(), &params, &Patch::Apply(&status))
-        .await?;
+    match placement.namespace() {
+        Some(ns) => {
+            Api::<Placement>::namespaced(ctx.client.clone(), &ns)
+                .patch_status(&placement.name_any(), &params, &Patch::Apply(&status))
+                .await?;
+        }
+        None => {
+            Api::<ClusterPlacement>::all(ctx.client.clone())
+                .patch_status(&placement.name_any(), &params, &Patch::Apply(&status))
+                .await?;
+        }
+    }
+    let reference = reference_of(placement);
     let message = |s: Option<&Value>| s.and_then(|s| condition_message(s, conditions::SCHEDULED));
     let (before, after) = (message(old.as_ref()), message(Some(&status["status"])));
     if old.is_none() || before == after {
@@ -521,8 +556,8 @@ pub async fn report(
     }
     // Which members take, keep or lose work changed: say so where users look.
     ctx.events
-        .normal(
-            placement,
+        .normal_ref(
+            &reference,
             "Rescheduled",
             "Place",
             after.clone().unwrap_or_default(),
@@ -541,13 +576,13 @@ pub async fn report(
             .chain(outcome.failed_writes.iter().cloned())
             .collect();
         ctx.events
-            .warning(placement, &reason, "Place", named(&what, "; "))
+            .warning_ref(&reference, &reason, "Place", named(&what, "; "))
             .await;
     }
     if !findings.conflicts.is_empty() {
         ctx.events
-            .warning(
-                placement,
+            .warning_ref(
+                &reference,
                 reasons::PLACEMENT_CONFLICT,
                 "Place",
                 named(&findings.conflicts, "; "),
@@ -578,7 +613,12 @@ async fn write_batch_statuses(
             continue;
         }
         let resource = &job.resource;
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
+        // A ClusterPlacement's objects are cluster-scoped.
+        let api: Api<DynamicObject> = if ns.is_empty() {
+            Api::all_with(ctx.client.clone(), resource)
+        } else {
+            Api::namespaced_with(ctx.client.clone(), ns, resource)
+        };
         let copies: Vec<JobCopy<'_>> = job
             .clusters
             .iter()

@@ -198,7 +198,11 @@ async fn ensure_namespace(
 ) -> Result<(), kube::Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     match namespaces.get_opt(name).await? {
-        Some(existing) if !created_by_flotilla(&existing) => return Ok(()),
+        // Not ours, or placed itself by a Work (a ClusterPlacement's copy of the hub Namespace,
+        // with its labels): the Work keeps it.
+        Some(existing) if !created_by_flotilla(&existing) || placed_by_a_work(&existing) => {
+            return Ok(());
+        }
         Some(_) => {}
         None => create_namespace(&namespaces, name).await?,
     }
@@ -222,6 +226,10 @@ async fn ensure_namespace(
         )
         .await?;
     Ok(())
+}
+
+fn placed_by_a_work(ns: &Namespace) -> bool {
+    kube::ResourceExt::annotations(ns).contains_key(annotations::WORK)
 }
 
 fn created_by_flotilla(ns: &Namespace) -> bool {
@@ -378,6 +386,7 @@ pub fn may_write(
     if belongs_to(existing, work_ref)
         || replaces.iter().any(|r| belongs_to(existing, r))
         || owner_let_go
+        || created_for_placed_objects(existing)
     {
         return Ok(());
     }
@@ -389,6 +398,18 @@ pub fn may_write(
         .cloned()
         .unwrap_or_default();
     Err(format!("is managed by Work {owner}"))
+}
+
+/// Whether `existing` is a namespace the syncer created to hold placed objects and no Work owns:
+/// Flotilla's, so a Work that places the Namespace itself (a ClusterPlacement's) takes it over.
+fn created_for_placed_objects(existing: &DynamicObject) -> bool {
+    let annotations = existing.metadata.annotations.as_ref();
+    existing
+        .types
+        .as_ref()
+        .is_some_and(|t| t.kind == "Namespace")
+        && annotations.and_then(|a| a.get(annotations::CREATED_NAMESPACE)) == Some(&"true".into())
+        && annotations.is_none_or(|a| !a.contains_key(annotations::WORK))
 }
 
 /// Applies one prepared manifest into member `cluster`, unless the member object is exactly as
@@ -661,6 +682,31 @@ mod tests {
         assert!(may_write(&owned_by(other), NEW, &old(), abort, false).is_err());
         // ... until that Work lets go of it.
         assert_eq!(may_write(&owned_by(other), NEW, &[], abort, true), Ok(()));
+    }
+
+    #[test]
+    fn a_namespace_flotilla_created_for_placed_objects_is_taken_over_by_the_work_placing_it() {
+        let namespace = |annotations: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "shop", "labels": {labels::MANAGED: labels::MANAGED_VALUE},
+                             "annotations": annotations}
+            }))
+            .expect("namespace")
+        };
+        let abort = ConflictPolicy::Abort;
+        let created = namespace(json!({annotations::CREATED_NAMESPACE: "true"}));
+        assert_eq!(may_write(&created, NEW, &[], abort, false), Ok(()));
+        // Once a Work placed it, it is that Work's.
+        let placed =
+            namespace(json!({annotations::CREATED_NAMESPACE: "true", annotations::WORK: OLD}));
+        assert!(may_write(&placed, NEW, &[], abort, false).is_err());
+        // A namespace the member's own users made is theirs.
+        let theirs: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}
+        }))
+        .expect("namespace");
+        assert!(may_write(&theirs, NEW, &[], abort, false).is_err());
     }
 
     #[test]

@@ -330,7 +330,7 @@ mod tests {
     #[test]
     fn reads_every_crd_and_example_of_the_repository() {
         let crds = read_crds().expect("crds/yaml is readable");
-        assert_eq!(crds.len(), 6, "one CRD per Flotilla kind");
+        assert_eq!(crds.len(), 7, "one CRD per Flotilla kind");
         assert!(crds.iter().all(|c| c.spec.group == flotilla_api::GROUP));
         let examples = read_examples().expect("deploy/examples is readable");
         assert!(

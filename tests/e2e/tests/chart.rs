@@ -26,8 +26,8 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     let docs = render("flotilla", "flotilla-system", &["--include-crds"]).await?;
     let count = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
     ensure!(
-        count("CustomResourceDefinition") == 6,
-        "the chart installs the 6 CRDs"
+        count("CustomResourceDefinition") == 7,
+        "the chart installs the 7 CRDs"
     );
     for kind in [
         "Deployment",

@@ -4,6 +4,7 @@
 
 mod api;
 mod chart;
+mod cluster_placements;
 mod environment;
 mod fleet;
 mod negotiator;

@@ -189,13 +189,13 @@ impl Fleet {
     /// renders it), so that what the chart does not grant shows up.
     pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], true, Second::None).await
+        Self::start_full(prefix, members, &[], &[], true, Second::None, false).await
     }
 
     /// With a second namespace served by the same splitter: two teams on one hub.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], false, Second::Everywhere).await
+        Self::start_full(prefix, members, &[], &[], false, Second::Everywhere, false).await
     }
 
     /// With a second namespace served by the same splitter that only the hub has, with
@@ -205,7 +205,35 @@ impl Fleet {
         labels: BTreeMap<String, String>,
     ) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], true, Second::HubOnly(labels)).await
+        Self::start_full(
+            prefix,
+            members,
+            &[],
+            &[],
+            true,
+            Second::HubOnly(labels),
+            false,
+        )
+        .await
+    }
+
+    /// As [`Fleet::start_with_hub_namespace`], with the splitter also serving the
+    /// ClusterPlacements labelled with the test's selector label (see [`Fleet::selector`]).
+    pub(crate) async fn start_with_cluster_placements(
+        prefix: &str,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Self> {
+        let members = Environment::get().require_members(3)?.to_vec();
+        Self::start_full(
+            prefix,
+            members,
+            &[],
+            &[],
+            true,
+            Second::HubOnly(labels),
+            true,
+        )
+        .await
     }
 
     /// With the given members and more flags for the registration controller.
@@ -221,6 +249,7 @@ impl Fleet {
             &[],
             false,
             Second::None,
+            false,
         )
         .await
     }
@@ -239,6 +268,7 @@ impl Fleet {
             syncer_flags,
             false,
             Second::None,
+            false,
         )
         .await
     }
@@ -250,6 +280,7 @@ impl Fleet {
         syncer_flags: &[&str],
         chart_splitter: bool,
         second: Second,
+        cluster_placements: bool,
     ) -> Result<Self> {
         let env = Environment::get();
         let hub = env.hub.client().await?;
@@ -301,6 +332,13 @@ impl Fleet {
         let split_selector = format!("{selector},{SPLITTER_OUT}!=true");
         split[5] = split_selector.as_str();
         split.extend(["--namespace", namespaces.as_str()]);
+        if cluster_placements {
+            split.extend([
+                "--cluster-placements=true",
+                "--cluster-placement-selector",
+                selector.as_str(),
+            ]);
+        }
         let mut release = None;
         let splitter_kubeconfig;
         if chart_splitter {
