@@ -262,6 +262,9 @@ pub mod reasons {
     pub const NO_STATUS_SUBRESOURCE: &str = "NoStatusSubresource";
     /// The health rule does not compile, or refers to something other than `self`.
     pub const INVALID_HEALTH_RULE: &str = "InvalidHealthRule";
+    /// A `Ready` condition is asked for, but the kind's status has no conditions list that
+    /// takes one.
+    pub const NO_CONDITIONS_LIST: &str = "NoConditionsList";
     /// An older profile of the same kind is the one in use.
     pub const DUPLICATE: &str = "Duplicate";
     /// The hub CRD was created or updated from the negotiated schema.

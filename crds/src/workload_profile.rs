@@ -79,6 +79,16 @@ pub struct WorkloadProfileSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
     pub health: Option<String>,
+
+    /// Whether the hub object's status gets a `Ready` condition: `True` once every member's copy
+    /// is healthy (by `health`), `False` naming the members whose copies are not (a member that
+    /// refused its copy among them). kstatus — what Flux and other GitOps tools judge readiness
+    /// by — and `kubectl wait --for=condition=Ready` then work against the hub. The kind must have
+    /// a status subresource whose `conditions` list takes items with `type` and `status` (and
+    /// requires nothing besides `reason`, `message`, `lastTransitionTime` and `lastUpdateTime`,
+    /// which the splitter fills too). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready_condition: bool,
 }
 
 /// The negotiator's verdict on a profile.
@@ -88,7 +98,7 @@ pub struct WorkloadProfileStatus {
     /// `Accepted`: True when every path is in the kind's negotiated schema with the right type
     /// and the health rule compiles; False with the reason (`NoNegotiatedSchema`,
     /// `PathNotInSchema`, `NotAnInteger`, `NoStatusSubresource`, `InvalidHealthRule`,
-    /// `Duplicate`) and a message naming the field.
+    /// `NoConditionsList`, `Duplicate`) and a message naming the field.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,

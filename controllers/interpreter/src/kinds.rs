@@ -93,6 +93,12 @@ pub trait Interpreter: Sync {
         &[]
     }
 
+    /// Whether the hub object's status gets a `Ready` condition (with [`HubStatus::Summed`]):
+    /// `True` once every copy is healthy.
+    fn ready_condition(&self) -> bool {
+        false
+    }
+
     /// A CEL rule over `self` that says when a member's copy is healthy, replacing the generic
     /// rules (see [`crate::profile::HealthRule`]).
     fn health_rule(&self) -> Option<&str> {

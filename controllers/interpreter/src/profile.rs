@@ -24,6 +24,8 @@ pub struct Profile {
     sums: Vec<String>,
     /// The health rule's source.
     health: Option<String>,
+    /// Whether the hub object gets a `Ready` condition.
+    ready: bool,
 }
 
 impl Profile {
@@ -33,6 +35,7 @@ impl Profile {
             replicas: spec.replicas.as_deref().map(pointer),
             sums: spec.status_sums.iter().map(|p| pointer(p)).collect(),
             health: spec.health.clone(),
+            ready: spec.ready_condition,
         }
     }
 }
@@ -48,11 +51,14 @@ impl Interpreter for Profile {
         self.replicas.as_deref().unwrap_or("/spec/replicas")
     }
     fn hub_status(&self) -> HubStatus {
-        if self.sums.is_empty() {
+        if self.sums.is_empty() && !self.ready {
             HubStatus::Kept
         } else {
             HubStatus::Summed
         }
+    }
+    fn ready_condition(&self) -> bool {
+        self.ready
     }
     fn status_sums(&self) -> &[String] {
         &self.sums
@@ -158,10 +164,76 @@ pub fn check(
             ),
         ));
     }
+    if spec.ready_condition {
+        if !status_subresource {
+            return Err(Rejection::new(
+                reasons::NO_STATUS_SUBRESOURCE,
+                format!(
+                    "spec.readyCondition: {} has no status subresource for the splitter to write the condition to",
+                    spec.kind
+                ),
+            ));
+        }
+        takes_a_ready_condition(schema).map_err(|why| {
+            Rejection::new(
+                reasons::NO_CONDITIONS_LIST,
+                format!(
+                    "spec.readyCondition: {why} in the negotiated schema of {}",
+                    spec.kind
+                ),
+            )
+        })?;
+    }
     if let Some(rule) = &spec.health {
         HealthRule::compile(rule).map_err(|why| {
             Rejection::new(reasons::INVALID_HEALTH_RULE, format!("spec.health: {why}"))
         })?;
+    }
+    Ok(())
+}
+
+/// The fields of the `Ready` condition the splitter writes.
+pub const READY_CONDITION_FIELDS: [&str; 6] = [
+    "type",
+    "status",
+    "reason",
+    "message",
+    "lastTransitionTime",
+    "lastUpdateTime",
+];
+
+/// Whether `.status.conditions` of `schema` takes the `Ready` condition the splitter writes: a
+/// list of objects with `type` and `status` strings that requires no other field than
+/// [`READY_CONDITION_FIELDS`]; else why not.
+fn takes_a_ready_condition(schema: &Value) -> Result<(), String> {
+    let conditions = ["status", "conditions"]
+        .iter()
+        .try_fold(schema, |at, key| at.get("properties")?.get(key))
+        .ok_or(".status.conditions is not a field")?;
+    if conditions.get("type").and_then(Value::as_str) != Some("array") {
+        return Err(".status.conditions is not a list".into());
+    }
+    let item = conditions
+        .get("items")
+        .ok_or(".status.conditions has no item schema")?;
+    for field in ["type", "status"] {
+        let declared = item.get("properties").and_then(|p| p.get(field));
+        if declared.and_then(|d| d.get("type")).and_then(Value::as_str) != Some("string") {
+            return Err(format!(
+                "the items of .status.conditions have no {field} string"
+            ));
+        }
+    }
+    let required = item.get("required").and_then(Value::as_array);
+    if let Some(other) = required
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|f| !READY_CONDITION_FIELDS.contains(f))
+    {
+        return Err(format!(
+            "the items of .status.conditions require {other}, which the splitter cannot fill"
+        ));
     }
     Ok(())
 }
@@ -293,6 +365,60 @@ mod tests {
             "statusSums": [".status.readyReplicas"]}));
         let why = check(&sums, &rollout_schema(), false).expect_err("rejected");
         assert_eq!(why.reason, reasons::NO_STATUS_SUBRESOURCE);
+    }
+
+    #[test]
+    fn a_ready_condition_needs_a_conditions_list_the_splitter_can_fill() {
+        let ready =
+            spec(json!({"group": "argoproj.io", "kind": "Rollout", "readyCondition": true}));
+        let with_conditions = |item: Value| {
+            let mut s = rollout_schema();
+            s["properties"]["status"]["properties"]["conditions"] =
+                json!({"type": "array", "items": item});
+            s
+        };
+        // Argo Rollouts' conditions require six fields, all of them ones the splitter fills.
+        let argo = with_conditions(json!({"type": "object",
+            "required": ["lastTransitionTime", "lastUpdateTime", "message", "reason", "status", "type"],
+            "properties": {"type": {"type": "string"}, "status": {"type": "string"},
+                "reason": {"type": "string"}, "message": {"type": "string"},
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "lastUpdateTime": {"type": "string", "format": "date-time"}}}));
+        assert_eq!(check(&ready, &argo, true), Ok(()));
+        let p = Profile::new(&ready);
+        assert!(p.ready_condition());
+        assert_eq!(
+            p.hub_status(),
+            HubStatus::Summed,
+            "a condition alone is a status"
+        );
+
+        let why = check(&ready, &argo, false).expect_err("no status subresource");
+        assert_eq!(why.reason, reasons::NO_STATUS_SUBRESOURCE);
+        for (schema, says) in [
+            (rollout_schema(), ".status.conditions is not a field"),
+            (
+                with_conditions(
+                    json!({"type": "object", "properties": {"kind": {"type": "string"}}}),
+                ),
+                "no type string",
+            ),
+            (
+                with_conditions(
+                    json!({"type": "object", "required": ["type", "status", "observedGeneration"],
+                    "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}),
+                ),
+                "require observedGeneration",
+            ),
+        ] {
+            let why = check(&ready, &schema, true).expect_err(says);
+            assert_eq!(why.reason, reasons::NO_CONDITIONS_LIST);
+            assert!(
+                why.message.contains(says) && why.message.starts_with("spec.readyCondition"),
+                "{}",
+                why.message
+            );
+        }
     }
 
     #[test]

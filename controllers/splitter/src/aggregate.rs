@@ -1,7 +1,7 @@
 //! Pure status aggregation: the hub object's status (a Deployment's, a Job's) is the truth of all
 //! its copies.
 
-use flotilla_api::{Work, conditions};
+use flotilla_api::{Work, conditions, reasons};
 use serde_json::{Value, json};
 
 use crate::division::{Division, describe, unplaced};
@@ -577,6 +577,36 @@ pub fn claim_status(copies: &[JobCopy<'_>]) -> Value {
 /// pointers into the status, such as `/status/readyReplicas`) summed over the copies that
 /// report it. Nothing else: the splitter does not know the kind's other status fields (an Argo
 /// Rollout's `observedGeneration` is a string).
+/// The `Ready` condition of a hub object whose copies on `copies` members are healthy but for
+/// those on `not_ready` (as a WorkloadProfile with `readyCondition` asks), written at `now`.
+pub fn ready_condition(copies: usize, not_ready: &[&str], now: &str) -> Value {
+    let (status, reason, message) = if copies == 0 {
+        (
+            "False",
+            reasons::NOTHING_PLACED,
+            "no member runs a copy".to_string(),
+        )
+    } else if not_ready.is_empty() {
+        (
+            "True",
+            reasons::ALL_COPIES,
+            format!("every copy is healthy ({copies} of {copies})"),
+        )
+    } else {
+        (
+            "False",
+            reasons::WAITING_FOR_COPIES,
+            format!(
+                "{} of {copies} copies are healthy; not yet on {}",
+                copies - not_ready.len(),
+                not_ready.join(", ")
+            ),
+        )
+    };
+    json!({"type": "Ready", "status": status, "reason": reason, "message": message,
+           "lastTransitionTime": now, "lastUpdateTime": now})
+}
+
 pub fn summed_status(copies: &[JobCopy<'_>], sums: &[String]) -> Value {
     let mut status = json!({});
     for pointer in sums {
@@ -1169,5 +1199,24 @@ mod tests {
             ),
             json!({"readyReplicas": 0, "canary": {"weight": 0}})
         );
+    }
+
+    #[test]
+    fn a_profiled_kind_is_ready_once_every_copy_is_healthy_and_says_which_are_not() {
+        let ready = ready_condition(3, &[], "t");
+        assert_eq!(ready["type"], "Ready");
+        assert_eq!(ready["status"], "True");
+        assert_eq!(ready["reason"], reasons::ALL_COPIES);
+        let waiting = ready_condition(3, &["m2", "m3"], "t");
+        assert_eq!(waiting["status"], "False");
+        assert_eq!(waiting["reason"], reasons::WAITING_FOR_COPIES);
+        assert_eq!(
+            waiting["message"],
+            "1 of 3 copies are healthy; not yet on m2, m3"
+        );
+        assert_eq!(ready_condition(0, &[], "t")["status"], "False");
+        for field in ["lastTransitionTime", "lastUpdateTime"] {
+            assert_eq!(ready[field], "t", "{field}");
+        }
     }
 }

@@ -317,6 +317,8 @@ pub struct Aggregated {
     pub status: HubStatus,
     /// For [`HubStatus::Summed`]: the status fields summed (JSON pointers).
     pub sums: Vec<String>,
+    /// For [`HubStatus::Summed`]: whether the hub object gets a `Ready` condition.
+    pub ready: bool,
     /// Each copy runs the whole object (it is not divided).
     pub duplicated: bool,
     pub clusters: Vec<String>,
@@ -1084,6 +1086,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     resource: ar.clone(),
                     status,
                     sums: kind.status_sums().to_vec(),
+                    ready: kind.ready_condition(),
                     duplicated: !divided,
                     clusters: decision
                         .clusters

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use crate::aggregate::{
     CountedCopy, JobCopy, claim_status, copy_of, cronjob_status, daemonset_status,
-    deployment_status, furthest_behind, job_status, max_surge, max_unavailable, replicaset_status,
-    service_status, statefulset_status, summed_status,
+    deployment_status, furthest_behind, job_status, max_surge, max_unavailable, ready_condition,
+    replicaset_status, service_status, statefulset_status, summed_status,
 };
 use crate::history::{RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status};
 use crate::observe::resource;
@@ -662,7 +662,25 @@ async fn write_batch_statuses(
             }
             HubStatus::Service | HubStatus::Ingress => service_status(&copies),
             HubStatus::PersistentVolumeClaim => claim_status(&copies),
-            HubStatus::Summed => summed_status(&copies, &job.sums),
+            HubStatus::Summed => {
+                let mut status = summed_status(&copies, &job.sums);
+                if job.ready {
+                    let not_ready: Vec<&str> = job
+                        .clusters
+                        .iter()
+                        .filter(|cluster| {
+                            !current.holds(
+                                &CopyKey::new(job.key.clone(), cluster),
+                                conditions::AVAILABLE,
+                            )
+                        })
+                        .map(String::as_str)
+                        .collect();
+                    status["conditions"] =
+                        json!([ready_condition(job.clusters.len(), &not_ready, now)]);
+                }
+                status
+            }
             _ => cronjob_status(&copies, old),
         };
         keep_condition_times(&mut status, old);

@@ -294,6 +294,22 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
         reason.iter().all(|m| m.contains("health rule")),
         "the member copies wait for the profile's health rule: {reason:?}"
     );
+    // Meanwhile kstatus (what GitOps tools judge readiness by) reads the hub Rollout's Ready
+    // condition: in progress, not current.
+    wait_for(
+        "kstatus to say the hub Rollout is InProgress",
+        Duration::from_secs(60),
+        || async {
+            let (verdict, message) =
+                crate::api::kstatus(&env, ns, "rollouts.argoproj.io", "web").await?;
+            Ok(if verdict == "InProgress" && message.contains("not yet on") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{verdict}: {message}"))
+            })
+        },
+    )
+    .await?;
 
     // Each member's Argo Rollouts reports its pods: the hub shows them all, and the Placement is
     // Available.
@@ -332,6 +348,7 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
     )
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
+    crate::api::kstatus_current(&env, ns, "rollouts.argoproj.io", "web").await?;
     let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
     wait_for(
         "the Placement to be Available",
