@@ -110,6 +110,13 @@ pub struct WorkloadProfileStatus {
     /// The NegotiatedAPIResource the profile was checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub negotiated: Option<String>,
+
+    /// With `readyCondition`: the fields of the `Ready` condition that the kind's schema declares
+    /// in every negotiated version (`type`, `status`, and of `reason`, `message`,
+    /// `lastTransitionTime` and `lastUpdateTime` those it has). The splitter writes only these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 6), inner(length(max = 32)))]
+    pub ready_condition_fields: Vec<String>,
 }
 
 impl WorkloadProfile {

@@ -93,10 +93,10 @@ pub trait Interpreter: Sync {
         &[]
     }
 
-    /// Whether the hub object's status gets a `Ready` condition (with [`HubStatus::Summed`]):
-    /// `True` once every copy is healthy.
-    fn ready_condition(&self) -> bool {
-        false
+    /// Whether the hub object's status gets a `Ready` condition (with [`HubStatus::Summed`]),
+    /// `True` once every copy is healthy: the fields of the condition its schema declares.
+    fn ready_condition(&self) -> Option<&[String]> {
+        None
     }
 
     /// A CEL rule over `self` that says when a member's copy is healthy, replacing the generic

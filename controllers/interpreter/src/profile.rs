@@ -24,18 +24,32 @@ pub struct Profile {
     sums: Vec<String>,
     /// The health rule's source.
     health: Option<String>,
-    /// Whether the hub object gets a `Ready` condition.
-    ready: bool,
+    /// The fields of the `Ready` condition the hub object gets (those its schema declares), if
+    /// it gets one.
+    ready: Option<Vec<String>>,
 }
 
 impl Profile {
-    /// The interpreter `spec` describes.
+    /// The interpreter an accepted profile describes: its `spec`, and the fields of the `Ready`
+    /// condition its kind's schema declares (the negotiator's `status.readyConditionFields`,
+    /// see [`check`]).
+    pub fn accepted(spec: &WorkloadProfileSpec, ready_condition_fields: &[String]) -> Self {
+        Self {
+            ready: spec
+                .ready_condition
+                .then(|| ready_condition_fields.to_vec())
+                .filter(|f| f.iter().any(|f| f == "type") && f.iter().any(|f| f == "status")),
+            ..Self::new(spec)
+        }
+    }
+
+    /// The interpreter `spec` describes, without a `Ready` condition.
     pub fn new(spec: &WorkloadProfileSpec) -> Self {
         Self {
             replicas: spec.replicas.as_deref().map(pointer),
             sums: spec.status_sums.iter().map(|p| pointer(p)).collect(),
             health: spec.health.clone(),
-            ready: spec.ready_condition,
+            ready: None,
         }
     }
 }
@@ -51,14 +65,14 @@ impl Interpreter for Profile {
         self.replicas.as_deref().unwrap_or("/spec/replicas")
     }
     fn hub_status(&self) -> HubStatus {
-        if self.sums.is_empty() && !self.ready {
+        if self.sums.is_empty() && self.ready.is_none() {
             HubStatus::Kept
         } else {
             HubStatus::Summed
         }
     }
-    fn ready_condition(&self) -> bool {
-        self.ready
+    fn ready_condition(&self) -> Option<&[String]> {
+        self.ready.as_deref()
     }
     fn status_sums(&self) -> &[String] {
         &self.sums
@@ -111,6 +125,15 @@ impl Rejection {
     }
 }
 
+/// What [`check`] found in a kind's schema for an acceptable profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// With `readyCondition`: the fields of [`READY_CONDITION_FIELDS`] the items of
+    /// `.status.conditions` declare (the splitter writes only those: server-side apply refuses a
+    /// field the schema does not declare).
+    pub ready_condition_fields: Vec<String>,
+}
+
 /// Checks `spec` against its kind's negotiated `schema` (the structural OpenAPI v3 schema of the
 /// whole object) and whether the kind has a status subresource: the replica path and every
 /// status sum must be integer fields the schema declares, sums need the status subresource (the
@@ -119,7 +142,8 @@ pub fn check(
     spec: &WorkloadProfileSpec,
     schema: &Value,
     status_subresource: bool,
-) -> Result<(), Rejection> {
+) -> Result<Checked, Rejection> {
+    let mut checked = Checked::default();
     let paths = spec
         .replicas
         .iter()
@@ -174,7 +198,7 @@ pub fn check(
                 ),
             ));
         }
-        takes_a_ready_condition(schema).map_err(|why| {
+        checked.ready_condition_fields = takes_a_ready_condition(schema).map_err(|why| {
             Rejection::new(
                 reasons::NO_CONDITIONS_LIST,
                 format!(
@@ -189,7 +213,7 @@ pub fn check(
             Rejection::new(reasons::INVALID_HEALTH_RULE, format!("spec.health: {why}"))
         })?;
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// The fields of the `Ready` condition the splitter writes.
@@ -204,8 +228,8 @@ pub const READY_CONDITION_FIELDS: [&str; 6] = [
 
 /// Whether `.status.conditions` of `schema` takes the `Ready` condition the splitter writes: a
 /// list of objects with `type` and `status` strings that requires no other field than
-/// [`READY_CONDITION_FIELDS`]; else why not.
-fn takes_a_ready_condition(schema: &Value) -> Result<(), String> {
+/// [`READY_CONDITION_FIELDS`]. The fields of those it declares, or why not.
+fn takes_a_ready_condition(schema: &Value) -> Result<Vec<String>, String> {
     let conditions = ["status", "conditions"]
         .iter()
         .try_fold(schema, |at, key| at.get("properties")?.get(key))
@@ -235,7 +259,12 @@ fn takes_a_ready_condition(schema: &Value) -> Result<(), String> {
             "the items of .status.conditions require {other}, which the splitter cannot fill"
         ));
     }
-    Ok(())
+    let declared = item.get("properties").and_then(Value::as_object);
+    Ok(READY_CONDITION_FIELDS
+        .iter()
+        .filter(|f| declared.is_some_and(|d| d.contains_key(**f)))
+        .map(|f| f.to_string())
+        .collect())
 }
 
 /// A compiled health rule: a CEL expression over `self`, the member's object with its status.
@@ -335,7 +364,7 @@ mod tests {
             "statusSums": [".status.readyReplicas", ".status.availableReplicas"],
             "health": "has(self.status.availableReplicas) && self.status.availableReplicas >= self.spec.replicas"}),
         );
-        assert_eq!(check(&s, &rollout_schema(), true), Ok(()));
+        assert_eq!(check(&s, &rollout_schema(), true), Ok(Checked::default()));
     }
 
     #[test]
@@ -384,13 +413,29 @@ mod tests {
                 "reason": {"type": "string"}, "message": {"type": "string"},
                 "lastTransitionTime": {"type": "string", "format": "date-time"},
                 "lastUpdateTime": {"type": "string", "format": "date-time"}}}));
-        assert_eq!(check(&ready, &argo, true), Ok(()));
-        let p = Profile::new(&ready);
-        assert!(p.ready_condition());
+        let checked = check(&ready, &argo, true).expect("accepted");
+        assert_eq!(checked.ready_condition_fields, READY_CONDITION_FIELDS);
+        let p = Profile::accepted(&ready, &checked.ready_condition_fields);
+        assert_eq!(
+            p.ready_condition(),
+            Some(&checked.ready_condition_fields[..])
+        );
         assert_eq!(
             p.hub_status(),
             HubStatus::Summed,
             "a condition alone is a status"
+        );
+        assert_eq!(Profile::new(&ready).ready_condition(), None);
+        // OpenKruise's conditions have no lastUpdateTime: the splitter leaves it out (server-side
+        // apply refuses a field the schema does not declare).
+        let kruise = with_conditions(json!({"type": "object", "required": ["status", "type"],
+            "properties": {"type": {"type": "string"}, "status": {"type": "string"},
+                "reason": {"type": "string"}, "message": {"type": "string"},
+                "lastTransitionTime": {"type": "string", "format": "date-time"}}}));
+        let checked = check(&ready, &kruise, true).expect("accepted");
+        assert_eq!(
+            checked.ready_condition_fields,
+            ["type", "status", "reason", "message", "lastTransitionTime"]
         );
 
         let why = check(&ready, &argo, false).expect_err("no status subresource");

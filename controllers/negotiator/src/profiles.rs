@@ -22,13 +22,21 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-/// The verdict on `profile`, given every profile and every NegotiatedAPIResource: the names of
-/// the NegotiatedAPIResources it was checked against, or why it cannot be used.
+/// An accepted profile: the NegotiatedAPIResources it was checked against, and the fields of its
+/// `Ready` condition that every one of them declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    pub negotiated: String,
+    pub ready_condition_fields: Vec<String>,
+}
+
+/// The verdict on `profile`, given every profile and every NegotiatedAPIResource: accepted, or
+/// why it cannot be used.
 pub fn verdict(
     profile: &WorkloadProfile,
     profiles: &[Arc<WorkloadProfile>],
     negotiated: &[Arc<NegotiatedApiResource>],
-) -> Result<String, Rejection> {
+) -> Result<Accepted, Rejection> {
     let spec = &profile.spec;
     let age = |p: &WorkloadProfile| (p.metadata.creation_timestamp.clone(), p.name_any());
     if let Some(older) = profiles
@@ -64,6 +72,7 @@ pub fn verdict(
             ),
         });
     }
+    let mut ready_condition_fields: Option<Vec<String>> = None;
     for n in &of_kind {
         let r = &n.spec.resource;
         let api_version = format!("{}/{}", r.group_version.group, r.group_version.version);
@@ -77,16 +86,27 @@ pub fn verdict(
             });
         }
         let status = r.subresources.as_ref().is_some_and(|s| s.status.is_some());
-        check(spec, &r.open_api_v3_schema, status).map_err(|mut why| {
+        let checked = check(spec, &r.open_api_v3_schema, status).map_err(|mut why| {
             why.message = format!("{} (NegotiatedAPIResource {})", why.message, n.name_any());
             why
         })?;
+        // What every version declares.
+        ready_condition_fields = Some(match ready_condition_fields {
+            None => checked.ready_condition_fields,
+            Some(before) => before
+                .into_iter()
+                .filter(|f| checked.ready_condition_fields.contains(f))
+                .collect(),
+        });
     }
-    Ok(of_kind
-        .iter()
-        .map(|n| n.name_any())
-        .collect::<Vec<_>>()
-        .join(","))
+    Ok(Accepted {
+        negotiated: of_kind
+            .iter()
+            .map(|n| n.name_any())
+            .collect::<Vec<_>>()
+            .join(","),
+        ready_condition_fields: ready_condition_fields.unwrap_or_default(),
+    })
 }
 
 struct State {
@@ -156,8 +176,11 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
     }
     let verdict = verdict(profile, &state.profiles.state(), &state.negotiated.state());
     let generation = profile.metadata.generation;
-    let (condition, negotiated) = match &verdict {
-        Ok(names) => (
+    let (condition, negotiated, ready_condition_fields) = match &verdict {
+        Ok(Accepted {
+            negotiated: names,
+            ready_condition_fields,
+        }) => (
             new_condition(
                 conditions::ACCEPTED,
                 ConditionStatus::True,
@@ -167,6 +190,7 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
                 Time(Timestamp::now()),
             ),
             Some(names.clone()),
+            ready_condition_fields.clone(),
         ),
         Err(why) => (
             new_condition(
@@ -178,13 +202,15 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
                 Time(Timestamp::now()),
             ),
             None,
+            Vec::new(),
         ),
     };
     let old = profile.status.clone().unwrap_or_default();
     let mut conditions = old.conditions.clone();
     let changed = set_condition(&mut conditions, condition.clone())
         || old.observed_generation != generation
-        || old.negotiated != negotiated;
+        || old.negotiated != negotiated
+        || old.ready_condition_fields != ready_condition_fields;
     if !changed {
         return Ok(Action::await_change());
     }
@@ -199,6 +225,7 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
                     "conditions": conditions,
                     "observedGeneration": generation,
                     "negotiated": negotiated,
+                    "readyConditionFields": ready_condition_fields,
                 },
             })),
         )
@@ -298,7 +325,10 @@ mod tests {
         ];
         assert_eq!(
             verdict(&p, std::slice::from_ref(&p), &nars),
-            Ok("rollouts.v1alpha1.argoproj.io".to_string())
+            Ok(Accepted {
+                negotiated: "rollouts.v1alpha1.argoproj.io".to_string(),
+                ready_condition_fields: Vec::new(),
+            })
         );
     }
 

@@ -225,7 +225,12 @@ pub fn kinds(profiles: &[Arc<WorkloadProfile>]) -> Kinds {
         (
             p.spec.group.clone(),
             p.spec.kind.clone(),
-            Profile::new(&p.spec),
+            Profile::accepted(
+                &p.spec,
+                p.status
+                    .as_ref()
+                    .map_or(&[][..], |s| &s.ready_condition_fields),
+            ),
         )
     }))
 }

@@ -317,8 +317,9 @@ pub struct Aggregated {
     pub status: HubStatus,
     /// For [`HubStatus::Summed`]: the status fields summed (JSON pointers).
     pub sums: Vec<String>,
-    /// For [`HubStatus::Summed`]: whether the hub object gets a `Ready` condition.
-    pub ready: bool,
+    /// For [`HubStatus::Summed`]: the fields of the `Ready` condition the hub object gets, if
+    /// it gets one.
+    pub ready: Option<Vec<String>>,
     /// Each copy runs the whole object (it is not divided).
     pub duplicated: bool,
     pub clusters: Vec<String>,
@@ -1086,7 +1087,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     resource: ar.clone(),
                     status,
                     sums: kind.status_sums().to_vec(),
-                    ready: kind.ready_condition(),
+                    ready: kind.ready_condition().map(<[String]>::to_vec),
                     duplicated: !divided,
                     clusters: decision
                         .clusters

@@ -664,7 +664,7 @@ async fn write_batch_statuses(
             HubStatus::PersistentVolumeClaim => claim_status(&copies),
             HubStatus::Summed => {
                 let mut status = summed_status(&copies, &job.sums);
-                if job.ready {
+                if let Some(fields) = &job.ready {
                     let not_ready: Vec<&str> = job
                         .clusters
                         .iter()
@@ -676,8 +676,12 @@ async fn write_batch_statuses(
                         })
                         .map(String::as_str)
                         .collect();
-                    status["conditions"] =
-                        json!([ready_condition(job.clusters.len(), &not_ready, now)]);
+                    let mut ready = ready_condition(job.clusters.len(), &not_ready, now);
+                    // Only what the kind's schema declares: server-side apply refuses the rest.
+                    if let Some(c) = ready.as_object_mut() {
+                        c.retain(|field, _| fields.contains(field));
+                    }
+                    status["conditions"] = json!([ready]);
                 }
                 status
             }

@@ -21,21 +21,26 @@ use serde_json::{Value, json};
 use crate::negotiator::install_crd;
 use crate::splitter::Fleet;
 
-/// The profile Flotilla ships for Argo Rollouts.
-fn shipped_profile() -> Result<Value> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/profiles/argo-rollouts.yaml"
+/// A profile Flotilla ships, from `deploy/profiles/`.
+fn shipped(file: &str) -> Result<Value> {
+    let path = format!(
+        "{}/../../deploy/profiles/{file}",
+        env!("CARGO_MANIFEST_DIR")
     );
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     Ok(serde_saphyr::from_str(&text)?)
 }
 
-/// The Rollout CRD of Argo Rollouts, from the tool cache.
-fn rollout_crd() -> Result<Value> {
+/// The profile Flotilla ships for Argo Rollouts.
+fn shipped_profile() -> Result<Value> {
+    shipped("argo-rollouts.yaml")
+}
+
+/// A project's real CRD, from the tool cache (`hack/build-tools.sh` fetches it there).
+fn cached_crd(file: &str) -> Result<Value> {
     let bin = std::env::var("FLOTILLA_TOOLS_BIN")
         .map_err(|_| anyhow!("FLOTILLA_TOOLS_BIN is not set: run the tests with hack/test.sh"))?;
-    let path = std::path::Path::new(&bin).join("crds/rollouts.argoproj.io.yaml");
+    let path = std::path::Path::new(&bin).join("crds").join(file);
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
             "reading {} (hack/build-tools.sh fetches it)",
@@ -55,9 +60,110 @@ fn rollouts() -> ApiResource {
     }
 }
 
-/// The Placement's status as JSON, for a failure's context.
-fn placement_status(hub: &Client, ns: &str) -> String {
-    let (hub, ns) = (hub.clone(), ns.to_string());
+fn clonesets() -> ApiResource {
+    ApiResource {
+        group: "apps.kruise.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "apps.kruise.io/v1alpha1".into(),
+        kind: "CloneSet".into(),
+        plural: "clonesets".into(),
+    }
+}
+
+/// A custom kind set up for one test: its real CRD in the hub and every member of the fleet, the
+/// negotiator running as the chart's negotiator ServiceAccount for the fleet's clusters, and a
+/// Divided Placement `placement` of the kind (so that the members' schemas are imported). The
+/// CRDs, the kind's profile (named `<plural>.<group>`, as the shipped ones are) and its
+/// negotiated type are removed when it is dropped.
+struct CustomKind {
+    negotiator: ControllerProcess,
+    _identities: ClusterScopedObjects,
+    _cleanup: Vec<ClusterScopedObjects>,
+}
+
+impl CustomKind {
+    async fn set_up(
+        env: &Environment,
+        fleet: &Fleet,
+        crd: &Value,
+        kind: &ApiResource,
+        placement: &str,
+    ) -> Result<Self> {
+        let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+        let crd_name = format!("{}.{}", kind.plural, kind.group);
+        let crd_resource = ApiResource::erase::<CustomResourceDefinition>(&());
+        let mut cleanup = vec![ClusterScopedObjects::new(&env.hub)];
+        install_crd(hub, crd).await?;
+        for (i, (_, client)) in members.iter().enumerate() {
+            let mut member = ClusterScopedObjects::new(&env.members[i]);
+            member.add(crd_resource.clone(), crd_name.clone());
+            cleanup.push(member);
+            install_crd(client, crd).await?;
+        }
+        cleanup[0].add(crd_resource, crd_name.clone());
+        cleanup[0].add(ApiResource::erase::<WorkloadProfile>(&()), crd_name);
+        cleanup[0].add(
+            ApiResource::erase::<flotilla_api::NegotiatedApiResource>(&()),
+            format!("{}.{}.{}", kind.plural, kind.version, kind.group),
+        );
+
+        let release = format!("e2e-{}", random_suffix());
+        let identities = chart::install_identities(hub, &release, ns).await?;
+        let kubeconfig =
+            chart::service_account_kubeconfig(env, hub, ns, &release, "negotiator").await?;
+        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+        let negotiator = ControllerProcess::start(
+            "flotilla-negotiator",
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "--lease-namespace",
+                ns,
+                "--cluster-selector",
+                &fleet.selector,
+                "--kubeconfig-secret-namespace",
+                ns,
+                "--import-interval",
+                "5s",
+            ],
+        )?;
+
+        let placement: Placement = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": placement, "namespace": ns},
+            "spec": {"resourceSelectors": [{"apiVersion": kind.api_version, "kind": kind.kind}],
+                     "replicaScheduling": {"type": "Divided", "division": "Even"}},
+        }))?;
+        api::apply(hub, &serde_json::to_value(&placement)?, false).await??;
+        Ok(Self {
+            negotiator,
+            _identities: identities,
+            _cleanup: cleanup,
+        })
+    }
+
+    /// Applies `profile` and waits until the negotiator accepts it.
+    async fn accept(&self, hub: &Client, profile: &Value) -> Result<()> {
+        let name = profile["metadata"]["name"].as_str().unwrap_or_default();
+        api::apply(hub, profile, false).await??;
+        wait_for(
+            &format!("profile {name} to be accepted"),
+            Duration::from_secs(90),
+            || async {
+                Ok(match accepted(hub, name).await? {
+                    Some((s, _, _)) if s == "True" => Seen::Done(()),
+                    other => Seen::not_yet(format!("{other:?}")),
+                })
+            },
+        )
+        .await
+        .map_err(|e| e.context(self.negotiator.log()))
+    }
+}
+
+/// The status of Placement `name` as JSON, for a failure's context.
+fn placement_status(hub: &Client, ns: &str, name: &str) -> String {
+    let (hub, ns, name) = (hub.clone(), ns.to_string(), name.to_string());
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -65,7 +171,7 @@ fn placement_status(hub: &Client, ns: &str) -> String {
             .ok()?;
         rt.block_on(async {
             let p = Api::<Placement>::namespaced(hub, &ns)
-                .get("rollouts")
+                .get(&name)
                 .await
                 .ok()?;
             serde_json::to_string_pretty(&p.status).ok()
@@ -105,58 +211,15 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
     let fleet = Fleet::start("profile").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
 
-    // The CRD in the hub and every member; the profile and the negotiated type on the hub. All
-    // cluster-scoped: removed when the test ends.
-    let crd = rollout_crd()?;
-    let crd_resource = ApiResource::erase::<CustomResourceDefinition>(&());
-    let mut cleanup = vec![ClusterScopedObjects::new(&env.hub)];
-    install_crd(hub, &crd).await?;
-    for (i, (_, client)) in members.iter().enumerate() {
-        let mut member = ClusterScopedObjects::new(&env.members[i]);
-        member.add(crd_resource.clone(), "rollouts.argoproj.io");
-        cleanup.push(member);
-        install_crd(client, &crd).await?;
-    }
-    cleanup[0].add(crd_resource, "rollouts.argoproj.io");
-    cleanup[0].add(
-        ApiResource::erase::<WorkloadProfile>(&()),
-        "rollouts.argoproj.io",
-    );
-    cleanup[0].add(
-        ApiResource::erase::<flotilla_api::NegotiatedApiResource>(&()),
-        "rollouts.v1alpha1.argoproj.io",
-    );
-
-    // The negotiator, as the chart's negotiator ServiceAccount.
-    let release = format!("e2e-{}", random_suffix());
-    let _identities = chart::install_identities(hub, &release, ns).await?;
-    let kubeconfig =
-        chart::service_account_kubeconfig(&env, hub, ns, &release, "negotiator").await?;
-    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-    let negotiator = ControllerProcess::start(
-        "flotilla-negotiator",
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "--lease-namespace",
-            ns,
-            "--cluster-selector",
-            &fleet.selector,
-            "--kubeconfig-secret-namespace",
-            ns,
-            "--import-interval",
-            "5s",
-        ],
-    )?;
-
-    // A Placement selects Rollouts: the members' schemas of the kind are imported.
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "rollouts", "namespace": ns},
-        "spec": {"resourceSelectors": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout"}],
-                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
-    }))?;
-    api::apply(hub, &serde_json::to_value(&placement)?, false).await??;
+    let kind = CustomKind::set_up(
+        &env,
+        &fleet,
+        &cached_crd("rollouts.argoproj.io.yaml")?,
+        &rollouts(),
+        "rollouts",
+    )
+    .await?;
+    let negotiator = &kind.negotiator;
 
     // A profile with a status field the schema lacks is refused, naming it.
     let mut profile = shipped_profile()?;
@@ -212,19 +275,7 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
     .await?;
 
     // The shipped profile is accepted.
-    api::apply(hub, &shipped_profile()?, false).await??;
-    wait_for(
-        "the shipped profile to be accepted",
-        Duration::from_secs(60),
-        || async {
-            Ok(match accepted(hub, &name).await? {
-                Some((s, _, _)) if s == "True" => Seen::Done(()),
-                other => Seen::not_yet(format!("{other:?}")),
-            })
-        },
-    )
-    .await
-    .map_err(|e| e.context(negotiator.log()))?;
+    kind.accept(hub, &shipped_profile()?).await?;
 
     // A Rollout of 5 replicas: 2 + 2 + 1.
     let rollout = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
@@ -255,7 +306,7 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
     })
     .await
     .map_err(|e| e.context(fleet.splitter.log()))
-    .map_err(|e| e.context(placement_status(hub, ns)))?;
+    .map_err(|e| e.context(placement_status(hub, ns, "rollouts")))?;
 
     // Not available until Argo would call the copies Healthy: the Work says why.
     let works: Api<Work> = Api::all(hub.clone());
@@ -302,11 +353,13 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
         || async {
             let (verdict, message) =
                 crate::api::kstatus(&env, ns, "rollouts.argoproj.io", "web").await?;
-            Ok(if verdict == "InProgress" && message.contains("not yet on") {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("{verdict}: {message}"))
-            })
+            Ok(
+                if verdict == "InProgress" && message.contains("not yet on") {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{verdict}: {message}"))
+                },
+            )
         },
     )
     .await?;
@@ -368,8 +421,137 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
         },
     )
     .await?;
-    drop(negotiator);
+    drop(kind);
     drop(fleet);
-    drop(cleanup);
+    Ok(())
+}
+
+/// An OpenKruise CloneSet through the hub with the shipped profile, against OpenKruise's real
+/// CRD: accepted; 4 replicas divided 2+1+1; the hub CloneSet is not Ready (kstatus InProgress)
+/// until every member's copy has all its replicas updated and ready, and then shows the sums of
+/// every member and reads Current.
+#[tokio::test]
+async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start("cloneset").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let kind = CustomKind::set_up(
+        &env,
+        &fleet,
+        &cached_crd("clonesets.apps.kruise.io.yaml")?,
+        &clonesets(),
+        "clonesets",
+    )
+    .await?;
+    kind.accept(hub, &shipped("openkruise-cloneset.yaml")?)
+        .await?;
+
+    let cloneset = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}});
+    api::apply(hub, &cloneset, false).await??;
+    let shares = wait_for("the CloneSet divided", Duration::from_secs(60), || async {
+        let mut shares = Vec::new();
+        for (cluster, client) in members {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &clonesets());
+            if let Some(copy) = api.get_opt("web").await? {
+                shares.push((
+                    cluster.clone(),
+                    copy.data["spec"]["replicas"].as_i64().unwrap_or(-1),
+                    copy.metadata.generation.unwrap_or_default(),
+                ));
+            }
+        }
+        let mut counts: Vec<i64> = shares.iter().map(|(_, n, _)| *n).collect();
+        counts.sort_unstable();
+        Ok(if counts == [1, 1, 2] {
+            Seen::Done(shares)
+        } else {
+            Seen::not_yet(format!("{shares:?}"))
+        })
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))
+    .map_err(|e| e.context(placement_status(hub, ns, "clonesets")))?;
+
+    // No OpenKruise controller runs in the members: as one would, two members report their pods
+    // updated and ready; the hub CloneSet is not Ready yet, and says which member it waits for.
+    let report = |client: &Client, n: i64, generation: i64| {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &clonesets());
+        async move {
+            api.patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"observedGeneration": generation,
+                    "replicas": n, "readyReplicas": n, "availableReplicas": n,
+                    "updatedReplicas": n, "updatedReadyReplicas": n}})),
+            )
+            .await
+        }
+    };
+    let (last, last_client) = &members[2];
+    for (cluster, client) in &members[..2] {
+        let (_, n, generation) = shares
+            .iter()
+            .find(|(c, _, _)| c == cluster)
+            .context("every member has a share")?;
+        report(client, *n, *generation).await?;
+    }
+    wait_for(
+        "kstatus to say the hub CloneSet is InProgress, waiting for the last member",
+        Duration::from_secs(60),
+        || async {
+            let (verdict, message) =
+                crate::api::kstatus(&env, ns, "clonesets.apps.kruise.io", "web").await?;
+            Ok(
+                if verdict == "InProgress" && message.contains(&format!("not yet on {last}")) {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{verdict}: {message}"))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    let (_, n, generation) = shares
+        .iter()
+        .find(|(c, _, _)| c == last)
+        .context("every member has a share")?;
+    report(last_client, *n, *generation).await?;
+    let hub_clonesets: Api<DynamicObject> = Api::namespaced_with(hub.clone(), ns, &clonesets());
+    wait_for(
+        "the hub CloneSet to count 4 updated and ready",
+        Duration::from_secs(60),
+        || async {
+            let status = hub_clonesets.get("web").await?.data["status"].clone();
+            Ok(
+                if status["updatedReadyReplicas"] == 4 && status["readyReplicas"] == 4 {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(status.to_string())
+                },
+            )
+        },
+    )
+    .await?;
+    crate::api::kstatus_current(&env, ns, "clonesets.apps.kruise.io", "web").await?;
+    crate::api::kubectl(
+        &env,
+        &[
+            "-n",
+            ns,
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=30s",
+            "clonesets.apps.kruise.io/web",
+        ],
+    )
+    .await?;
+    drop(kind);
+    drop(fleet);
     Ok(())
 }
