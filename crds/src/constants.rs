@@ -265,6 +265,11 @@ pub mod reasons {
     /// A `Ready` condition is asked for, but the kind's status has no conditions list that
     /// takes one.
     pub const NO_CONDITIONS_LIST: &str = "NoConditionsList";
+    /// A workload's pods violate its hub namespace's Pod Security level: placed nowhere.
+    pub const POD_SECURITY_VIOLATION: &str = "PodSecurityViolation";
+    /// The hub could not check a workload's pods against its namespace's Pod Security level
+    /// now: nothing new is placed, its copies stay as they are.
+    pub const POD_SECURITY_UNKNOWN: &str = "PodSecurityUnknown";
     /// An older profile of the same kind is the one in use.
     pub const DUPLICATE: &str = "Duplicate";
     /// The hub CRD was created or updated from the negotiated schema.

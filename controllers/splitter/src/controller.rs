@@ -83,6 +83,8 @@ pub struct Splitter {
     pub(crate) records: Store<ReplicaSet>,
     /// The WorkloadProfiles of custom kinds (only accepted ones are used).
     pub(crate) profiles: Store<WorkloadProfile>,
+    /// The hub's Pod Security verdicts on the pod templates of placed workloads.
+    pub(crate) pod_security: crate::pod_security::Verdicts,
     /// The Works written by recent passes, until the cache has them.
     pub(crate) recent: Arc<RecentWrites>,
     /// Types found in the hub's discovery, by apiVersion and kind, each watched, with whether
@@ -456,6 +458,7 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         namespaces,
         records,
         profiles,
+        pod_security: Default::default(),
         recent,
         types: Default::default(),
         absent: Default::default(),

@@ -11,6 +11,7 @@
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
 //! | [`ordinals`] | pure: a divided StatefulSet's ordinal range per member (disjoint; let go before taking) |
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
+//! | [`pod_security`] | pure: the Pod Security dry run of a workload's pod template, and its verdicts |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
 //! | [`history`] | pure: a placed Deployment's hub ReplicaSet records, one per revision |
 //! | [`specificity`] | pure: which of several Placements places an object |
@@ -31,6 +32,7 @@ pub mod history;
 pub mod observe;
 pub mod ordinals;
 pub mod plan;
+pub mod pod_security;
 pub mod recent;
 pub mod references;
 pub mod render;

@@ -10,13 +10,19 @@ use flotilla_api::placement::{DEFAULT_TYPES, ResourceSelector};
 use flotilla_api::{Placement, Work, WorkloadProfile, annotations, labels, names};
 use flotilla_interpreter::{Kinds, Profile};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
+use serde_json::Value;
 
 use crate::controller::Splitter;
+use crate::plan::{CopyKey, ObjectKey};
 use crate::plan::{Listed, Observation, Other, Unreadable, import_name, member_namespace_labels};
+use crate::pod_security::{
+    Verdict, Verdicts, pod_for_check, pod_security_labels, pod_template, verdict_of,
+};
 use crate::references::references;
+use crate::specificity::{Selectable, specificity};
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -181,6 +187,10 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
             }
         }
     }
+    let pod_security = match &scope {
+        Some(ns) => pod_security(state, ns, &placement.spec.resource_selectors, &types).await,
+        None => BTreeMap::new(),
+    };
     let absent_since = state.absent_since(&placement);
     // Cluster-scoped objects go to no member namespace.
     let namespace_labels = scope.as_ref().and_then(|ns| {
@@ -195,7 +205,10 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .into_iter()
         .filter(|r| scope.is_some() && r.namespace() == scope)
         .collect();
+    let held_back = held_back(state, &works, &pod_security).await;
     Observation {
+        held_back,
+        pod_security,
         kinds: kinds(&state.profiles.state()),
         records,
         namespace_labels,
@@ -214,6 +227,137 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         others,
     }
 }
+
+/// The hub's Pod Security verdict on every selected workload of namespace `ns` (among the
+/// objects of `types`) whose pods it does not let in, or could not judge now (see
+/// [`crate::pod_security`]): a server-side dry run of a Pod built from its pod template, asked
+/// once per template and namespace level.
+async fn pod_security(
+    state: &Splitter,
+    ns: &str,
+    selectors: &[ResourceSelector],
+    types: &[Listed],
+) -> BTreeMap<ObjectKey, Verdict> {
+    use futures::StreamExt;
+    let labels = state
+        .namespaces
+        .get(&ObjectRef::new(ns))
+        .map(|n| pod_security_labels(n.labels()))
+        .unwrap_or_default();
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        state.ctx.client.clone(),
+        ns,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+    );
+    let mut workloads: Vec<(ObjectKey, Value)> = Vec::new();
+    for t in types {
+        for o in &t.objects {
+            let name = o.name_any();
+            let selectable = Selectable {
+                api_version: &t.resource.api_version,
+                kind: &t.resource.kind,
+                name: &name,
+                labels: o.labels(),
+            };
+            if specificity(selectors, &selectable).is_none() {
+                continue;
+            }
+            if let Some(template) = pod_template(&o.data) {
+                workloads.push((
+                    ObjectKey::new(&t.resource.api_version, &t.resource.kind, &name),
+                    template.clone(),
+                ));
+            }
+        }
+    }
+    let checks = workloads.into_iter().map(|(key, template)| {
+        let cached = Verdicts::key(ns, &labels, &template);
+        dry_run(state, pods.clone(), key, template, cached)
+    });
+    futures::stream::iter(checks)
+        .buffer_unordered(POD_SECURITY_CONCURRENCY)
+        .filter(|(_, v)| std::future::ready(*v != Verdict::Allowed))
+        .collect()
+        .await
+}
+
+/// The hub's verdict on the pods of `template` (of workload `key`), remembered under `cached`.
+async fn dry_run(
+    state: &Splitter,
+    pods: Api<DynamicObject>,
+    key: ObjectKey,
+    template: Value,
+    cached: u64,
+) -> (ObjectKey, Verdict) {
+    if let Some(v) = state.pod_security.get(cached) {
+        return (key, v);
+    }
+    let verdict = match serde_json::from_value::<DynamicObject>(pod_for_check(&template)) {
+        Ok(pod) => {
+            let params = PostParams {
+                dry_run: true,
+                field_manager: Some(flotilla_api::field_managers::SPLITTER.into()),
+            };
+            match pods.create(&params, &pod).await {
+                Ok(_) => Verdict::Allowed,
+                Err(e) => verdict_of(Err(&e)),
+            }
+        }
+        // A template that is no Pod spec: the members refuse it anyway.
+        Err(_) => Verdict::Allowed,
+    };
+    state.pod_security.remember(cached, &verdict);
+    (key, verdict)
+}
+
+/// The manifests in this Placement's `works` of the workloads Pod Security holds back (those in
+/// `verdicts`), read whole from the hub (the cache keeps Works lean): their copies keep them. A
+/// Work that cannot be read now is left out (the plan then leaves its Works as they are).
+async fn held_back(
+    state: &Splitter,
+    works: &[Arc<Work>],
+    verdicts: &BTreeMap<ObjectKey, Verdict>,
+) -> BTreeMap<CopyKey, DynamicObject> {
+    let key_of = |m: &DynamicObject| {
+        let t = m.types.as_ref()?;
+        Some(ObjectKey::new(
+            &t.api_version,
+            &t.kind,
+            m.metadata.name.as_deref()?,
+        ))
+    };
+    let mut out = BTreeMap::new();
+    for lean in works {
+        let holds = lean
+            .spec
+            .manifests
+            .iter()
+            .any(|m| key_of(m).is_some_and(|k| verdicts.contains_key(&k)));
+        let (Some(cluster), Some(ns)) = (lean.cluster_name(), lean.namespace()) else {
+            continue;
+        };
+        if !holds || lean.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let api: Api<Work> = Api::namespaced(state.ctx.client.clone(), &ns);
+        let work = match api.get(&lean.name_any()).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::debug!(work = %lean.name_any(), error = %e, "reading a Work failed");
+                continue;
+            }
+        };
+        for m in work.spec.manifests {
+            if let Some(k) = key_of(&m).filter(|k| verdicts.contains_key(k)) {
+                out.insert(CopyKey::new(k, cluster), m);
+            }
+        }
+    }
+    out
+}
+
+/// How many dry runs one pass sends at once.
+const POD_SECURITY_CONCURRENCY: usize = 8;
 
 /// The interpreter of every kind: the built-in ones and those of accepted `profiles` (the oldest
 /// of a kind, should two be accepted at once).

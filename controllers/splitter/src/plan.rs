@@ -17,7 +17,7 @@ use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{ClusterDecision, ClusterExclusion, ObjectDecision};
 use flotilla_api::{
     ApiResourceImport, Cluster, ManifestIdentity, ManifestStatus, Placement, Work, WorkSpec,
-    annotations, conditions, labels, names,
+    annotations, conditions, labels, names, reasons,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -31,6 +31,7 @@ use crate::compatibility::MemberSchema;
 use crate::division::{Candidate, Division, divide};
 use crate::eligibility::{Selection, select};
 use crate::ordinals::{Held, Layout, Range, lay_out};
+use crate::pod_security::Verdict;
 use crate::references::{Reference, references};
 use crate::render::{Origin, Share, bundle, member_manifest};
 use crate::specificity::{Selectable, specificity, winner};
@@ -39,6 +40,10 @@ use crate::specificity::{Selectable, specificity, winner};
 /// a delete and a create under the same name (`kubectl replace --force`) that land in two
 /// passes are then still seen as the replacement they are.
 pub const GONE_GRACE: Duration = Duration::from_secs(1);
+
+/// How soon a Placement is looked at again when the hub could not check a workload's pods
+/// against its namespace's Pod Security level.
+pub const POD_SECURITY_RETRY: Duration = Duration::from_secs(5);
 
 /// How soon a Placement handing a copy over to another looks again.
 pub const HANDOVER_RECHECK: Duration = Duration::from_secs(2);
@@ -176,6 +181,12 @@ pub struct Observation {
     pub records: Vec<Arc<k8s_openapi::api::apps::v1::ReplicaSet>>,
     /// The interpreter of every kind: built in, or from an accepted WorkloadProfile.
     pub kinds: Kinds,
+    /// The selected workloads whose pods the hub's Pod Security admission refuses in their
+    /// namespace, or could not judge now (see [`crate::pod_security`]); the others passed.
+    pub pod_security: BTreeMap<ObjectKey, Verdict>,
+    /// The manifests the members have now of the workloads [`Observation::pod_security`] holds
+    /// back, as their Works hold them: those copies keep them, whatever the hub object says now.
+    pub held_back: BTreeMap<CopyKey, DynamicObject>,
 }
 
 /// A Work of another Placement of the namespace.
@@ -284,6 +295,10 @@ pub enum Keep {
     /// It is in a Work of one object (by an older splitter) until the Work of its type reports
     /// it applied.
     RenamePending,
+    /// Its object's pods violate its hub namespace's Pod Security level (or the hub could not
+    /// say now): its Works are left as they are, so the template that violates never reaches a
+    /// member.
+    PodSecurity,
 }
 
 /// A workload whose hub status the splitter writes from its copies' replicas (a Deployment or
@@ -338,6 +353,9 @@ pub struct Findings {
     pub unreadable: Vec<Unreadable>,
     /// Selected objects no member can take now, left running where they run.
     pub stranded: usize,
+    /// Selected workloads placed nowhere because their pods violate the namespace's Pod
+    /// Security level (or it could not be checked now): `Kind name: why`.
+    pub pod_security: Vec<String>,
 }
 
 /// What one pass does, and why.
@@ -911,10 +929,38 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             placing.insert(key.clone());
             let manifest = member_manifest(kind, &object, Share::default());
             let mut excluded_here: Vec<ClusterExclusion> = Vec::new();
+            // Pods the hub would refuse in this namespace go to no member (design rule 9).
+            let refused = obs.pod_security.get(&key).and_then(|v| match v {
+                Verdict::Allowed => None,
+                Verdict::Violates(why) => Some((reasons::POD_SECURITY_VIOLATION, why.clone())),
+                Verdict::Unknown(why) => Some((
+                    reasons::POD_SECURITY_UNKNOWN,
+                    format!("the hub could not check its pods against the namespace's Pod Security level now: {why}"),
+                )),
+            });
+            if let Some((reason, why)) = &refused {
+                out.findings
+                    .pod_security
+                    .push(format!("{} {object_name}: {why}", ar.kind));
+                if *reason == reasons::POD_SECURITY_UNKNOWN {
+                    out.recheck_after = Some(
+                        out.recheck_after
+                            .map_or(POD_SECURITY_RETRY, |r| r.min(POD_SECURITY_RETRY)),
+                    );
+                }
+            }
             let candidates: Vec<Candidate> = selection
                 .candidates
                 .iter()
                 .filter(|c| {
+                    if let Some((reason, why)) = &refused {
+                        excluded_here.push(ClusterExclusion {
+                            cluster: c.cluster.clone(),
+                            reason: reason.to_string(),
+                            message: Some(why.clone()),
+                        });
+                        return false;
+                    }
                     let verdict = member_schemas
                         .get(c.cluster.as_str())
                         .map_or(Ok(()), |schema| schema.check(&manifest));
@@ -1197,6 +1243,22 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                 } else {
                     out.kept.insert(key.clone(), Keep::RenamePending);
                 }
+            }
+            continue;
+        }
+        if obs
+            .pod_security
+            .get(&key.object)
+            .is_some_and(|v| *v != Verdict::Allowed)
+        {
+            // As the member has it: the hub's template never reaches it. Without that manifest
+            // (its Work could not be read), the Works holding it are not written at all.
+            out.kept.insert(key.clone(), Keep::PodSecurity);
+            match obs.held_back.get(key) {
+                Some(manifest) => {
+                    retained.insert(key.clone(), Entry::new(serde_json::to_value(manifest)?)?);
+                }
+                None => freeze(&mut frozen),
             }
             continue;
         }

@@ -246,6 +246,8 @@ pub fn placement_status(
         reasons::WORK_WRITE_FAILED
     } else if !findings.unsupported.is_empty() {
         reasons::UNSUPPORTED_TYPE
+    } else if !findings.pod_security.is_empty() {
+        reasons::POD_SECURITY_VIOLATION
     } else if selection.candidates.is_empty() {
         reasons::NO_ELIGIBLE_CLUSTER
     } else if !findings.conflicts.is_empty() {
@@ -255,6 +257,7 @@ pub fn placement_status(
     };
     let scheduled = !selection.candidates.is_empty()
         && findings.unsupported.is_empty()
+        && findings.pod_security.is_empty()
         && findings.unreadable.is_empty()
         && outcome.failed_writes.is_empty();
     let generation = placement.metadata.generation;
@@ -379,6 +382,12 @@ fn scheduled_message(
     }
     if !findings.conflicts.is_empty() {
         message.push_str(&format!("; {}", named(&findings.conflicts, "; ")));
+    }
+    if !findings.pod_security.is_empty() {
+        message.push_str(&format!(
+            "; placed nowhere for the namespace's Pod Security level (copies already in members are left as they were): {}",
+            named(&findings.pod_security, "; ")
+        ));
     }
     if findings.stranded > 0 {
         message.push_str(&format!(
@@ -551,6 +560,18 @@ pub async fn report(
     let reference = reference_of(placement);
     let message = |s: Option<&Value>| s.and_then(|s| condition_message(s, conditions::SCHEDULED));
     let (before, after) = (message(old.as_ref()), message(Some(&status["status"])));
+    let findings = &plan.findings;
+    // A workload held back by Pod Security: said at once, also on the Placement's first status.
+    if before != after && !findings.pod_security.is_empty() {
+        ctx.events
+            .warning_ref(
+                &reference,
+                reasons::POD_SECURITY_VIOLATION,
+                "Place",
+                named(&findings.pod_security, "; "),
+            )
+            .await;
+    }
     if old.is_none() || before == after {
         return Ok(());
     }
@@ -563,7 +584,6 @@ pub async fn report(
             after.clone().unwrap_or_default(),
         )
         .await;
-    let findings = &plan.findings;
     if !findings.unreadable.is_empty() || !outcome.failed_writes.is_empty() {
         let reason = status["status"]["conditions"][0]["reason"]
             .as_str()

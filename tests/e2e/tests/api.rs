@@ -20,9 +20,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 /// The five kinds, their plural and whether they are namespaced.
-const KINDS: [(&str, &str, bool); 5] = [
+const KINDS: [(&str, &str, bool); 6] = [
     ("Cluster", "clusters", false),
     ("Placement", "placements", true),
+    ("ClusterPlacement", "clusterplacements", false),
     ("Work", "works", true),
     ("APIResourceImport", "apiresourceimports", true),
     ("NegotiatedAPIResource", "negotiatedapiresources", false),
@@ -265,9 +266,34 @@ async fn every_example_applies_and_reads_back() -> Result<()> {
                     n.metadata.name
                 );
             }
+            "ClusterPlacement" => {
+                let p: flotilla_api::ClusterPlacement = typed(stored)?;
+                ensure!(
+                    p.spec.failover.enabled && !p.spec.resource_selectors.is_empty(),
+                    "{what}: {:?}",
+                    p.spec
+                );
+            }
             other => bail!("unexpected kind {other}"),
         }
     }
+
+    // A ClusterPlacement must name what it places: there is no "everything" for cluster-scoped
+    // objects.
+    let everything = json!({
+        "apiVersion": flotilla_api::API_VERSION,
+        "kind": "ClusterPlacement",
+        "metadata": { "name": format!("everything-{}", random_suffix()) },
+        "spec": {"resourceSelectors": []}
+    });
+    let refused = api::create(&client, &everything, false).await?;
+    ensure!(
+        refused
+            .as_ref()
+            .err()
+            .is_some_and(|e| e.to_string().contains("spec.resourceSelectors")),
+        "an empty ClusterPlacement is refused naming spec.resourceSelectors: {refused:?}"
+    );
 
     // A Placement without replicaScheduling divides evenly: the server fills in the default.
     let bare = json!({

@@ -1649,11 +1649,14 @@ async fn a_cronjob_on_the_hub_fires_on_one_member_and_the_hub_says_when() -> Res
     Ok(())
 }
 
-/// A member namespace Flotilla creates carries the hub namespace's labels, its Pod Security level
-/// among them, and follows their changes: a tenant gets no more in a member than the hub
-/// namespace allows (a pod with `hostPID` is refused there as it would be on the hub).
+/// Pod Security through the hub: a Deployment whose pods the hub namespace's Pod Security level
+/// forbids (`hostPID`, a hostPath of `/`, root) runs in no member — even one whose namespace
+/// enforces nothing — and the Placement and an Event say why, while a compliant Deployment of the
+/// same namespace is placed; a compliant Deployment made worse keeps its member copies as they
+/// were. The member namespace Flotilla creates carries the hub namespace's labels, its Pod
+/// Security level among them, and follows their changes. The splitter runs with the chart's RBAC.
 #[tokio::test]
-async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Result<()> {
+async fn a_workload_the_hub_namespaces_pod_security_forbids_runs_in_no_member() -> Result<()> {
     const ENFORCE: &str = "pod-security.kubernetes.io/enforce";
     let labels = [
         (ENFORCE.to_string(), "restricted".to_string()),
@@ -1677,14 +1680,27 @@ async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Res
     )
     .await??;
     // Warned by the hub, refused by no one there: the hub runs no pods.
+    let deployment = |name: &str, pod: serde_json::Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "namespace": ns},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}}, "spec": pod}}})
+    };
+    let restricted_container = json!({"name": "c", "image": "registry.k8s.io/pause:3.10",
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}});
+    let good = json!({"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                      "containers": [restricted_container]});
+    api::apply(hub, &deployment("good", good.clone()), false).await??;
     api::apply(
         hub,
-        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "escape", "namespace": ns},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "escape"}},
-                         "template": {"metadata": {"labels": {"app": "escape"}},
-                                      "spec": {"hostPID": true, "containers": [
-                                          {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+        &deployment(
+            "escape",
+            json!({"hostPID": true,
+                   "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                   "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                   "securityContext": {"runAsUser": 0},
+                                   "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]}),
+        ),
         false,
     )
     .await??;
@@ -1714,35 +1730,95 @@ async fn member_namespaces_carry_the_hub_namespaces_pod_security_labels() -> Res
     level("restricted")
         .await
         .map_err(|e| e.context(fleet.splitter.log()))?;
-    // Each member's Deployment exists, and its pods are refused by the member's Pod Security.
+    // The Placement says why `escape` goes nowhere, naming what the level forbids.
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), &ns);
+    wait_scheduled(
+        &placements,
+        "apps",
+        "name the Pod Security violation",
+        |c| {
+            c.status == "False"
+                && c.reason == reasons::POD_SECURITY_VIOLATION
+                && c.message.contains("Deployment escape")
+                && c.message.contains("hostPID")
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(hub.clone(), &ns);
     wait_for(
-        "the escaping pods refused in every member",
-        Duration::from_secs(60),
+        "a Warning event on the Placement",
+        Duration::from_secs(30),
         || async {
-            let mut waiting = Vec::new();
-            for (cluster, client) in members {
-                let d = Api::<Deployment>::namespaced(client.clone(), &ns)
-                    .get_opt("escape")
-                    .await?;
-                let refused = d.as_ref().is_some_and(|d| {
-                    d.status
-                        .iter()
-                        .flat_map(|s| s.conditions.iter().flatten())
-                        .any(|c| {
-                            c.type_.as_deref() == Some("ReplicaFailure")
-                                && c.message
-                                    .as_deref()
-                                    .is_some_and(|m| m.contains("PodSecurity"))
-                        })
-                });
-                if !refused {
-                    waiting.push(format!("{cluster}: {:?}", d.and_then(|d| d.status)));
-                }
-            }
-            Ok(Seen::unless(&waiting, ()))
+            let found = events
+                .list(&kube::api::ListParams::default().fields("involvedObject.name=apps"))
+                .await?
+                .items
+                .into_iter()
+                .any(|e| e.reason.as_deref() == Some(reasons::POD_SECURITY_VIOLATION));
+            Ok(if found {
+                Seen::Done(())
+            } else {
+                Seen::not_yet("none yet")
+            })
         },
     )
     .await?;
+    // `good` runs in every member, `escape` in none.
+    let copies = |name: &'static str| {
+        let ns = ns.clone();
+        async move {
+            let mut out = Vec::new();
+            for (cluster, client) in members {
+                if let Some(d) = Api::<Deployment>::namespaced(client.clone(), &ns)
+                    .get_opt(name)
+                    .await?
+                {
+                    out.push((cluster.clone(), d));
+                }
+            }
+            Ok::<_, anyhow::Error>(out)
+        }
+    };
+    wait_for("good in every member", Duration::from_secs(60), || async {
+        let n = copies("good").await?.len();
+        Ok(if n == members.len() {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{n} copies"))
+        })
+    })
+    .await?;
+    let escaped = copies("escape").await?;
+    ensure!(
+        escaped.is_empty(),
+        "escape reached members: {:?}",
+        escaped.iter().map(|(c, _)| c).collect::<Vec<_>>()
+    );
+
+    // `good` made worse on the hub: its member copies stay as they were.
+    let mut worse = good.clone();
+    worse["hostNetwork"] = json!(true);
+    api::apply(hub, &deployment("good", worse), false).await??;
+    wait_scheduled(&placements, "apps", "name good's violation", |c| {
+        c.reason == reasons::POD_SECURITY_VIOLATION && c.message.contains("Deployment good")
+    })
+    .await?;
+    flotilla_e2e::holds_for(
+        "good's member copies to stay without hostNetwork",
+        Duration::from_secs(10),
+        || async {
+            for (cluster, d) in copies("good").await? {
+                let spec = d.spec.template.spec;
+                if spec.and_then(|s| s.host_network) == Some(true) {
+                    return Ok(Err(format!("{cluster} runs good with hostNetwork")));
+                }
+            }
+            Ok(Ok(()))
+        },
+    )
+    .await?;
+
     // The hub namespace's level changes: so does every member's.
     Api::<Namespace>::all(hub.clone())
         .patch(

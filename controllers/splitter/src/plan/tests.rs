@@ -209,6 +209,8 @@ fn mk_observation(
         namespace_labels: None,
         records: Vec::new(),
         kinds: flotilla_interpreter::Kinds::default(),
+        pod_security: BTreeMap::new(),
+        held_back: BTreeMap::new(),
     }
 }
 
@@ -488,6 +490,110 @@ fn a_type_that_cannot_be_read_keeps_its_works() {
     assert!(p.removals.is_empty(), "{:?}", p.removals);
     assert_eq!(p.kept.len(), 3);
     assert!(p.kept.values().all(|k| *k == Keep::TypeUnreadable));
+}
+
+#[test]
+fn a_workload_whose_pods_the_hub_refuses_is_placed_nowhere_and_its_copies_stay_as_they_were() {
+    use crate::pod_security::Verdict;
+    let placement = mk_placement(
+        "shop",
+        "p",
+        json!({"replicaScheduling": {"type": "Duplicated"}}),
+    );
+    let key = |name: &str| ObjectKey::new("apps/v1", "Deployment", name);
+    let violates = Verdict::Violates("violates PodSecurity \"restricted:latest\": hostPID".into());
+    // A new workload that violates: no copy, every member excluded with the hub's reason.
+    let mut obs = mk_observation(
+        placement.clone(),
+        three(),
+        vec![
+            mk_deployment("shop", "web", "uw", 2),
+            mk_deployment("shop", "escape", "ue", 1),
+        ],
+        vec![],
+    );
+    obs.pod_security.insert(key("escape"), violates.clone());
+    let first = plan(&obs).expect("plan");
+    assert!(first.copies.keys().all(|k| k.object != key("escape")));
+    assert_eq!(first.copies.len(), 3, "web on every member");
+    let (_, decision) = first
+        .decisions
+        .iter()
+        .find(|(k, _)| *k == key("escape"))
+        .expect("a decision for escape");
+    assert!(decision.clusters.is_empty());
+    assert_eq!(decision.excluded.len(), 3);
+    assert!(
+        decision
+            .excluded
+            .iter()
+            .all(|e| e.reason == reasons::POD_SECURITY_VIOLATION
+                && e.message.as_deref().is_some_and(|m| m.contains("hostPID")))
+    );
+    assert_eq!(first.findings.pod_security.len(), 1);
+    assert!(first.findings.pod_security[0].starts_with("Deployment escape: "));
+
+    // A placed workload made worse: its Works are left as they are (nothing written or deleted),
+    // and an unknown verdict does the same and asks again soon.
+    for verdict in [violates, Verdict::Unknown("timeout".into())] {
+        let mut obs = mk_observation(
+            placement.clone(),
+            three(),
+            vec![mk_deployment("shop", "web", "uw", 5)],
+            as_written(&first, true, true),
+        );
+        obs.pod_security.insert(key("web"), verdict.clone());
+        let p = plan(&obs).expect("plan");
+        assert!(p.writes.is_empty(), "{verdict:?}: {:?}", p.writes);
+        assert!(p.deletes.is_empty(), "{verdict:?}: {:?}", p.deletes);
+        assert!(p.removals.is_empty(), "{verdict:?}: {:?}", p.removals);
+        assert_eq!(p.kept.len(), 3);
+        assert!(p.kept.values().all(|k| *k == Keep::PodSecurity));
+        if matches!(verdict, Verdict::Unknown(_)) {
+            assert!(p.recheck_after.is_some_and(|r| r <= POD_SECURITY_RETRY));
+        }
+    }
+
+    // With the manifests the members have, the Works are written for what else changed (here
+    // the namespace's labels) and keep the held-back copy exactly as the member has it.
+    let mut obs = mk_observation(
+        placement,
+        three(),
+        vec![mk_deployment("shop", "web", "uw", 5)],
+        as_written(&first, true, true),
+    );
+    obs.pod_security
+        .insert(key("web"), Verdict::Violates("violates PodSecurity".into()));
+    for w in first.wanted.values() {
+        let cluster = w.cluster_name().expect("cluster").to_string();
+        for m in &w.spec.manifests {
+            if m.metadata.name.as_deref() == Some("web") {
+                obs.held_back
+                    .insert(CopyKey::new(key("web"), &cluster), m.clone());
+            }
+        }
+    }
+    assert_eq!(obs.held_back.len(), 3);
+    obs.namespace_labels = Some(
+        [(
+            "pod-security.kubernetes.io/enforce".into(),
+            "restricted".into(),
+        )]
+        .into(),
+    );
+    let p = plan(&obs).expect("plan");
+    assert_eq!(p.writes.len(), 3, "the labels reach every member");
+    for id in &p.writes {
+        let w = &p.wanted[id];
+        assert!(w.spec.namespace_labels.is_some());
+        let web = w
+            .spec
+            .manifests
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some("web"))
+            .expect("web stays in its Work");
+        assert_eq!(web.data["spec"]["replicas"], 2, "as the member has it");
+    }
 }
 
 #[test]
