@@ -74,6 +74,12 @@ pub mod annotations {
     /// On member namespaces: set when the syncer created the namespace (rather than finding it),
     /// so that only namespaces Flotilla created are ever candidates for clean-up.
     pub const CREATED_NAMESPACE: &str = "flotilla.dev/created-namespace";
+    /// On a hub Namespace, set by an admin: `"true"` lets the Placements of the namespace take
+    /// over member objects Flotilla did not create (`conflictPolicy: Adopt`). Without it a
+    /// Placement's `Adopt` counts as `Abort`: adopting is an admin decision, not a tenant's
+    /// (a tenant whose namespace shares a name with a member's own, say `monitoring`, would
+    /// otherwise take over the member's objects).
+    pub const ALLOW_ADOPT: &str = "flotilla.dev/allow-adopt";
 
     /// On hub objects: the Placement that won when several Placements select the object.
     pub const PLACEMENT: &str = "flotilla.dev/placement";
@@ -265,6 +271,9 @@ pub mod reasons {
     /// A `Ready` condition is asked for, but the kind's status has no conditions list that
     /// takes one.
     pub const NO_CONDITIONS_LIST: &str = "NoConditionsList";
+    /// A Placement asks for `conflictPolicy: Adopt` in a namespace whose admin did not allow it
+    /// (the `flotilla.dev/allow-adopt` annotation): its copies are placed with `Abort`.
+    pub const ADOPT_NOT_ALLOWED: &str = "AdoptNotAllowed";
     /// A workload's pods violate its hub namespace's Pod Security level: placed nowhere.
     pub const POD_SECURITY_VIOLATION: &str = "PodSecurityViolation";
     /// The hub could not check a workload's pods against its namespace's Pod Security level

@@ -115,6 +115,9 @@ pub struct PlacementSpec {
 
     /// What happens when a copy would replace an object that exists in a member but was not
     /// created by Flotilla: `Abort` (default: leave it and report a conflict) or `Adopt`.
+    /// Adopting is an admin's decision: `Adopt` takes effect only in a namespace whose hub
+    /// Namespace has the annotation `flotilla.dev/allow-adopt: "true"`; elsewhere it counts as
+    /// `Abort` and the `Scheduled` condition says so (reason `AdoptNotAllowed`).
     #[serde(default)]
     pub conflict_policy: ConflictPolicy,
 
@@ -167,9 +170,9 @@ pub struct ClusterAffinity {
     )]
     pub cluster_names: Vec<String>,
 
-    /// At most this many clusters are chosen (at least 1). All eligible clusters when unset.
+    /// At most this many clusters are chosen (1 to 10000). All eligible clusters when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 10000))]
     pub max_clusters: Option<i32>,
 }
 

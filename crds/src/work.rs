@@ -171,7 +171,7 @@ pub struct WorkStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ManifestStatus {
     /// Index of the manifest in `spec.manifests`.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub ordinal: i32,
 
     /// Which object this is.

@@ -6,6 +6,7 @@ use std::hash::Hash;
 use std::sync::Mutex;
 
 use futures::StreamExt;
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -92,10 +93,24 @@ where
     let (reader, writer) = reflector::store();
     // No controller reads `managedFields` off a cache, and they are often most of an object
     // that several writers server-side apply (a Work: the splitter's spec, the syncer's status).
-    let events = watcher(api, config).modify(move |o| {
+    let prepare = move |o: &mut K| {
         o.meta_mut().managed_fields = None;
         lean(o);
-    });
+    };
+    // Every typed object decodes on its own (see crate::guard): one that does not stands as the
+    // cache has it. (A metadata-only watch decodes nothing but metadata; the guard would fetch
+    // whole objects.)
+    let events = if api.namespace().is_none() && !K::metadata_api() {
+        let last_seen = reader.clone();
+        let guarded =
+            Api::<DeserializeGuard<K>>::all_with(api.into_client(), &K::DynamicType::default());
+        crate::guard::watcher(guarded, config, prepare, move |r| {
+            last_seen.get(r).map(|o| (*o).clone())
+        })
+        .boxed()
+    } else {
+        watcher(api, config).modify(prepare).boxed()
+    };
     let stream = reflector::reflector(writer, events)
         .default_backoff()
         .touched_objects();

@@ -238,22 +238,33 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         usize::from(scope.placements()) + usize::from(scope.cluster_placements()),
     );
     let mut placement_events = futures::stream::empty().boxed();
+    // Each decodes on its own (see flotilla_runtime::guard): a Placement with a value the
+    // splitter cannot read stands as it was last seen, and the others go on.
     if scope.placements() {
         let source = sources.remove(0);
-        let events = watcher(placements_api, watcher::Config::default())
-            .default_backoff()
-            .inspect(move |e| {
-                if let Ok(e) = e {
-                    source.apply(e);
-                }
-            });
+        let last_seen = placements.clone();
+        let events = flotilla_runtime::guard::watcher(
+            flotilla_runtime::guard::namespaced(placements_api),
+            watcher::Config::default(),
+            |_: &mut Placement| {},
+            move |r| last_seen.get(r).map(|p| (*p).clone()),
+        )
+        .default_backoff()
+        .inspect(move |e| {
+            if let Ok(e) = e {
+                source.apply(e);
+            }
+        });
         placement_events = futures::stream::select(placement_events, events).boxed();
     }
     if scope.cluster_placements() {
         let source = sources.remove(0);
-        let events = watcher(
-            Api::<ClusterPlacement>::all(client.clone()),
+        // (The store holds it as a Placement: one that does not decode is left out.)
+        let events = flotilla_runtime::guard::watcher(
+            Api::all(client.clone()),
             flotilla_runtime::cache::selected(&args.cluster_placement_selector),
+            |_: &mut ClusterPlacement| {},
+            |_| None,
         )
         .default_backoff()
         .map_ok(as_placements)
@@ -369,12 +380,14 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
     // The negotiator's verdicts on the members' APIs: cached for the per-object check, and a
     // changed verdict looks at every Placement again.
     let (imports, import_writer) = reflector::store::<ApiResourceImport>();
-    let import_events = watcher(
-        Api::<ApiResourceImport>::all(client.clone()),
+    let imports_seen = imports.clone();
+    let import_events = flotilla_runtime::guard::watcher(
+        Api::all(client.clone()),
         watcher::Config::default(),
+        |i: &mut ApiResourceImport| i.metadata.managed_fields = None,
+        move |r| imports_seen.get(r).map(|i| (*i).clone()),
     )
     .default_backoff()
-    .modify(|i| i.metadata.managed_fields = None)
     .reflect(import_writer)
     .applied_objects()
     .predicate_filter(import_inputs, Default::default());
@@ -610,6 +623,9 @@ fn placements_of_namespace_on_change(
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         crate::plan::member_namespace_labels(ns.labels()).hash(&mut h);
+        ns.annotations()
+            .get(flotilla_api::annotations::ALLOW_ADOPT)
+            .hash(&mut h);
         if !seen.changed(&ns.uid().unwrap_or_default(), h.finish()) {
             return;
         }

@@ -206,7 +206,18 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .filter(|r| scope.is_some() && r.namespace() == scope)
         .collect();
     let held_back = held_back(state, &works, &pod_security).await;
+    // Adopting is an admin's decision: theirs for a ClusterPlacement, and where they annotated
+    // the namespace.
+    let adopt_allowed = scope.as_ref().is_none_or(|ns| {
+        state.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| {
+            n.annotations()
+                .get(flotilla_api::annotations::ALLOW_ADOPT)
+                .map(String::as_str)
+                == Some("true")
+        })
+    });
     Observation {
+        adopt_allowed,
         held_back,
         pod_security,
         kinds: kinds(&state.profiles.state()),

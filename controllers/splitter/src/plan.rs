@@ -16,8 +16,8 @@ use std::time::Duration;
 use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{ClusterDecision, ClusterExclusion, ObjectDecision};
 use flotilla_api::{
-    ApiResourceImport, Cluster, ManifestIdentity, ManifestStatus, Placement, Work, WorkSpec,
-    annotations, conditions, labels, names, reasons,
+    ApiResourceImport, Cluster, ConflictPolicy, ManifestIdentity, ManifestStatus, Placement, Work,
+    WorkSpec, annotations, conditions, labels, names, reasons,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -187,6 +187,10 @@ pub struct Observation {
     /// The manifests the members have now of the workloads [`Observation::pod_security`] holds
     /// back, as their Works hold them: those copies keep them, whatever the hub object says now.
     pub held_back: BTreeMap<CopyKey, DynamicObject>,
+    /// Whether the Placement may take over member objects Flotilla did not create
+    /// (`conflictPolicy: Adopt`): a ClusterPlacement (an admin's) may; a Placement only where its
+    /// hub namespace has [`flotilla_api::annotations::ALLOW_ADOPT`].
+    pub adopt_allowed: bool,
 }
 
 /// A Work of another Placement of the namespace.
@@ -356,6 +360,9 @@ pub struct Findings {
     /// Selected workloads placed nowhere because their pods violate the namespace's Pod
     /// Security level (or it could not be checked now): `Kind name: why`.
     pub pod_security: Vec<String>,
+    /// The Placement asks for `conflictPolicy: Adopt` where it is not allowed: its Works say
+    /// `Abort`.
+    pub adopt_refused: bool,
 }
 
 /// What one pass does, and why.
@@ -805,6 +812,15 @@ impl Entry {
     }
 }
 
+/// The conflict policy of the Placement's Works: its own, but `Abort` for an `Adopt` that is not
+/// allowed (see [`Observation::adopt_allowed`]).
+fn conflict_policy(obs: &Observation) -> ConflictPolicy {
+    match obs.placement.spec.conflict_policy {
+        ConflictPolicy::Adopt if !obs.adopt_allowed => ConflictPolicy::Abort,
+        policy => policy,
+    }
+}
+
 /// Plans one pass of `obs.placement`.
 pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     let placement = &*obs.placement;
@@ -843,6 +859,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         recheck_after: selection.recheck_after,
         ..Plan::default()
     };
+    out.findings.adopt_refused = spec.conflict_policy == ConflictPolicy::Adopt
+        && conflict_policy(obs) != spec.conflict_policy;
     // The live Works that hold each copy (a copy moving from a Work of one object into the
     // Work of its type is in both for a while), and the replicas each copy asks for now.
     let mut held: BTreeMap<&CopyKey, Vec<&Holder>> = BTreeMap::new();
@@ -1544,6 +1562,7 @@ fn pack(
                 namespace: &ns,
                 placement: &name,
                 spec: &placement.spec,
+                conflict_policy: conflict_policy(obs),
                 namespace_labels: obs.namespace_labels.as_ref(),
             };
             let mut work = bundle(&origin, shelf, index, Vec::new(), &replaced);

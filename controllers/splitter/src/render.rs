@@ -3,7 +3,8 @@
 //! the manifests of one Placement, member and type ([`names::bundle_name`]).
 
 use flotilla_api::{
-    DeletePolicy, PlacementSpec, Work, WorkSpec, annotations, finalizers, labels, names,
+    ConflictPolicy, DeletePolicy, PlacementSpec, Work, WorkSpec, annotations, finalizers, labels,
+    names,
 };
 
 use std::collections::BTreeMap;
@@ -179,6 +180,8 @@ pub struct Origin<'a> {
     pub namespace: &'a str,
     pub placement: &'a str,
     pub spec: &'a PlacementSpec,
+    /// The Works' conflict policy (the Placement's, unless its `Adopt` is not allowed).
+    pub conflict_policy: ConflictPolicy,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
 }
 
@@ -196,6 +199,7 @@ pub fn bundle(
         namespace,
         placement,
         spec,
+        conflict_policy,
         namespace_labels,
     } = *origin;
     let group = shelf.api_version.split_once('/').map_or("", |(g, _)| g);
@@ -211,7 +215,7 @@ pub fn bundle(
             } else {
                 spec.delete_policy
             },
-            conflict_policy: spec.conflict_policy,
+            conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
             namespace_labels: namespace_labels.cloned(),
             health: None,
@@ -385,6 +389,7 @@ mod tests {
             namespace: "shop",
             placement: "spread",
             spec: &spec,
+            conflict_policy: ConflictPolicy::Abort,
             namespace_labels: Some(&labels),
         };
         let w = bundle(&origin, &shelf, 2, vec![manifest.clone()], &[]);

@@ -252,6 +252,8 @@ pub fn placement_status(
         reasons::NO_ELIGIBLE_CLUSTER
     } else if !findings.conflicts.is_empty() {
         reasons::PLACEMENT_CONFLICT
+    } else if findings.adopt_refused {
+        reasons::ADOPT_NOT_ALLOWED
     } else {
         conditions::SCHEDULED
     };
@@ -382,6 +384,12 @@ fn scheduled_message(
     }
     if !findings.conflicts.is_empty() {
         message.push_str(&format!("; {}", named(&findings.conflicts, "; ")));
+    }
+    if findings.adopt_refused {
+        message.push_str(&format!(
+            "; conflictPolicy Adopt is not allowed in this namespace (an admin allows it with the annotation {}: \"true\" on the hub Namespace): its Works say Abort",
+            flotilla_api::annotations::ALLOW_ADOPT
+        ));
     }
     if !findings.pod_security.is_empty() {
         message.push_str(&format!(
@@ -569,6 +577,20 @@ pub async fn report(
                 reasons::POD_SECURITY_VIOLATION,
                 "Place",
                 named(&findings.pod_security, "; "),
+            )
+            .await;
+    }
+    if before != after && findings.adopt_refused {
+        ctx.events
+            .warning_ref(
+                &reference,
+                reasons::ADOPT_NOT_ALLOWED,
+                "Place",
+                format!(
+                    "conflictPolicy Adopt is not allowed in namespace {} (the hub Namespace has no {}: \"true\"): member objects Flotilla did not create are left alone",
+                    placement.namespace().unwrap_or_default(),
+                    flotilla_api::annotations::ALLOW_ADOPT
+                ),
             )
             .await;
     }

@@ -241,19 +241,26 @@ pub async fn serve(
     let own_status = Arc::new(OwnStatus::default());
     let written = own_status.clone();
     let seen = tracking.clone();
-    let work_events = watcher(hub.works.clone(), watcher::Config::default())
-        .default_backoff()
-        .modify(move |w| {
+    // Each Work decodes on its own: one whose status an agent wrote with a value the syncer
+    // cannot read stands as it was last seen, and the others go on.
+    let last_seen = works.clone();
+    let work_events = flotilla_runtime::guard::watcher(
+        flotilla_runtime::guard::namespaced(hub.works.clone()),
+        watcher::Config::default(),
+        move |w: &mut Work| {
             // Not read by the syncer, and much of a Work's size.
             w.metadata.managed_fields = None;
             keep.take(w);
-        })
-        .reflect(writer)
-        .applied_objects()
-        // Once the store has this version: a reconciliation reads the store, then `own_status`.
-        .inspect_ok(move |w| written.seen(w))
-        .predicate_filter(spec_or_lifecycle, Default::default())
-        .inspect_ok(move |w| seen.work_seen(w));
+        },
+        move |r| last_seen.get(r).map(|w| (*w).clone()),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    // Once the store has this version: a reconciliation reads the store, then `own_status`.
+    .inspect_ok(move |w| written.seen(w))
+    .predicate_filter(spec_or_lifecycle, Default::default())
+    .inspect_ok(move |w| seen.work_seen(w));
     // Changes of applied objects in the members trigger their Works.
     let (member_events, member_triggers) = mpsc::channel(1024);
     // A member this replica starts serving (its shard Lease taken) triggers its Works.

@@ -746,6 +746,16 @@ fn invalid_cases(v: &Valid) -> Vec<(&'static str, Value, String)> {
             with(p, json!({"spec": {"clusterAffinity": {"maxClusters": 0}}})),
             "spec.clusterAffinity.maxClusters in body should be greater than or equal to 1",
         ),
+        // A value the apiserver would store but the controllers' types cannot hold is refused at
+        // the door: one such object would otherwise be a poison for every reader.
+        (
+            "placement: maxClusters beyond int32",
+            with(
+                p,
+                json!({"spec": {"clusterAffinity": {"maxClusters": 2147483648_u64}}}),
+            ),
+            "spec.clusterAffinity.maxClusters in body should be less than or equal to 10000",
+        ),
         (
             "placement: invalid cluster name",
             with(

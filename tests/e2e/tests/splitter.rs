@@ -3329,3 +3329,103 @@ async fn a_standalone_replicaset_is_divided_and_the_hub_counts_its_pods() -> Res
     );
     crate::api::kstatus_current(&env, ns, "replicaset", "cache").await
 }
+
+/// A tenant cannot take over a member's own objects: a Placement's `conflictPolicy: Adopt`
+/// counts as `Abort` until an admin annotates the hub namespace `flotilla.dev/allow-adopt`. The
+/// member's ConfigMap of the same name is left as its users made it, and the Placement says why;
+/// once allowed, Flotilla takes it over.
+#[tokio::test]
+async fn a_tenants_adopt_takes_over_nothing_until_an_admin_allows_it() -> Result<()> {
+    let fleet = Fleet::start_as_chart("adopt").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let (first, first_client) = &members[0];
+    let theirs: Api<ConfigMap> = Api::namespaced(first_client.clone(), ns);
+    theirs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "settings"}, "data": {"owner": "member"}}),
+            )?,
+        )
+        .await?;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "grab", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}],
+                         "conflictPolicy": "Adopt"}}),
+        false,
+    )
+    .await??;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": ns}, "data": {"owner": "tenant"}}),
+        false,
+    )
+    .await??;
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    wait_scheduled(&placements, "grab", "say Adopt is not allowed", |c| {
+        c.reason == reasons::ADOPT_NOT_ALLOWED && c.message.contains("flotilla.dev/allow-adopt")
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    // The other members get the tenant's ConfigMap; the first keeps its own.
+    for (cluster, client) in &members[1..] {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        wait_for(
+            &format!("the tenant's ConfigMap in {cluster}"),
+            Duration::from_secs(60),
+            || async {
+                let owner = api
+                    .get_opt("settings")
+                    .await?
+                    .and_then(|c| c.data)
+                    .and_then(|d| d.get("owner").cloned());
+                Ok(match owner.as_deref() {
+                    Some("tenant") => Seen::Done(()),
+                    other => Seen::not_yet(format!("{other:?}")),
+                })
+            },
+        )
+        .await?;
+    }
+    flotilla_e2e::holds_for(
+        "the member's own ConfigMap to stay its own",
+        Duration::from_secs(8),
+        || async {
+            let data = theirs.get("settings").await?.data.unwrap_or_default();
+            Ok(if data.get("owner").map(String::as_str) == Some("member") {
+                Ok(())
+            } else {
+                Err(format!("{first}: {data:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // An admin allows it: the member's ConfigMap is Flotilla's now.
+    Api::<Namespace>::all(hub.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"flotilla.dev/allow-adopt": "true"}}}),
+            ),
+        )
+        .await?;
+    wait_for(
+        &format!("the tenant's ConfigMap to take over {first}'s"),
+        Duration::from_secs(60),
+        || async {
+            let data = theirs.get("settings").await?.data.unwrap_or_default();
+            Ok(match data.get("owner").map(String::as_str) {
+                Some("tenant") => Seen::Done(()),
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    Ok(())
+}

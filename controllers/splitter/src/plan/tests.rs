@@ -211,6 +211,7 @@ fn mk_observation(
         kinds: flotilla_interpreter::Kinds::default(),
         pod_security: BTreeMap::new(),
         held_back: BTreeMap::new(),
+        adopt_allowed: false,
     }
 }
 
@@ -594,6 +595,36 @@ fn a_workload_whose_pods_the_hub_refuses_is_placed_nowhere_and_its_copies_stay_a
             .expect("web stays in its Work");
         assert_eq!(web.data["spec"]["replicas"], 2, "as the member has it");
     }
+}
+
+#[test]
+fn a_tenants_adopt_counts_as_abort_unless_an_admin_allowed_it() {
+    let placement = mk_placement("monitoring", "p", json!({"conflictPolicy": "Adopt"}));
+    let objects = || vec![mk_configmap("monitoring", "settings", "u1", "1")];
+    let refused = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        objects(),
+        vec![],
+    ))
+    .expect("plan");
+    assert!(refused.findings.adopt_refused);
+    assert!(
+        refused
+            .wanted
+            .values()
+            .all(|w| w.spec.conflict_policy == ConflictPolicy::Abort)
+    );
+    let mut obs = mk_observation(placement, three(), objects(), vec![]);
+    obs.adopt_allowed = true;
+    let allowed = plan(&obs).expect("plan");
+    assert!(!allowed.findings.adopt_refused);
+    assert!(
+        allowed
+            .wanted
+            .values()
+            .all(|w| w.spec.conflict_policy == ConflictPolicy::Adopt)
+    );
 }
 
 #[test]
