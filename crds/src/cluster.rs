@@ -120,6 +120,15 @@ pub struct ClusterSpec {
     #[serde(default = "default_weight", skip_serializing_if = "is_default_weight")]
     #[schemars(range(min = 0, max = 10000), extend("default" = 1))]
     pub weight: i32,
+
+    /// Accept a member kubeconfig that does not verify the member's TLS certificate
+    /// (`insecure-skip-tls-verify`) or talks plain `http://`. Off by default: such a kubeconfig
+    /// makes the Cluster `Ready=False` (reason `InvalidKubeconfig`, naming the field). Only for
+    /// throwaway test clusters: anyone on the path can read and change everything Flotilla sends
+    /// there, the kubeconfig's credentials included.
+    #[serde(default, skip_serializing_if = "is_default")]
+    #[schemars(extend("default" = false))]
+    pub allow_insecure_transport: bool,
 }
 
 /// How work reaches a member.
@@ -283,6 +292,7 @@ impl Default for ClusterSpec {
             unschedulable: false,
             taints: Vec::new(),
             weight: default_weight(),
+            allow_insecure_transport: false,
         }
     }
 }

@@ -121,18 +121,23 @@ impl HubImporter {
         let secret = read_secret(&secrets, &namespace, &reference.name)
             .await
             .map_err(|e| ImportError::NoClient(e.to_string()))?;
-        let key = flotilla_runtime::member_client::secret_version_key(
-            &namespace,
-            &reference.name,
-            &reference.key,
-            &secret,
+        let transport =
+            flotilla_runtime::member_client::Transport::of(cluster.spec.allow_insecure_transport);
+        let key = format!(
+            "{}/{transport:?}",
+            flotilla_runtime::member_client::secret_version_key(
+                &namespace,
+                &reference.name,
+                &reference.key,
+                &secret,
+            )
         );
         if let Some(m) = self.lock().get(&name).filter(|m| m.key == key) {
             return Ok(m.reader.clone());
         }
         let client = self
             .clients
-            .client_for(&name, &secret, &reference.key)
+            .client_for(&name, &secret, &reference.key, transport)
             .await
             .map_err(|e| ImportError::NoClient(e.to_string()))?;
         let trigger = self.trigger.clone();

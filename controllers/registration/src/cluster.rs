@@ -220,7 +220,14 @@ async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
         Ok(secret) => {
             state
                 .clients
-                .client_for(&name, &secret, &reference.key)
+                .client_for(
+                    &name,
+                    &secret,
+                    &reference.key,
+                    flotilla_runtime::member_client::Transport::of(
+                        cluster.spec.allow_insecure_transport,
+                    ),
+                )
                 .await
         }
         Err(e) => Err(e),

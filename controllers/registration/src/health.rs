@@ -451,6 +451,7 @@ mod tests {
             unschedulable: false,
             taints: vec![],
             weight: 1,
+            allow_insecure_transport: false,
         }
     }
 

@@ -138,6 +138,37 @@ pub fn secret_version_key(namespace: &str, name: &str, key: &str, secret: &Secre
 
 /// Parses and checks the kubeconfig in `key` of `secret`.
 pub fn kubeconfig_from_secret(secret: &Secret, key: &str) -> Result<Kubeconfig, MemberClientError> {
+    kubeconfig_from_secret_with(secret, key, Transport::Verified)
+}
+
+/// Whether a kubeconfig must reach its server over verified TLS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// `https://` with the server's certificate verified (the default).
+    #[default]
+    Verified,
+    /// Also `insecure-skip-tls-verify` and `http://`, as a Cluster's `allowInsecureTransport`
+    /// allows.
+    InsecureAllowed,
+}
+
+impl Transport {
+    /// What a Cluster's `allowInsecureTransport` says.
+    pub fn of(allow_insecure: bool) -> Self {
+        if allow_insecure {
+            Self::InsecureAllowed
+        } else {
+            Self::Verified
+        }
+    }
+}
+
+/// [`kubeconfig_from_secret`] with the `transport` a Cluster allows.
+pub fn kubeconfig_from_secret_with(
+    secret: &Secret,
+    key: &str,
+    transport: Transport,
+) -> Result<Kubeconfig, MemberClientError> {
     let invalid = |reason: String| MemberClientError::InvalidKubeconfig {
         secret: secret_name(secret),
         key: key.into(),
@@ -149,7 +180,7 @@ pub fn kubeconfig_from_secret(secret: &Secret, key: &str) -> Result<Kubeconfig, 
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| {
         invalid("it is not a kubeconfig (YAML with clusters, users, contexts)".into())
     })?;
-    check_kubeconfig(&kubeconfig).map_err(|problem| match problem {
+    check_kubeconfig(&kubeconfig, transport).map_err(|problem| match problem {
         Problem::Invalid(reason) => invalid(reason),
         Problem::Forbidden(field, why) => MemberClientError::ForbiddenKubeconfigField {
             secret: secret_name(secret),
@@ -168,12 +199,16 @@ enum Problem {
 
 const NO_FILES: &str = "a kubeconfig in a Secret must carry its data inline (the *-data fields), \
                         it must not name files of the controller";
+const INSECURE: &str = "the member's certificate would not be verified, so anyone on the path \
+                        could read and change what is sent (credentials included); give the \
+                        kubeconfig the member's CA (certificate-authority-data), or set \
+                        spec.allowInsecureTransport on a throwaway test Cluster";
 const NO_PLUGINS: &str = "a kubeconfig in a Secret must not run commands or plugins in the \
                           controller; use a token or a client certificate";
 
 /// Checks a kubeconfig for what a controller may safely use: a current context that resolves to
 /// a cluster with a server, and inline credentials only.
-fn check_kubeconfig(k: &Kubeconfig) -> Result<(), Problem> {
+fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem> {
     for c in &k.clusters {
         let Some(cluster) = &c.cluster else { continue };
         if cluster.certificate_authority.is_some() {
@@ -181,6 +216,24 @@ fn check_kubeconfig(k: &Kubeconfig) -> Result<(), Problem> {
                 format!("clusters[{}].cluster.certificate-authority", c.name),
                 NO_FILES,
             ));
+        }
+        if transport == Transport::Verified {
+            if cluster.insecure_skip_tls_verify == Some(true) {
+                return Err(Problem::Forbidden(
+                    format!("clusters[{}].cluster.insecure-skip-tls-verify", c.name),
+                    INSECURE,
+                ));
+            }
+            if cluster
+                .server
+                .as_deref()
+                .is_some_and(|s| s.starts_with("http://"))
+            {
+                return Err(Problem::Forbidden(
+                    format!("clusters[{}].cluster.server (http://)", c.name),
+                    INSECURE,
+                ));
+            }
         }
     }
     for u in &k.auth_infos {
@@ -381,24 +434,26 @@ impl MemberClients {
         Self::default()
     }
 
-    /// The clients of `cluster`, from the kubeconfig in `key` of `secret`. Returns the cached
-    /// clients while the kubeconfig is unchanged.
+    /// The clients of `cluster`, from the kubeconfig in `key` of `secret`, reaching the member
+    /// over the `transport` its Cluster allows. Returns the cached clients while the kubeconfig
+    /// (and the transport) is unchanged.
     pub async fn client_for(
         &self,
         cluster: &str,
         secret: &Secret,
         key: &str,
+        transport: Transport,
     ) -> Result<MemberClient, MemberClientError> {
         let bytes = secret_bytes(secret, key)?;
         let mut hasher = DefaultHasher::new();
-        (secret_name(secret), key, bytes).hash(&mut hasher);
+        (secret_name(secret), key, bytes, transport).hash(&mut hasher);
         let fingerprint = hasher.finish();
         if let Some(cached) = self.lock().get(cluster)
             && cached.fingerprint == fingerprint
         {
             return Ok(cached.client.clone());
         }
-        let kubeconfig = kubeconfig_from_secret(secret, key)?;
+        let kubeconfig = kubeconfig_from_secret_with(secret, key, transport)?;
         let client = member_client_from_kubeconfig(kubeconfig, &secret_name(secret), key).await?;
         tracing::debug!(cluster, "built a client for the member");
         self.lock().insert(
@@ -541,6 +596,33 @@ current-context: c
     }
 
     #[test]
+    fn an_unverified_or_plain_http_member_needs_the_clusters_consent() {
+        let insecure = kubeconfig(&token_user(), "https://127.0.0.1:6443").replace(
+            "    server: https://127.0.0.1:6443",
+            "    server: https://127.0.0.1:6443\n    insecure-skip-tls-verify: true",
+        );
+        let plain = kubeconfig(&token_user(), "http://127.0.0.1:8080");
+        for (text, field) in [
+            (insecure, "insecure-skip-tls-verify"),
+            (plain, "server (http://)"),
+        ] {
+            let s = secret("kubeconfig", &text);
+            let e = kubeconfig_from_secret(&s, "kubeconfig").expect_err(field);
+            assert!(
+                matches!(e, MemberClientError::ForbiddenKubeconfigField { .. }),
+                "{e}"
+            );
+            assert!(
+                e.to_string().contains(field) && e.to_string().contains("allowInsecureTransport"),
+                "{e}"
+            );
+            assert!(!e.to_string().contains(TOKEN), "{e}");
+            kubeconfig_from_secret_with(&s, "kubeconfig", Transport::InsecureAllowed)
+                .expect("allowed by the Cluster");
+        }
+    }
+
+    #[test]
     fn a_server_is_required() {
         let s = secret("kubeconfig", &kubeconfig(&token_user(), "127.0.0.1:6443"));
         let e = kubeconfig_from_secret(&s, "kubeconfig").expect_err("no scheme");
@@ -558,12 +640,12 @@ current-context: c
             &kubeconfig(&token_user(), "https://127.0.0.1:6443"),
         );
         clients
-            .client_for("m1", &s1, "kubeconfig")
+            .client_for("m1", &s1, "kubeconfig", Transport::Verified)
             .await
             .expect("client");
         let fp1 = clients.lock().get("m1").map(|c| c.fingerprint);
         clients
-            .client_for("m1", &s1, "kubeconfig")
+            .client_for("m1", &s1, "kubeconfig", Transport::Verified)
             .await
             .expect("cached");
         assert_eq!(clients.lock().get("m1").map(|c| c.fingerprint), fp1);
@@ -572,7 +654,7 @@ current-context: c
             &kubeconfig(&token_user(), "https://127.0.0.1:7443"),
         );
         clients
-            .client_for("m1", &s2, "kubeconfig")
+            .client_for("m1", &s2, "kubeconfig", Transport::Verified)
             .await
             .expect("rebuilt");
         assert_ne!(clients.lock().get("m1").map(|c| c.fingerprint), fp1);

@@ -207,7 +207,14 @@ impl Targets {
             .map_err(|e: MemberClientError| Unavailable::NoClient(name.into(), e.to_string()))?;
         let client = self
             .clients
-            .client_for(name, &secret, &reference.key)
+            .client_for(
+                name,
+                &secret,
+                &reference.key,
+                flotilla_runtime::member_client::Transport::of(
+                    cluster.spec.allow_insecure_transport,
+                ),
+            )
             .await
             .map_err(|e| Unavailable::NoClient(name.into(), e.to_string()))?;
         let member = Member {

@@ -426,6 +426,20 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
         .await?;
     s.secret("exec", "kubeconfig", &exec).await?;
     s.secret("other-key", "config", &good).await?;
+    // The same credentials over a connection that verifies nothing.
+    let insecure: String = good
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("certificate-authority-data:") {
+                "    insecure-skip-tls-verify: true".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    ensure!(insecure.contains("insecure-skip-tls-verify"), "{insecure}");
+    s.secret("insecure", "kubeconfig", &insecure).await?;
     let cases = [
         (
             "missing-secret",
@@ -446,6 +460,12 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
             "is not a kubeconfig",
         ),
         ("exec", "kubeconfig", "InvalidKubeconfig", "user.exec"),
+        (
+            "insecure",
+            "kubeconfig",
+            "InvalidKubeconfig",
+            "insecure-skip-tls-verify",
+        ),
         ("wrong-token", "kubeconfig", "Unauthorized", "401"),
     ];
     let mut names = Vec::new();
@@ -502,6 +522,17 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
             "{secret}: Events must not contain the token"
         );
     }
+    // Unless the Cluster explicitly allows it (a throwaway test cluster).
+    let allowed = s
+        .cluster(json!({
+            "syncMode": "Push",
+            "allowInsecureTransport": true,
+            "kubeconfigSecretRef": { "name": "insecure", "namespace": s.ns.name(), "key": "kubeconfig" }
+        }))
+        .await?;
+    s.condition(&allowed, "Ready", "True", None, Duration::from_secs(30))
+        .await?;
+    names.push(allowed);
     for name in &names {
         s.delete_cluster(name).await?;
     }

@@ -377,7 +377,12 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
     let secret = secrets.get("member").await?;
     let nodes = node_names(
         clients
-            .client_for("m", &secret, "kubeconfig")
+            .client_for(
+                "m",
+                &secret,
+                "kubeconfig",
+                flotilla_runtime::member_client::Transport::Verified,
+            )
             .await?
             .requests,
     )
@@ -396,7 +401,12 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
     let secret = secrets.get("member").await?;
     let nodes = node_names(
         clients
-            .client_for("m", &secret, "kubeconfig")
+            .client_for(
+                "m",
+                &secret,
+                "kubeconfig",
+                flotilla_runtime::member_client::Transport::Verified,
+            )
             .await?
             .requests,
     )
@@ -419,7 +429,15 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
         err.to_string().contains(&format!("{}/member", ns.name())),
         "the error must name the Secret: {err}"
     );
-    let Err(err) = clients.client_for("m", &secret, "missing-key").await else {
+    let Err(err) = clients
+        .client_for(
+            "m",
+            &secret,
+            "missing-key",
+            flotilla_runtime::member_client::Transport::Verified,
+        )
+        .await
+    else {
         anyhow::bail!("a missing key must be an error");
     };
     ensure!(err.to_string().contains("has no key"), "{err}");
