@@ -17,7 +17,8 @@ use flotilla_runtime::events::truncate;
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -91,18 +92,21 @@ pub async fn run(
         shared,
         metrics,
     });
-    Controller::new(Api::<Cluster>::all(ctx.client.clone()), config)
-        .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
-        // An import's verdict changes: its Cluster's summary.
-        .watches(
-            Api::<ApiResourceImport>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            |import| import.cluster_name().map(ObjectRef::new),
-        )
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
-        .for_each(|_| async {})
-        .await;
+    flotilla_runtime::guard::controller(
+        Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
+        config,
+    )
+    .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
+    // An import's verdict changes: its Cluster's summary.
+    .watches(
+        Api::<ApiResourceImport>::all(ctx.client.clone()),
+        watcher::Config::default(),
+        |import| import.cluster_name().map(ObjectRef::new),
+    )
+    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+    .run(reconcile, error_policy, state)
+    .for_each(|_| async {})
+    .await;
     Ok(())
 }
 

@@ -16,7 +16,8 @@ use flotilla_runtime::{Context, ErrorCategory, MemberClients};
 use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::controller::{self, Action, Controller};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
@@ -54,7 +55,11 @@ pub async fn run(
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
     let config = flotilla_runtime::cache::selected(&args.cluster_selector);
-    let controller = Controller::new(Api::<Cluster>::all(ctx.client.clone()), config).with_config(
+    let controller = flotilla_runtime::guard::controller(
+        Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
+        config,
+    )
+    .with_config(
         controller::Config::default()
             .concurrency(args.concurrency)
             .debounce(Duration::from_millis(500)),

@@ -27,7 +27,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -232,8 +233,8 @@ pub async fn run(
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<NegotiatedApiResource>::all(client.clone()),
+    let controller = flotilla_runtime::guard::controller(
+        Api::<DeserializeGuard<NegotiatedApiResource>>::all(client.clone()),
         watcher::Config::default(),
     )
     .with_config(

@@ -16,7 +16,8 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -123,8 +124,8 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         Api::<NegotiatedApiResource>::all(client.clone()),
         watcher::Config::default(),
     );
-    let controller = Controller::new(
-        Api::<WorkloadProfile>::all(client.clone()),
+    let controller = flotilla_runtime::guard::controller(
+        Api::<DeserializeGuard<WorkloadProfile>>::all(client.clone()),
         watcher::Config::default(),
     );
     let profiles = controller.store();

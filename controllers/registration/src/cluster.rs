@@ -24,7 +24,8 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts};
@@ -116,10 +117,13 @@ impl Registration {
 /// Runs the Cluster controller until `ctx.shutdown`.
 pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
     let state = Arc::new(Registration::new(ctx.clone(), args.clone())?);
-    let api = Api::<Cluster>::all(ctx.client.clone());
     let watch = flotilla_runtime::cache::selected(&args.cluster_selector);
-    let controller =
-        Controller::new(api, watch).with_config(controller::Config::default().concurrency(16));
+    // A Cluster with a value this controller cannot read stands as last seen; the others go on.
+    let controller = flotilla_runtime::guard::controller(
+        Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
+        watch,
+    )
+    .with_config(controller::Config::default().concurrency(16));
     let store = controller.store();
 
     // Readiness once the cache is synced, then the clusters-by-condition gauge.

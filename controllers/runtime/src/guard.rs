@@ -14,7 +14,9 @@ use std::fmt::Debug;
 
 use futures::{Stream, TryStreamExt};
 use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -45,6 +47,28 @@ where
             decoded(event, &last_good)
         })
         .try_filter_map(|event| std::future::ready(Ok(event)))
+}
+
+/// A controller of the objects of `api` (with `config`), as kube's `Controller::new` makes one,
+/// whose watch decodes each object on its own (see [`watcher`]): one that does not decode stands
+/// as its cache last saw it.
+pub fn controller<K>(api: Api<DeserializeGuard<K>>, config: watcher::Config) -> Controller<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Debug + Unpin + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let last_seen = store.clone();
+    let events = watcher(
+        api,
+        config,
+        |_: &mut K| {},
+        move |r| last_seen.get(r).map(|o| (*o).clone()),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    Controller::for_stream(events, store)
 }
 
 /// `api` (of one namespace or of all) decoding each object on its own.

@@ -1089,3 +1089,33 @@ async fn invalid_objects_are_rejected_with_the_field_named() -> Result<()> {
     );
     Ok(())
 }
+
+/// A value the apiserver would otherwise store but the controllers' types cannot hold is refused
+/// at the door, also in a status an agent writes: a Work's manifest status with an ordinal beyond
+/// int32 (the syncer, and everything else reading Works, would have to skip it).
+#[tokio::test]
+async fn a_status_value_no_controller_can_read_is_refused() -> Result<()> {
+    let (env, client) = hub().await?;
+    let ns = TestNamespace::create("api-status", &[&env.hub]).await?;
+    let valid = Valid::new(ns.name(), &random_suffix());
+    let created = api::create(&client, &valid.work, false).await??;
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let works: Api<flotilla_api::Work> = Api::namespaced(client.clone(), ns.name());
+    let poison = json!({"status": {"manifests": [{
+        "ordinal": 4_294_967_296_u64,
+        "identity": {"group": "apps", "version": "v1", "kind": "Deployment", "name": "web", "namespace": "shop"},
+    }]}});
+    let answer = works
+        .patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&poison),
+        )
+        .await;
+    match answer {
+        Err(kube::Error::Api(s))
+            if s.code == 422 && s.message.contains("status.manifests[0].ordinal") => {}
+        other => bail!("expected a 422 naming status.manifests[0].ordinal, got {other:?}"),
+    }
+    Ok(())
+}
