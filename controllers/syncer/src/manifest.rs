@@ -76,6 +76,26 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
                 return Err(ManifestError::NoType(ordinal));
             };
             obj.remove("status");
+            // Ignored fields first: whatever a path names (`.metadata.labels`,
+            // `.metadata["name"]`), the object keeps its identity and Flotilla's markers, added
+            // below — without them the member object would be nobody's, and never deleted.
+            for rule in &work.spec.ignore_fields {
+                if applies_to(rule, &identity) {
+                    for path in &rule.json_paths {
+                        remove_path(&mut object, path);
+                    }
+                }
+            }
+            let Some(obj) = object.as_object_mut() else {
+                return Err(ManifestError::NoType(ordinal));
+            };
+            let api_version = if identity.group.is_empty() {
+                identity.version.clone()
+            } else {
+                format!("{}/{}", identity.group, identity.version)
+            };
+            obj.insert("apiVersion".into(), api_version.into());
+            obj.insert("kind".into(), identity.kind.clone().into());
             let metadata = obj
                 .entry("metadata")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -83,6 +103,11 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
                 for key in SERVER_METADATA {
                     m.remove(key);
                 }
+                m.insert("name".into(), identity.name.clone().into());
+                match &identity.namespace {
+                    Some(ns) => m.insert("namespace".into(), ns.clone().into()),
+                    None => m.remove("namespace"),
+                };
                 let labels_map = m
                     .entry("labels")
                     .or_insert_with(|| Value::Object(Map::new()));
@@ -97,13 +122,6 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
                     a.insert(annotations::WORK.into(), work_ref.clone().into());
                     for (k, v) in &source {
                         a.insert((*k).into(), v.clone().into());
-                    }
-                }
-            }
-            for rule in &work.spec.ignore_fields {
-                if applies_to(rule, &identity) {
-                    for path in &rule.json_paths {
-                        remove_path(&mut object, path);
                     }
                 }
             }
@@ -357,6 +375,35 @@ mod tests {
             c["data"]["replicas"], "1",
             "rules apply only to matching manifests"
         );
+    }
+
+    #[test]
+    fn no_ignored_path_takes_an_objects_identity_or_flotillas_markers() {
+        let ignore = vec![IgnoreFields {
+            manifest: ManifestSelector::default(),
+            json_paths: vec![
+                ".metadata.labels".into(),
+                ".metadata.annotations".into(),
+                ".metadata[\"name\"]".into(),
+                ".metadata['namespace']".into(),
+                ".apiVersion".into(),
+                ".kind".into(),
+            ],
+        }];
+        let prepared = prepare(&work(vec![deployment()], ignore));
+        let d = &prepared[0].as_ref().expect("deployment").object;
+        assert_eq!(d["apiVersion"], "apps/v1");
+        assert_eq!(d["kind"], "Deployment");
+        let m = &d["metadata"];
+        assert_eq!(m["name"], "web", "{d}");
+        assert_eq!(m["labels"][labels::MANAGED], "true");
+        assert_eq!(m["labels"][labels::CLUSTER], "m1");
+        assert_eq!(
+            m["annotations"][annotations::WORK],
+            "flotilla-cluster-m1/web"
+        );
+        // The ignored user labels are left to the member.
+        assert!(m["labels"].get("app").is_none(), "{d}");
     }
 
     fn configmap(name: &str) -> Value {
