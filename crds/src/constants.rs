@@ -74,6 +74,9 @@ pub mod annotations {
     /// On member namespaces: set when the syncer created the namespace (rather than finding it),
     /// so that only namespaces Flotilla created are ever candidates for clean-up.
     pub const CREATED_NAMESPACE: &str = "flotilla.dev/created-namespace";
+    /// On a hub `flotilla-cluster-<name>` namespace: the UID of the Cluster registration created
+    /// it for. A namespace of that name without it (made by someone else first) is never used.
+    pub const CLUSTER_UID: &str = "flotilla.dev/cluster-uid";
     /// On a hub Namespace, set by an admin: `"true"` lets the Placements of the namespace take
     /// over member objects Flotilla did not create (`conflictPolicy: Adopt`). Without it a
     /// Placement's `Adopt` counts as `Abort`: adopting is an admin decision, not a tenant's
@@ -274,6 +277,9 @@ pub mod reasons {
     /// A Placement asks for `conflictPolicy: Adopt` in a namespace whose admin did not allow it
     /// (the `flotilla.dev/allow-adopt` annotation): its copies are placed with `Abort`.
     pub const ADOPT_NOT_ALLOWED: &str = "AdoptNotAllowed";
+    /// The Cluster's hub namespace `flotilla-cluster-<name>` exists and registration did not
+    /// create it for this Cluster (someone made it first): the Cluster is not joined.
+    pub const NAMESPACE_TAKEN: &str = "NamespaceTaken";
     /// A workload's pods violate its hub namespace's Pod Security level: placed nowhere.
     pub const POD_SECURITY_VIOLATION: &str = "PodSecurityViolation";
     /// The hub could not check a workload's pods against its namespace's Pod Security level

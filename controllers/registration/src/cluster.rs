@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::condition::set_condition;
 use flotilla_api::{
-    Cluster, ClusterStatus, DeletePolicy, SyncMode, Work, conditions, field_managers, finalizers,
-    labels, names, reasons,
+    Cluster, ClusterStatus, DeletePolicy, SyncMode, Work, annotations, conditions, field_managers,
+    finalizers, labels, names, reasons,
 };
 use flotilla_runtime::member_client::{MemberClientError, read_secret};
 use flotilla_runtime::{Context, ErrorCategory, MemberClients};
@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
@@ -277,11 +277,16 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
         condition(&old, conditions::ACCEPTED),
     );
     let is_accepted = accepted.status == "True";
-    if is_accepted {
-        ensure_namespace(&client, &name).await?;
-    }
+    let joined_before = condition(&old, conditions::JOINED).is_some_and(|c| c.status == "True");
+    // Someone else's namespace of this Cluster's name is never used: its Works and bindings are
+    // theirs.
+    let taken = if is_accepted {
+        ensure_namespace(&client, cluster, joined_before).await?
+    } else {
+        None
+    };
     if spec.sync_mode == SyncMode::Pull {
-        if is_accepted {
+        if is_accepted && taken.is_none() {
             apply_agent_rbac(&client, &name).await?;
         } else {
             revoke_agent_rbac(&client, &name).await?;
@@ -299,7 +304,7 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
     let mut allocatable = old.allocatable.clone();
     let mut cluster_id = old.cluster_id.clone();
     let mut last_heartbeat = old.last_heartbeat_time.as_ref().map(|t| t.0);
-    let (joined, ready) = match spec.sync_mode {
+    let (mut joined, mut ready) = match spec.sync_mode {
         SyncMode::Push => {
             let mut outcome = probe_push(cluster, state).await;
             if let ProbeOutcome::Healthy(facts) = &outcome {
@@ -355,6 +360,20 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
         }
     };
     status["lastHeartbeatTime"] = json!(last_heartbeat.map(Time));
+    if let Some(why) = &taken {
+        joined = Verdict::new(
+            conditions::JOINED,
+            "False",
+            reasons::NAMESPACE_TAKEN,
+            why.clone(),
+        );
+        ready = Verdict::new(
+            conditions::READY,
+            "False",
+            reasons::NAMESPACE_TAKEN,
+            why.clone(),
+        );
+    }
 
     let verdicts = [accepted, joined, ready, health::schedulable(spec)];
     let mut conditions = old.conditions.clone();
@@ -449,30 +468,84 @@ async fn publish_transitions(
     }
 }
 
-async fn ensure_namespace(client: &kube::Client, cluster: &str) -> Result<(), Error> {
+/// Makes the Cluster's hub namespace `flotilla-cluster-<name>`, marked with the Cluster's UID.
+/// Returns why the Cluster cannot use it when a namespace of that name exists that registration
+/// did not make for this Cluster (someone made it first, with their own RoleBindings and Works):
+/// it is left as it is and never used. (A Cluster that joined before namespaces were marked
+/// (`joined_before`) has its mark added.)
+async fn ensure_namespace(
+    client: &kube::Client,
+    cluster: &Cluster,
+    joined_before: bool,
+) -> Result<Option<String>, Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let name = names::cluster_namespace(cluster);
-    if let Some(ns) = namespaces.get_opt(&name).await?
-        && ns.metadata.deletion_timestamp.is_some()
-    {
-        return Err(Error::NamespaceTerminating(name));
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some([(labels::CLUSTER.to_string(), cluster.to_string())].into()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
+    let cluster_name = cluster.name_any();
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let name = names::cluster_namespace(&cluster_name);
+    let mark = |ns: &Namespace| {
+        ns.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::CLUSTER_UID))
+            .cloned()
     };
+    let ours = ObjectMeta {
+        name: Some(name.clone()),
+        labels: Some([(labels::CLUSTER.to_string(), cluster_name.clone())].into()),
+        annotations: Some([(annotations::CLUSTER_UID.to_string(), uid.clone())].into()),
+        ..ObjectMeta::default()
+    };
+    match namespaces.get_opt(&name).await? {
+        Some(ns) if ns.metadata.deletion_timestamp.is_some() => {
+            return Err(Error::NamespaceTerminating(name));
+        }
+        Some(ns) if mark(&ns).as_deref() == Some(uid.as_str()) => {}
+        Some(ns) if mark(&ns).is_none() && joined_before => {}
+        Some(ns) => {
+            return Ok(Some(match mark(&ns) {
+                Some(other) => format!(
+                    "namespace {name} was made for another Cluster of this name (UID {other}) and is                      not this one's; it is left as it is"
+                ),
+                None => format!(
+                    "namespace {name} exists and registration did not make it for this Cluster                      (someone made it first); it is left as it is and never used: delete it, or                      register the member under another name"
+                ),
+            }));
+        }
+        None => {
+            let created = namespaces
+                .create(
+                    &PostParams::default(),
+                    &Namespace {
+                        metadata: ours.clone(),
+                        ..Namespace::default()
+                    },
+                )
+                .await;
+            match created {
+                Ok(_) => {}
+                // Made meanwhile, by someone: looked at again on the next pass.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    return Err(Error::WaitingForNamespace(name));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
     namespaces
         .patch(
             &name,
             &apply_params(),
-            &Patch::Apply(typed(ns, "v1", "Namespace")),
+            &Patch::Apply(typed(
+                Namespace {
+                    metadata: ours,
+                    ..Namespace::default()
+                },
+                "v1",
+                "Namespace",
+            )),
         )
         .await?;
-    Ok(())
+    Ok(None)
 }
 
 fn apply_params() -> PatchParams {
@@ -583,7 +656,26 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
     state.clients.forget(&name);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns_name = names::cluster_namespace(&name);
-    let Some(ns) = namespaces.get_opt(&ns_name).await? else {
+    let ours = |ns: &Namespace| {
+        let mark = ns
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::CLUSTER_UID));
+        // Marked for this Cluster; or unmarked, of a Cluster that joined before namespaces
+        // were marked.
+        let joined = cluster
+            .status
+            .as_ref()
+            .and_then(|s| condition(s, conditions::JOINED))
+            .is_some_and(|c| c.status == "True");
+        match mark {
+            Some(m) => Some(m) == cluster.metadata.uid.as_ref(),
+            None => joined && ns.labels().get(labels::CLUSTER) == Some(&name),
+        }
+    };
+    // A namespace of this name that is someone else's is left to them.
+    let Some(ns) = namespaces.get_opt(&ns_name).await?.filter(|ns| ours(ns)) else {
         state
             .ctx
             .events

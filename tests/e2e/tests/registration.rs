@@ -796,3 +796,79 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     s.delete_cluster(&name).await?;
     Ok(())
 }
+
+/// A tenant who made `flotilla-cluster-<name>` first (with a RoleBinding of its own) gets
+/// nothing from it: the Cluster of that name says `Joined=False` and `Ready=False`
+/// (`NamespaceTaken`), no agent RBAC goes there, and deleting the Cluster leaves the tenant's
+/// namespace alone.
+#[tokio::test]
+async fn a_squatted_cluster_namespace_is_never_used() -> Result<()> {
+    let s = Setup::start("reg-squat").await?;
+    let member = &s.env.require_members(1)?[0];
+    let name = format!("e2e-{}", random_suffix());
+    let squatted = flotilla_api::names::cluster_namespace(&name);
+    let namespaces: Api<Namespace> = Api::all(s.hub.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": squatted,
+                "labels": {"flotilla.dev/cluster": name}}}))?,
+        )
+        .await?;
+    // Deleted however the test ends.
+    let mut _squatted = flotilla_e2e::api::ClusterScopedObjects::new(&s.env.hub);
+    _squatted.add(
+        kube::api::ApiResource::erase::<Namespace>(&()),
+        squatted.clone(),
+    );
+    let secret = format!("kc-{}", random_suffix());
+    s.secret(
+        &secret,
+        "kubeconfig",
+        &std::fs::read_to_string(&member.kubeconfig)?,
+    )
+    .await?;
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": name, "labels": {SELECTOR_LABEL: s.id}},
+        "spec": {"syncMode": "Push",
+                 "kubeconfigSecretRef": {"name": secret, "namespace": s.ns.name()}},
+    }))?;
+    s.clusters()
+        .create(&PostParams::default(), &cluster)
+        .await?;
+    let c = s
+        .condition(
+            &name,
+            "Joined",
+            "False",
+            Some("NamespaceTaken"),
+            Duration::from_secs(30),
+        )
+        .await?;
+    let ready = c
+        .status
+        .as_ref()
+        .and_then(|st| st.conditions.iter().find(|x| x.type_ == "Ready"))
+        .cloned();
+    ensure!(
+        ready
+            .as_ref()
+            .is_some_and(|r| r.status == "False" && r.reason == "NamespaceTaken"),
+        "Ready must say NamespaceTaken too: {ready:?}"
+    );
+    let ns = namespaces.get(&squatted).await?;
+    ensure!(
+        !kube::ResourceExt::annotations(&ns).contains_key(flotilla_api::annotations::CLUSTER_UID),
+        "registration must not mark the squatted namespace as its own: {:?}",
+        kube::ResourceExt::annotations(&ns)
+    );
+    // Removing the Cluster leaves the tenant's namespace alone.
+    s.delete_cluster(&name).await?;
+    let left = namespaces.get_opt(&squatted).await?;
+    ensure!(
+        left.is_some_and(|n| n.metadata.deletion_timestamp.is_none()),
+        "the squatted namespace was deleted with the Cluster"
+    );
+    Ok(())
+}
