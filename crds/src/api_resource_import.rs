@@ -63,7 +63,8 @@ pub struct ApiResourceImportSpec {
 
     /// Whether this import may change the negotiated schema: `UpdateUnpublished` (default: only
     /// while the negotiated type is not published on the hub), `UpdatePublished` (also when it is
-    /// published) or `UpdateNever`.
+    /// published — only where the NegotiatedAPIResource says `allowPublishedUpdates`: a member
+    /// cannot widen what every member is held to on its own) or `UpdateNever`.
     #[serde(default, skip_serializing_if = "is_default")]
     #[schemars(extend("default" = "UpdateUnpublished"))]
     pub schema_update_strategy: SchemaUpdateStrategy,

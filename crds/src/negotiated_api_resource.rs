@@ -61,6 +61,15 @@ pub struct NegotiatedApiResourceSpec {
     #[serde(default, skip_serializing_if = "is_default")]
     #[schemars(extend("default" = false))]
     pub publish: bool,
+
+    /// Whether a member's import may widen the published schema (an import's
+    /// `schemaUpdateStrategy: UpdatePublished`). The member's agent writes its imports, so that
+    /// strategy alone would let one member drop the published CRD's validation (CEL rules,
+    /// enums, required fields) for every member; it takes effect only when the hub admin also
+    /// says so here. Default false: an import's `UpdatePublished` counts as `UpdateUnpublished`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    #[schemars(extend("default" = false))]
+    pub allow_published_updates: bool,
 }
 
 /// The negotiator's view of the type.

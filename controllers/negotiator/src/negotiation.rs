@@ -610,7 +610,10 @@ async fn reconcile_inner(
         .map(|i| ImportInput {
             cluster: i.cluster_name().unwrap_or_default(),
             schema: &i.spec.resource.open_api_v3_schema,
-            strategy: i.spec.schema_update_strategy,
+            strategy: verdict::effective_strategy(
+                i.spec.schema_update_strategy,
+                negotiation.spec.allow_published_updates,
+            ),
         })
         .collect();
     let timer = Instant::now();

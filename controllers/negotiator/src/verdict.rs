@@ -172,6 +172,21 @@ pub enum Reference {
     None,
 }
 
+/// The strategy an import's `requested` one amounts to: a member may ask never to update the
+/// negotiated schema, or to update it while unpublished, but updating a published schema needs the
+/// hub admin's consent too (`allowPublishedUpdates` of the NegotiatedAPIResource).
+pub fn effective_strategy(
+    requested: SchemaUpdateStrategy,
+    allow_published_updates: bool,
+) -> SchemaUpdateStrategy {
+    match requested {
+        SchemaUpdateStrategy::UpdatePublished if !allow_published_updates => {
+            SchemaUpdateStrategy::UpdateUnpublished
+        }
+        other => other,
+    }
+}
+
 /// One member's import, as the negotiation reads it.
 #[derive(Clone, Copy, Debug)]
 pub struct ImportInput<'a> {
@@ -520,6 +535,37 @@ mod tests {
         assert_eq!(
             n.verdicts[2].differences[0].verdict,
             DifferenceVerdict::Breaking
+        );
+    }
+
+    #[test]
+    fn a_member_widens_a_published_schema_only_with_the_admins_consent() {
+        use SchemaUpdateStrategy::*;
+        assert_eq!(
+            effective_strategy(UpdatePublished, false),
+            UpdateUnpublished
+        );
+        assert_eq!(effective_strategy(UpdatePublished, true), UpdatePublished);
+        for s in [UpdateNever, UpdateUnpublished] {
+            assert_eq!(effective_strategy(s, false), s);
+            assert_eq!(effective_strategy(s, true), s);
+        }
+        // The member asks to widen; without consent the published schema stays as it is.
+        let published = widget(json!({"size": {"type": "integer"}}));
+        let wider = base();
+        let mut a = input("a", &wider);
+        a.strategy = effective_strategy(UpdatePublished, false);
+        let n = negotiate(
+            &Reference::Published(published.clone()),
+            &[a],
+            &Limits::default(),
+        );
+        let schema = n.schema.expect("negotiated");
+        assert!(
+            schema["properties"]["spec"]["properties"]
+                .get("color")
+                .is_none(),
+            "{schema}"
         );
     }
 

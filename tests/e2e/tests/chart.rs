@@ -453,3 +453,83 @@ async fn syncer_shard_by_cluster_renders_sharding_for_the_syncer_only() -> Resul
     );
     Ok(())
 }
+
+/// What RBAC cannot say, the chart's admission policies do: the negotiator's ServiceAccount may
+/// write the CRDs it publishes, and no other — not Flotilla's own (it could otherwise give
+/// `works.flotilla.dev` a conversion webhook), not one it did not publish.
+#[tokio::test]
+async fn the_negotiator_writes_only_the_crds_it_publishes() -> Result<()> {
+    let env = Environment::get();
+    let hub = env.hub.client().await?;
+    api::install_crds(&hub).await?;
+    let ns = TestNamespace::create("chart-vap", &[&env.hub]).await?;
+    let release = format!("e2e-{}", random_suffix());
+    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
+    let kubeconfig =
+        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator").await?;
+    let negotiator = flotilla_e2e::client_from_kubeconfig(&kubeconfig).await?;
+    let crd = |name: &str, group: &str, published: bool| {
+        let labels = if published {
+            json!({"flotilla.dev/published": "true"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": format!("{name}.{group}"), "labels": labels},
+               "spec": {"group": group, "scope": "Namespaced",
+                        "names": {"plural": name, "singular": name.trim_end_matches('s'), "kind": "Gadget"},
+                        "versions": [{"name": "v1", "served": true, "storage": true,
+                                      "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+    };
+    let group = format!("e2e-{}.example.com", random_suffix());
+    let denied = |result: Result<std::result::Result<kube::api::DynamicObject, kube::Error>>,
+                  says: &str|
+     -> Result<Seen<()>> {
+        Ok(match result? {
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(says) => Seen::Done(()),
+            other => Seen::not_yet(format!("{other:?}")),
+        })
+    };
+    // Policies take a moment to be enforced once created.
+    wait_for(
+        "a patch of works.flotilla.dev by the negotiator to be refused",
+        Duration::from_secs(30),
+        || async {
+            let mut works = serde_json::to_value(
+                Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(hub.clone())
+                    .get("works.flotilla.dev")
+                    .await?,
+            )?;
+            works["metadata"]["labels"] = json!({"e2e": "poke"});
+            works["metadata"]["managedFields"] = Value::Null;
+            denied(
+                api::apply(&negotiator, &works, true).await,
+                "only write the CRDs it publishes",
+            )
+        },
+    )
+    .await?;
+    // Labelling Flotilla's own group published changes nothing.
+    let own = denied(
+        api::create(&negotiator, &crd("gadgets", "flotilla.dev", true), true).await,
+        "Flotilla's own CRDs",
+    )?;
+    ensure!(
+        matches!(own, Seen::Done(())),
+        "a published CRD of group flotilla.dev must be refused"
+    );
+    // What it publishes, it may write.
+    api::create(&negotiator, &crd("gadgets", &group, true), true)
+        .await?
+        .map_err(|e| anyhow!("the negotiator may create a CRD it publishes: {e}"))?;
+    // And nothing else.
+    let unlabelled = denied(
+        api::create(&negotiator, &crd("gadgets", &group, false), true).await,
+        "only write the CRDs it publishes",
+    )?;
+    ensure!(
+        matches!(unlabelled, Seen::Done(())),
+        "an unlabelled CRD from the negotiator must be refused"
+    );
+    Ok(())
+}
