@@ -326,6 +326,19 @@ async fn bootstrap_identity_may_only_create_its_own_unaccepted_pull_cluster() ->
         matches!(status_of(&push), Some(403 | 422)),
         "a bootstrap identity must not create a push-mode Cluster: {push:?}"
     );
+    // Nor steer the work it gets once accepted: labels (env=prod), taints and weight are the
+    // hub admin's.
+    let mut labelled = pull(&me.cluster, false);
+    labelled.metadata.labels = Some([("env".to_string(), "prod".to_string())].into());
+    let mut weighty = pull(&me.cluster, false);
+    weighty.spec.weight = 10000;
+    for (what, cluster) in [("labelled", labelled), ("weighted", weighty)] {
+        let r = bootstrap.create(&PostParams::default(), &cluster).await;
+        ensure!(
+            matches!(status_of(&r), Some(403 | 422)),
+            "a bootstrap identity must not create its Cluster {what}: {r:?}"
+        );
+    }
     bootstrap
         .create(&PostParams::default(), &pull(&me.cluster, false))
         .await
