@@ -67,6 +67,9 @@ pub mod reasons {
     /// The request asks for usages other than client auth, digital signature, key encipherment,
     /// or lacks client auth.
     pub const UNEXPECTED_USAGES: &str = "UnexpectedUsages";
+    /// The request asks for no certificate lifetime, or a longer one than the approver allows
+    /// (`--max-agent-certificate-lifetime`).
+    pub const UNBOUNDED_LIFETIME: &str = "UnboundedLifetime";
     /// The request asks for subject alternative names, which an agent never needs.
     pub const UNEXPECTED_SUBJECT_ALT_NAMES: &str = "UnexpectedSubjectAltNames";
     /// The requester is neither the cluster's bootstrap identity nor its agent.
@@ -88,10 +91,26 @@ pub mod reasons {
 }
 
 /// How the approver decides.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CsrConfig {
     /// Approve without waiting for `spec.hubAcceptsClient`.
     pub auto_accept: bool,
+    /// The longest certificate lifetime (`spec.expirationSeconds`) approved; a request without one
+    /// would get the signer's default (a year with kube-controller-manager's), and is denied.
+    pub max_lifetime: std::time::Duration,
+}
+
+/// The longest agent certificate lifetime approved by default (`--max-agent-certificate-lifetime`):
+/// 30 days.
+pub const DEFAULT_MAX_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+impl Default for CsrConfig {
+    fn default() -> Self {
+        Self {
+            auto_accept: false,
+            max_lifetime: DEFAULT_MAX_LIFETIME,
+        }
+    }
 }
 
 /// The bootstrap ServiceAccount of `cluster`: `flotilla-bootstrap-<cluster>` in `flotilla-system`.
@@ -303,6 +322,21 @@ pub fn decide(
                  {agent:?}; it was requested by {requester:?}{whose}"
             ),
         );
+    }
+
+    let max = config.max_lifetime.as_secs();
+    match csr.spec.expiration_seconds {
+        Some(s) if u64::try_from(s).is_ok_and(|s| s <= max) => {}
+        asked => {
+            return deny(
+                reasons::UNBOUNDED_LIFETIME,
+                format!(
+                    "an agent's certificate must ask for a lifetime (spec.expirationSeconds) of at \
+                     most {max} s (--max-agent-certificate-lifetime); the request asks for {}",
+                    asked.map_or("none".to_string(), |s| format!("{s} s"))
+                ),
+            );
+        }
     }
 
     // What depends on the Cluster.
@@ -714,10 +748,35 @@ mod tests {
                 signer_name: names::AGENT_CSR_SIGNER.into(),
                 usages: Some(usages.iter().map(|u| u.to_string()).collect()),
                 username: Some(requester.into()),
+                expiration_seconds: Some(86_400),
                 ..Default::default()
             },
             status: None,
         }
+    }
+
+    /// The approver's lifetime bound in these tests: 30 days.
+    const MAX: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+    #[test]
+    fn a_request_for_no_or_a_long_lifetime_is_denied() {
+        let c = cluster(SyncMode::Pull, true);
+        let config = CsrConfig {
+            auto_accept: false,
+            max_lifetime: MAX,
+        };
+        for asked in [None, Some(31 * 86_400), Some(i32::MAX)] {
+            let mut r = agent_csr(&names::agent_user_name(C));
+            r.spec.expiration_seconds = asked;
+            let d = decide(&r, Some(Ok(&c)), &config);
+            assert_eq!(reason(&d), reasons::UNBOUNDED_LIFETIME, "{asked:?}: {d:?}");
+        }
+        let mut r = agent_csr(&names::agent_user_name(C));
+        r.spec.expiration_seconds = Some(30 * 86_400);
+        assert_eq!(
+            reason(&decide(&r, Some(Ok(&c)), &config)),
+            reasons::APPROVED
+        );
     }
 
     fn agent_csr(requester: &str) -> CertificateSigningRequest {
@@ -852,7 +911,10 @@ mod tests {
         let d = decide(
             &agent_csr(&requester),
             Some(Ok(&c)),
-            &CsrConfig { auto_accept },
+            &CsrConfig {
+                auto_accept,
+                max_lifetime: MAX,
+            },
         );
         assert_eq!(reason(&d), expected, "{d:?}");
     }
@@ -908,7 +970,14 @@ mod tests {
     fn waits_for_a_missing_or_unreadable_cluster() {
         let r = agent_csr(&bootstrap_user_name(C));
         assert_eq!(
-            reason(&decide(&r, None, &CsrConfig { auto_accept: true })),
+            reason(&decide(
+                &r,
+                None,
+                &CsrConfig {
+                    auto_accept: true,
+                    max_lifetime: MAX
+                }
+            )),
             "ClusterNotFound"
         );
         assert_eq!(

@@ -39,6 +39,12 @@ pub struct RegistrationArgs {
     #[arg(long, default_value_t = false)]
     pub auto_accept: bool,
 
+    /// The longest lifetime of an agent certificate this controller approves. A request asking for
+    /// more, or for none (the signer's default: a year with kube-controller-manager's), is denied
+    /// (reason UnboundedLifetime); agents rotate their certificates well before expiry.
+    #[arg(long, default_value = "720h", value_parser = parse_duration, value_name = "DURATION")]
+    pub max_agent_certificate_lifetime: Duration,
+
     /// Namespace of kubeconfig Secrets whose reference names no namespace (in a Pod: set
     /// POD_NAMESPACE).
     #[arg(
@@ -58,6 +64,7 @@ pub struct RegistrationArgs {
 pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
     let csr_config = csr::CsrConfig {
         auto_accept: args.auto_accept,
+        max_lifetime: args.max_agent_certificate_lifetime,
     };
     tokio::try_join!(
         cluster::run(ctx.clone(), args.clone()),

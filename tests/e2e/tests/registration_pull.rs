@@ -553,11 +553,24 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
     )
     .await??;
 
+    // Its own name and usages, but no lifetime: the signer's default (a year) is too long.
+    let forever = send_request(
+        &client,
+        &attacker.cluster,
+        openssl_request(
+            &names::agent_user_name(&attacker.cluster),
+            &[names::AGENT_GROUP],
+        )?,
+        &usages,
+    )
+    .await??;
+
     let api: Api<CertificateSigningRequest> = Api::all(f.hub.clone());
     for (name, reason, mentions) in [
         (&stolen, "RequesterMismatch", attacker.cluster.as_str()),
         (&escalated, "SubjectMismatch", "e2e-admins"),
         (&server, "UnexpectedUsages", "server auth"),
+        (&forever, "UnboundedLifetime", "expirationSeconds"),
     ] {
         wait_for(
             &format!("request {name} to be denied with reason {reason}"),
