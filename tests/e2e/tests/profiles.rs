@@ -21,6 +21,11 @@ use serde_json::{Value, json};
 use crate::negotiator::install_crd;
 use crate::splitter::Fleet;
 
+/// The tests of this module one at a time. Each runs a negotiator of its own, and a hub has one
+/// negotiator: WorkloadProfiles and NegotiatedAPIResources are cluster-wide, so two negotiators
+/// (each seeing only its test's members) would write their verdicts over each other's.
+static ONE_NEGOTIATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A profile Flotilla ships, from `deploy/profiles/`.
 fn shipped(file: &str) -> Result<Value> {
     let path = format!(
@@ -207,6 +212,7 @@ async fn accepted(hub: &Client, name: &str) -> Result<Option<(String, String, St
 /// every member.
 #[tokio::test]
 async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed() -> Result<()> {
+    let _one_at_a_time = ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
     let fleet = Fleet::start("profile").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
@@ -272,7 +278,8 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
             })
         },
     )
-    .await?;
+    .await
+    .map_err(|e| e.context(negotiator.log()))?;
 
     // The shipped profile is accepted.
     kind.accept(hub, &shipped_profile()?).await?;
@@ -432,6 +439,7 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
 /// every member and reads Current.
 #[tokio::test]
 async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it() -> Result<()> {
+    let _one_at_a_time = ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
     let fleet = Fleet::start("cloneset").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
