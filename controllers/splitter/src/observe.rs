@@ -260,7 +260,9 @@ async fn pod_security(
         ns,
         &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
     );
-    let mut workloads: Vec<(ObjectKey, Value)> = Vec::new();
+    // Verdicts the cache has are read here; only new templates are cloned and sent.
+    let mut verdicts = BTreeMap::new();
+    let mut unknown: Vec<(ObjectKey, Value, u64)> = Vec::new();
     for t in types {
         for o in &t.objects {
             let name = o.name_any();
@@ -273,26 +275,34 @@ async fn pod_security(
             if specificity(selectors, &selectable).is_none() {
                 continue;
             }
-            if let Some(template) = pod_template(&o.data) {
-                workloads.push((
-                    ObjectKey::new(&t.resource.api_version, &t.resource.kind, &name),
-                    template.clone(),
-                ));
+            let Some(template) = pod_template(&o.data) else {
+                continue;
+            };
+            let key = ObjectKey::new(&t.resource.api_version, &t.resource.kind, &name);
+            let cached = Verdicts::key(ns, &labels, template);
+            match state.pod_security.get(cached) {
+                Some(verdict) => {
+                    verdicts.insert(key, verdict);
+                }
+                None => unknown.push((key, template.clone(), cached)),
             }
         }
     }
-    let checks = workloads.into_iter().map(|(key, template)| {
-        let cached = Verdicts::key(ns, &labels, &template);
-        dry_run(state, pods.clone(), key, template, cached)
-    });
-    futures::stream::iter(checks)
-        .buffer_unordered(POD_SECURITY_CONCURRENCY)
-        .filter(|(_, v)| std::future::ready(*v != Verdict::Allowed))
-        .collect()
-        .await
+    let asked: Vec<(ObjectKey, Verdict)> = futures::stream::iter(
+        unknown
+            .into_iter()
+            .map(|(key, template, cached)| dry_run(state, pods.clone(), key, template, cached)),
+    )
+    .buffer_unordered(POD_SECURITY_CONCURRENCY)
+    .collect()
+    .await;
+    verdicts.extend(asked);
+    verdicts.retain(|_, v| *v != Verdict::Allowed);
+    verdicts
 }
 
-/// The hub's verdict on the pods of `template` (of workload `key`), remembered under `cached`.
+/// The hub's verdict on the pods of `template` (of workload `key`), asked now and remembered under
+/// `cached`.
 async fn dry_run(
     state: &Splitter,
     pods: Api<DynamicObject>,
@@ -300,9 +310,6 @@ async fn dry_run(
     template: Value,
     cached: u64,
 ) -> (ObjectKey, Verdict) {
-    if let Some(v) = state.pod_security.get(cached) {
-        return (key, v);
-    }
     let verdict = match serde_json::from_value::<DynamicObject>(pod_for_check(&template)) {
         Ok(pod) => {
             let params = PostParams {

@@ -111,10 +111,22 @@ const MAX_VERDICTS: usize = 10_000;
 impl Verdicts {
     /// The key of `template` in `namespace` whose Pod Security labels are `labels`.
     pub fn key(namespace: &str, labels: &BTreeMap<String, String>, template: &Value) -> u64 {
+        /// Feeds what is written into the hasher: the template's JSON, never held in memory.
+        struct Hashing<'a>(&'a mut std::collections::hash_map::DefaultHasher);
+        impl std::io::Write for Hashing<'_> {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.write(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
         let mut h = std::collections::hash_map::DefaultHasher::new();
         namespace.hash(&mut h);
         labels.hash(&mut h);
-        template.to_string().hash(&mut h);
+        // Writing JSON into a hasher cannot fail.
+        let _ = serde_json::to_writer(Hashing(&mut h), template);
         h.finish()
     }
 
