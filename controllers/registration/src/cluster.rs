@@ -482,13 +482,6 @@ async fn ensure_namespace(
     let cluster_name = cluster.name_any();
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
     let name = names::cluster_namespace(&cluster_name);
-    let mark = |ns: &Namespace| {
-        ns.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(annotations::CLUSTER_UID))
-            .cloned()
-    };
     let ours = ObjectMeta {
         name: Some(name.clone()),
         labels: Some([(labels::CLUSTER.to_string(), cluster_name.clone())].into()),
@@ -499,15 +492,17 @@ async fn ensure_namespace(
         Some(ns) if ns.metadata.deletion_timestamp.is_some() => {
             return Err(Error::NamespaceTerminating(name));
         }
-        Some(ns) if mark(&ns).as_deref() == Some(uid.as_str()) => {}
-        Some(ns) if mark(&ns).is_none() && joined_before => {}
+        Some(ns) if is_clusters_namespace(&ns, cluster, joined_before) => {}
         Some(ns) => {
-            return Ok(Some(match mark(&ns) {
+            return Ok(Some(match cluster_uid_mark(&ns) {
                 Some(other) => format!(
-                    "namespace {name} was made for another Cluster of this name (UID {other}) and is                      not this one's; it is left as it is"
+                    "namespace {name} was made for another Cluster of this name (UID {other}) and \
+                     is not this one's; it is left as it is"
                 ),
                 None => format!(
-                    "namespace {name} exists and registration did not make it for this Cluster                      (someone made it first); it is left as it is and never used: delete it, or                      register the member under another name"
+                    "namespace {name} exists and registration did not make it for this Cluster \
+                     (someone made it first); it is left as it is and never used: delete it, or \
+                     register the member under another name"
                 ),
             }));
         }
@@ -546,6 +541,23 @@ async fn ensure_namespace(
         )
         .await?;
     Ok(None)
+}
+
+/// The Cluster UID a hub namespace is marked with, if any.
+fn cluster_uid_mark(ns: &Namespace) -> Option<&String> {
+    ns.metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::CLUSTER_UID)
+}
+
+/// Whether `ns` is `cluster`'s hub namespace: marked with its UID, or unmarked but labelled as
+/// its namespace for a Cluster that `joined` before namespaces were marked.
+fn is_clusters_namespace(ns: &Namespace, cluster: &Cluster, joined: bool) -> bool {
+    match cluster_uid_mark(ns) {
+        Some(uid) => Some(uid) == cluster.metadata.uid.as_ref(),
+        None => joined && ns.labels().get(labels::CLUSTER) == Some(&cluster.name_any()),
+    }
 }
 
 fn apply_params() -> PatchParams {
@@ -656,26 +668,18 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
     state.clients.forget(&name);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns_name = names::cluster_namespace(&name);
-    let ours = |ns: &Namespace| {
-        let mark = ns
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(annotations::CLUSTER_UID));
-        // Marked for this Cluster; or unmarked, of a Cluster that joined before namespaces
-        // were marked.
-        let joined = cluster
-            .status
-            .as_ref()
-            .and_then(|s| condition(s, conditions::JOINED))
-            .is_some_and(|c| c.status == "True");
-        match mark {
-            Some(m) => Some(m) == cluster.metadata.uid.as_ref(),
-            None => joined && ns.labels().get(labels::CLUSTER) == Some(&name),
-        }
-    };
+    // An unmarked namespace is the Cluster's only if it joined before namespaces were marked.
+    let joined = cluster
+        .status
+        .as_ref()
+        .and_then(|s| condition(s, conditions::JOINED))
+        .is_some_and(|c| c.status == "True");
     // A namespace of this name that is someone else's is left to them.
-    let Some(ns) = namespaces.get_opt(&ns_name).await?.filter(|ns| ours(ns)) else {
+    let Some(ns) = namespaces
+        .get_opt(&ns_name)
+        .await?
+        .filter(|ns| is_clusters_namespace(ns, cluster, joined))
+    else {
         state
             .ctx
             .events
@@ -721,4 +725,51 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
             .await;
     }
     Err(Error::WaitingForNamespace(ns_name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn namespace(label: Option<&str>, mark: Option<&str>) -> Namespace {
+        Namespace {
+            metadata: ObjectMeta {
+                name: Some(names::cluster_namespace("east")),
+                labels: label.map(|l| [(labels::CLUSTER.to_string(), l.to_string())].into()),
+                annotations: mark
+                    .map(|m| [(annotations::CLUSTER_UID.to_string(), m.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        }
+    }
+
+    #[test]
+    fn a_hub_namespace_is_the_clusters_only_with_its_mark_or_from_before_marks() {
+        let mut east = Cluster::new("east", Default::default());
+        east.metadata.uid = Some("u1".into());
+        assert!(is_clusters_namespace(
+            &namespace(Some("east"), Some("u1")),
+            &east,
+            false
+        ));
+        // Another Cluster of the name, deleted and made again, marked it.
+        assert!(!is_clusters_namespace(
+            &namespace(Some("east"), Some("u0")),
+            &east,
+            true
+        ));
+        // Unmarked: a squatter's, unless the Cluster joined before namespaces were marked.
+        assert!(!is_clusters_namespace(
+            &namespace(Some("east"), None),
+            &east,
+            false
+        ));
+        assert!(is_clusters_namespace(
+            &namespace(Some("east"), None),
+            &east,
+            true
+        ));
+        assert!(!is_clusters_namespace(&namespace(None, None), &east, true));
+    }
 }
