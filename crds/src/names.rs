@@ -19,6 +19,21 @@ pub const AGENT_LEASE_NAME: &str = "flotilla-agent";
 /// Group of every pull-mode agent's client certificate.
 pub const AGENT_GROUP: &str = "system:flotilla:agents";
 
+/// The ClusterRole of an agent's rights in its hub namespace (`deploy/bootstrap`; the chart ships
+/// one per release), bound there by registration with a RoleBinding.
+pub const AGENT_CLUSTER_ROLE: &str = "flotilla:agent";
+
+/// Prefix of the group that ties an agent's certificate to one Cluster object:
+/// `system:flotilla:cluster-uid:<uid>`.
+pub const CLUSTER_UID_GROUP_PREFIX: &str = "system:flotilla:cluster-uid:";
+
+/// The group in the certificates of the agent of the Cluster with UID `uid`. The agent's RBAC is
+/// bound to it, not to the user name, so a certificate issued for a deleted Cluster grants
+/// nothing to a new Cluster of the same name.
+pub fn cluster_uid_group(uid: &str) -> String {
+    format!("{CLUSTER_UID_GROUP_PREFIX}{uid}")
+}
+
 /// Signer of the agents' client certificates.
 pub const AGENT_CSR_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 

@@ -460,16 +460,17 @@ impl Agent {
                     secret: self.secret_ref(),
                 })?;
         let client = client_from_kubeconfig(kubeconfig.clone()).await?;
-        self.ensure_cluster(&client).await?;
+        let uid = self.ensure_cluster(&client).await?;
         let credential = self
-            .request_certificate(&client, endpoint.clone(), "bootstrap")
+            .request_certificate(&client, endpoint.clone(), &uid, "bootstrap")
             .await?;
         self.store(&credential).await?;
         Ok(credential)
     }
 
     /// Creates this member's Cluster (`syncMode: Pull`) unless it exists; refuses a push-mode one.
-    async fn ensure_cluster(&self, client: &Client) -> Result<(), AgentError> {
+    /// Returns the Cluster's UID, which the agent's certificate names.
+    async fn ensure_cluster(&self, client: &Client) -> Result<String, AgentError> {
         let api: Api<Cluster> = Api::all(client.clone());
         let hub = |action| move |source| AgentError::Hub { action, source };
         let existing = with_timeout("reading the Cluster", api.get_opt(self.cluster()))
@@ -479,7 +480,7 @@ impl Agent {
             Some(c) if c.spec.sync_mode != SyncMode::Pull => {
                 Err(AgentError::ClusterNotPullMode(self.cluster().into()))
             }
-            Some(_) => Ok(()),
+            Some(c) => Ok(c.metadata.uid.unwrap_or_default()),
             None => {
                 let cluster = Cluster::new(
                     self.cluster(),
@@ -494,11 +495,14 @@ impl Agent {
                     ..Default::default()
                 };
                 match with_timeout("creating the Cluster", api.create(&params, &cluster)).await? {
-                    Ok(_) => {
+                    Ok(created) => {
                         tracing::info!(cluster = %self.cluster(), "created the Cluster on the hub (syncMode Pull); the hub admin accepts it with spec.hubAcceptsClient: true");
-                        Ok(())
+                        Ok(created.metadata.uid.unwrap_or_default())
                     }
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                    // Made meanwhile: read again.
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        Box::pin(self.ensure_cluster(client)).await
+                    }
                     Err(source) => Err(AgentError::Hub {
                         action: "creating the Cluster",
                         source,
@@ -514,9 +518,10 @@ impl Agent {
         &self,
         client: &Client,
         endpoint: HubEndpoint,
+        uid: &str,
         how: &'static str,
     ) -> Result<Credential, AgentError> {
-        let generated = generate_key_and_request(self.cluster())?;
+        let generated = generate_key_and_request(self.cluster(), uid)?;
         let api: Api<CertificateSigningRequest> = Api::all(client.clone());
         let request = CertificateSigningRequest {
             metadata: ObjectMeta {
@@ -859,10 +864,27 @@ impl Agent {
 
     /// Requests a certificate with the current one, checks the hub accepts it, stores it.
     async fn rotate(&self, current: &Session) -> Result<Session, AgentError> {
+        // The new certificate is for the same Cluster object as the current one.
+        let uid = match &current.credential.cluster_uid {
+            Some(uid) => uid.clone(),
+            None => {
+                let api: Api<Cluster> = Api::all(current.client.clone());
+                with_timeout("reading the Cluster", api.get(self.cluster()))
+                    .await?
+                    .map_err(|source| AgentError::Hub {
+                        action: "reading the Cluster",
+                        source,
+                    })?
+                    .metadata
+                    .uid
+                    .unwrap_or_default()
+            }
+        };
         let credential = self
             .request_certificate(
                 &current.client,
                 current.credential.endpoint.clone(),
+                &uid,
                 "rotation",
             )
             .await?;

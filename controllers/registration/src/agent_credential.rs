@@ -56,8 +56,9 @@ impl flotilla_runtime::ErrorCategory for CredentialError {
     }
 }
 
-/// A new private key and the PEM certificate request for `cluster`'s agent:
-/// `CN=system:flotilla:cluster:<cluster>:agent, O=system:flotilla:agents`, no extensions.
+/// A new private key and the PEM certificate request for the agent of `cluster` with UID `uid`:
+/// `CN=system:flotilla:cluster:<cluster>:agent, O=system:flotilla:agents,
+/// O=system:flotilla:cluster-uid:<uid>`, no extensions.
 pub struct KeyAndRequest {
     /// PKCS#8 PEM. Secret.
     pub key_pem: String,
@@ -71,14 +72,26 @@ impl fmt::Debug for KeyAndRequest {
     }
 }
 
-/// Generates an ECDSA P-256 key and a certificate request for `cluster`'s agent.
-pub fn generate_key_and_request(cluster: &str) -> Result<KeyAndRequest, CredentialError> {
+/// The OID of organizationName (2.5.4.10). rcgen keeps one value per attribute type, so the
+/// second organization is written with the same OID as a "custom" type.
+const ORGANIZATION_NAME_OID: [u64; 4] = [2, 5, 4, 10];
+
+/// Generates an ECDSA P-256 key and a certificate request for the agent of `cluster`, the
+/// Cluster object with UID `uid`.
+pub fn generate_key_and_request(
+    cluster: &str,
+    uid: &str,
+) -> Result<KeyAndRequest, CredentialError> {
     let generate = |e: rcgen::Error| CredentialError::Generate(e.to_string());
     let key = KeyPair::generate().map_err(generate)?;
     let mut params = CertificateParams::default();
     let mut subject = DistinguishedName::new();
     subject.push(DnType::CommonName, names::agent_user_name(cluster));
     subject.push(DnType::OrganizationName, names::AGENT_GROUP);
+    subject.push(
+        DnType::CustomDnType(ORGANIZATION_NAME_OID.to_vec()),
+        names::cluster_uid_group(uid),
+    );
     params.distinguished_name = subject;
     let request_pem = params
         .serialize_request(&key)
@@ -176,6 +189,9 @@ pub struct Credential {
     pub not_after: i64,
     /// The certificate's serial number (hex), to tell certificates apart in logs.
     pub serial: String,
+    /// The UID of the Cluster object the certificate was issued for (its
+    /// `system:flotilla:cluster-uid:<uid>` organization); `None` for a certificate without one.
+    pub cluster_uid: Option<String>,
 }
 
 impl fmt::Debug for Credential {
@@ -225,6 +241,7 @@ impl Credential {
             not_before: info.not_before,
             not_after: info.not_after,
             serial: info.serial,
+            cluster_uid: info.cluster_uid,
         })
     }
 
@@ -285,6 +302,7 @@ impl Credential {
             not_before: info.not_before,
             not_after: info.not_after,
             serial: info.serial,
+            cluster_uid: info.cluster_uid,
         })
     }
 
@@ -321,6 +339,7 @@ struct CertificateInfo {
     not_before: i64,
     not_after: i64,
     serial: String,
+    cluster_uid: Option<String>,
 }
 
 /// Parses the first certificate of `pem`, checks it is `cluster`'s agent's and, when a key is
@@ -360,6 +379,12 @@ fn certificate_info(
         not_before: validity.not_before.timestamp(),
         not_after: validity.not_after.timestamp(),
         serial: certificate.raw_serial_as_string(),
+        cluster_uid: certificate
+            .subject()
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok())
+            .find_map(|o| o.strip_prefix(names::CLUSTER_UID_GROUP_PREFIX))
+            .map(str::to_string),
     })
 }
 
@@ -369,6 +394,7 @@ mod tests {
     use rcgen::Issuer;
 
     const C: &str = "member1";
+    const UID: &str = "0b5e7f4e-5f0a-4d3c-9d1e-2f7f1c0a9e11";
 
     /// Signs, with a throw-away CA, a certificate for the agent of [`C`] and the key `key_pem`,
     /// valid for `seconds` from `not_before` — what the hub's signer does with a request.
@@ -381,6 +407,10 @@ mod tests {
         let mut subject = DistinguishedName::new();
         subject.push(DnType::CommonName, names::agent_user_name(C));
         subject.push(DnType::OrganizationName, names::AGENT_GROUP);
+        subject.push(
+            DnType::CustomDnType(ORGANIZATION_NAME_OID.to_vec()),
+            names::cluster_uid_group(UID),
+        );
         params.distinguished_name = subject;
         params.not_before = rcgen::date_time_ymd(1970, 1, 1) + time_offset(not_before);
         params.not_after = rcgen::date_time_ymd(1970, 1, 1) + time_offset(not_before + seconds);
@@ -402,21 +432,28 @@ mod tests {
 
     #[test]
     fn requests_carry_exactly_the_agent_subject() {
-        let generated = generate_key_and_request(C).expect("generated");
+        let generated = generate_key_and_request(C, UID).expect("generated");
         let subject = crate::csr::parse_request(generated.request_pem.as_bytes()).expect("parses");
         assert_eq!(subject.common_names, [names::agent_user_name(C)]);
-        assert_eq!(subject.organizations, [names::AGENT_GROUP]);
+        assert_eq!(
+            subject.organizations,
+            [
+                names::AGENT_GROUP.to_string(),
+                names::cluster_uid_group(UID)
+            ]
+        );
         assert!(!subject.has_subject_alt_names);
         assert!(!format!("{generated:?}").contains("PRIVATE"));
     }
 
     #[test]
     fn a_credential_round_trips_through_its_kubeconfig() {
-        let generated = generate_key_and_request(C).expect("generated");
+        let generated = generate_key_and_request(C, UID).expect("generated");
         let certificate = sign(&generated.key_pem, 1_000_000_000, 3600);
         let credential = Credential::new(C, endpoint(), certificate.as_bytes(), &generated.key_pem)
             .expect("credential");
         assert_eq!(credential.not_before, 1_000_000_000);
+        assert_eq!(credential.cluster_uid.as_deref(), Some(UID));
         assert_eq!(credential.not_after, 1_000_003_600);
         let debug = format!("{credential:?}");
         assert!(
@@ -438,8 +475,8 @@ mod tests {
 
     #[test]
     fn a_certificate_must_belong_to_the_key() {
-        let generated = generate_key_and_request(C).expect("generated");
-        let other = generate_key_and_request(C).expect("generated");
+        let generated = generate_key_and_request(C, UID).expect("generated");
+        let other = generate_key_and_request(C, UID).expect("generated");
         let certificate = sign(&generated.key_pem, 1_000_000_000, 3600);
         assert_eq!(
             Credential::new(C, endpoint(), certificate.as_bytes(), &other.key_pem).err(),
@@ -455,6 +492,7 @@ mod tests {
             not_before,
             not_after,
             serial: String::new(),
+            cluster_uid: None,
         };
         let day = Duration::from_secs(86_400);
         // Not backdated: 75% of a day.

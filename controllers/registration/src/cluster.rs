@@ -287,7 +287,7 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
     };
     if spec.sync_mode == SyncMode::Pull {
         if is_accepted && taken.is_none() {
-            apply_agent_rbac(&client, &name).await?;
+            apply_agent_rbac(&client, cluster, &state.args.agent_cluster_role).await?;
         } else {
             revoke_agent_rbac(&client, &name).await?;
         }
@@ -572,34 +572,45 @@ fn typed<T: serde::Serialize>(object: T, api_version: &str, kind: &str) -> serde
     value
 }
 
-async fn apply_agent_rbac(client: &kube::Client, cluster: &str) -> Result<(), Error> {
-    let ns = names::cluster_namespace(cluster);
+async fn apply_agent_rbac(
+    client: &kube::Client,
+    cluster: &Cluster,
+    agent_cluster_role: &str,
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let ns = names::cluster_namespace(&name);
     let rbac_v1 = "rbac.authorization.k8s.io/v1";
-    Api::<Role>::namespaced(client.clone(), &ns)
-        .patch(
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), &ns);
+    // Earlier versions bound a Role of their own; a binding's roleRef cannot change.
+    if let Some(old) = bindings.get_opt(rbac::AGENT_ROLE).await?
+        && (old.role_ref.kind != "ClusterRole" || old.role_ref.name != agent_cluster_role)
+    {
+        delete_if_present(&bindings, rbac::AGENT_ROLE).await?;
+        delete_if_present(
+            &Api::<Role>::namespaced(client.clone(), &ns),
             rbac::AGENT_ROLE,
-            &apply_params(),
-            &Patch::Apply(typed(rbac::agent_role(cluster), rbac_v1, "Role")),
         )
         .await?;
-    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+    }
+    bindings
         .patch(
             rbac::AGENT_ROLE,
             &apply_params(),
             &Patch::Apply(typed(
-                rbac::agent_role_binding(cluster),
+                rbac::agent_role_binding(&name, uid, agent_cluster_role),
                 rbac_v1,
                 "RoleBinding",
             )),
         )
         .await?;
-    let cluster_role = rbac::agent_cluster_role(cluster);
+    let cluster_role = rbac::agent_cluster_role(&name);
     Api::<ClusterRole>::all(client.clone())
         .patch(
             &cluster_role,
             &apply_params(),
             &Patch::Apply(typed(
-                rbac::agent_cluster_role_object(cluster),
+                rbac::agent_cluster_role_object(&name),
                 rbac_v1,
                 "ClusterRole",
             )),
@@ -610,7 +621,7 @@ async fn apply_agent_rbac(client: &kube::Client, cluster: &str) -> Result<(), Er
             &cluster_role,
             &apply_params(),
             &Patch::Apply(typed(
-                rbac::agent_cluster_role_binding(cluster),
+                rbac::agent_cluster_role_binding(&name, uid),
                 rbac_v1,
                 "ClusterRoleBinding",
             )),

@@ -273,16 +273,24 @@ pub fn decide(
     };
 
     // What can be decided from the request alone.
-    if subject.organizations != [names::AGENT_GROUP] {
+    let requested_uid = match subject.organizations.as_slice() {
+        [group, uid] if group == names::AGENT_GROUP => uid
+            .strip_prefix(names::CLUSTER_UID_GROUP_PREFIX)
+            .filter(|uid| !uid.is_empty()),
+        _ => None,
+    };
+    let Some(requested_uid) = requested_uid else {
         return deny(
             reasons::SUBJECT_MISMATCH,
             format!(
-                "the subject must have exactly one organization (O) {:?}, the request has {:?}",
+                "the subject must have exactly two organizations (O), {:?} and \
+                 \"{}<the Cluster's UID>\"; the request has {:?}",
                 names::AGENT_GROUP,
+                names::CLUSTER_UID_GROUP_PREFIX,
                 subject.organizations
             ),
         );
-    }
+    };
     if subject.has_subject_alt_names {
         return deny(
             reasons::UNEXPECTED_SUBJECT_ALT_NAMES,
@@ -364,6 +372,35 @@ pub fn decide(
         return deny(
             reasons::CLUSTER_DELETING,
             format!("Cluster {name:?} is being deleted"),
+        );
+    }
+    // A Cluster deleted and made again under the same name is another Cluster: neither a request
+    // for the old one nor a request made with the old one's certificate is this one's.
+    let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    if requested_uid != uid {
+        return deny(
+            reasons::SUBJECT_MISMATCH,
+            format!(
+                "the request is for the Cluster {name:?} with UID {requested_uid}, which is not \
+                 this Cluster (UID {uid}): it was deleted and made again"
+            ),
+        );
+    }
+    let uid_group = names::cluster_uid_group(uid);
+    if requester == agent
+        && !csr
+            .spec
+            .groups
+            .as_ref()
+            .is_some_and(|groups| groups.contains(&uid_group))
+    {
+        return deny(
+            reasons::REQUESTER_MISMATCH,
+            format!(
+                "the renewal was requested with a certificate that is not for this Cluster \
+                 object (it lacks the group {uid_group:?}): one of an earlier Cluster named \
+                 {name:?}"
+            ),
         );
     }
     if cluster.spec.sync_mode != SyncMode::Pull {
@@ -713,16 +750,26 @@ mod tests {
     use rstest::rstest;
 
     const C: &str = "member1";
+    /// The UID of the Cluster in these tests, and the group it gives its agent.
+    const UID: &str = "u-1";
+    const UID_GROUP: &str = "system:flotilla:cluster-uid:u-1";
 
     /// A PEM request with the given common name, organizations and DNS names. (rcgen keeps one
-    /// value per attribute type: of several organizations only the last is kept.)
+    /// value per attribute type: organizations after the first are written as a custom type with
+    /// organizationName's OID, as the agent does.)
     fn request(cn: &str, orgs: &[&str], dns: &[&str]) -> Vec<u8> {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, cn);
-        for o in orgs {
-            dn.push(DnType::OrganizationName, *o);
+        assert!(orgs.len() <= 2, "at most two organizations");
+        for (i, o) in orgs.iter().enumerate() {
+            let ty = if i == 0 {
+                DnType::OrganizationName
+            } else {
+                DnType::CustomDnType(vec![2, 5, 4, 10])
+            };
+            dn.push(ty, *o);
         }
         params.distinguished_name = dn;
         params.subject_alt_names = dns
@@ -748,6 +795,10 @@ mod tests {
                 signer_name: names::AGENT_CSR_SIGNER.into(),
                 usages: Some(usages.iter().map(|u| u.to_string()).collect()),
                 username: Some(requester.into()),
+                // What the apiserver records for a requester with this Cluster's certificate.
+                groups: names::cluster_from_agent_user_name(requester)
+                    .is_some()
+                    .then(|| vec![names::AGENT_GROUP.to_string(), UID_GROUP.to_string()]),
                 expiration_seconds: Some(86_400),
                 ..Default::default()
             },
@@ -781,21 +832,56 @@ mod tests {
 
     fn agent_csr(requester: &str) -> CertificateSigningRequest {
         csr(
-            request(&names::agent_user_name(C), &[names::AGENT_GROUP], &[]),
+            request(
+                &names::agent_user_name(C),
+                &[names::AGENT_GROUP, UID_GROUP],
+                &[],
+            ),
             requester,
             &ALLOWED_USAGES,
         )
     }
 
     fn cluster(mode: SyncMode, accepted: bool) -> Cluster {
-        Cluster::new(
+        let mut cluster = Cluster::new(
             C,
             ClusterSpec {
                 sync_mode: mode,
                 hub_accepts_client: accepted,
                 ..Default::default()
             },
-        )
+        );
+        cluster.metadata.uid = Some(UID.into());
+        cluster
+    }
+
+    /// A Cluster deleted and made again under the same name is another Cluster: a request for
+    /// the old one, or a renewal with the old one's certificate, is denied.
+    #[test]
+    fn a_cluster_made_again_trusts_nothing_of_the_one_before() {
+        let c = cluster(SyncMode::Pull, true);
+        let old = csr(
+            request(
+                &names::agent_user_name(C),
+                &[names::AGENT_GROUP, "system:flotilla:cluster-uid:u-0"],
+                &[],
+            ),
+            &bootstrap_user_name(C),
+            &ALLOWED_USAGES,
+        );
+        let d = decide(&old, Some(Ok(&c)), &CsrConfig::default());
+        assert_eq!(reason(&d), reasons::SUBJECT_MISMATCH, "{d:?}");
+        let mut renewal = agent_csr(&names::agent_user_name(C));
+        renewal.spec.groups = Some(vec![
+            names::AGENT_GROUP.into(),
+            "system:flotilla:cluster-uid:u-0".into(),
+        ]);
+        let d = decide(&renewal, Some(Ok(&c)), &CsrConfig::default());
+        assert_eq!(reason(&d), reasons::REQUESTER_MISMATCH, "{d:?}");
+        assert!(format!("{d:?}").contains("earlier Cluster"), "{d:?}");
+        renewal.spec.groups = None;
+        let d = decide(&renewal, Some(Ok(&c)), &CsrConfig::default());
+        assert_eq!(reason(&d), reasons::REQUESTER_MISMATCH, "{d:?}");
     }
 
     fn reason(d: &Decision) -> &'static str {
@@ -922,10 +1008,12 @@ mod tests {
     #[rstest]
     #[case::no_org(&[], &[], &ALLOWED_USAGES, "SubjectMismatch")]
     #[case::other_org(&["system:masters"], &[], &ALLOWED_USAGES, "SubjectMismatch")]
-    #[case::sans(&[names::AGENT_GROUP], &["evil.example.com"], &ALLOWED_USAGES, "UnexpectedSubjectAltNames")]
-    #[case::server_auth(&[names::AGENT_GROUP], &[], &["client auth", "server auth"], "UnexpectedUsages")]
-    #[case::no_client_auth(&[names::AGENT_GROUP], &[], &["digital signature"], "UnexpectedUsages")]
-    #[case::only_client_auth(&[names::AGENT_GROUP], &[], &["client auth"], "FlotillaAgentApproved")]
+    #[case::no_uid(&[names::AGENT_GROUP], &[], &ALLOWED_USAGES, "SubjectMismatch")]
+    #[case::masters_too(&[names::AGENT_GROUP, "system:masters"], &[], &ALLOWED_USAGES, "SubjectMismatch")]
+    #[case::sans(&[names::AGENT_GROUP, UID_GROUP], &["evil.example.com"], &ALLOWED_USAGES, "UnexpectedSubjectAltNames")]
+    #[case::server_auth(&[names::AGENT_GROUP, UID_GROUP], &[], &["client auth", "server auth"], "UnexpectedUsages")]
+    #[case::no_client_auth(&[names::AGENT_GROUP, UID_GROUP], &[], &["digital signature"], "UnexpectedUsages")]
+    #[case::only_client_auth(&[names::AGENT_GROUP, UID_GROUP], &[], &["client auth"], "FlotillaAgentApproved")]
     fn denies_requests_that_can_never_be_valid(
         #[case] orgs: &[&str],
         #[case] dns: &[&str],

@@ -55,6 +55,12 @@ pub struct RegistrationArgs {
     )]
     pub kubeconfig_secret_namespace: String,
 
+    /// The ClusterRole that registration binds, in each accepted pull-mode Cluster's namespace
+    /// `flotilla-cluster-<name>`, to that Cluster's agent: `flotilla:agent` of `deploy/bootstrap`,
+    /// or the chart's own. Registration needs `bind` on it, not the rights in it.
+    #[arg(long, default_value = flotilla_api::names::AGENT_CLUSTER_ROLE, value_name = "NAME")]
+    pub agent_cluster_role: String,
+
     /// Only handle Clusters with these labels (a label selector such as `env=prod`); empty: all.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     pub cluster_selector: String,

@@ -1,14 +1,24 @@
-//! The RBAC of a pull-mode agent on the hub — exactly what it needs and nothing else: read its
-//! Works and write their status, write APIResourceImports and renew its Lease in its own
-//! namespace, read its own Cluster and write its status, and request certificates (renewal).
+//! The RBAC of a pull-mode agent on the hub — exactly what it needs and nothing else.
+//!
+//! - In its namespace `flotilla-cluster-<name>`: the static ClusterRole
+//!   [`names::AGENT_CLUSTER_ROLE`] (read its Works and write their status, write
+//!   APIResourceImports, renew its Lease), bound by a RoleBinding. Registration creates only the
+//!   binding, which needs `bind` on that one ClusterRole instead of holding every right in it.
+//! - Cluster-wide: a ClusterRole of its own Cluster by name (read it, write its status).
+//! - Certificate requests (renewal): the static binding of the group [`names::AGENT_GROUP`] in
+//!   `deploy/bootstrap` and the chart.
+//!
+//! The subject of both bindings is the group [`names::cluster_uid_group`] of the Cluster's UID,
+//! which only certificates issued for this Cluster object carry.
 
 use flotilla_api::{labels, names};
 use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+    ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject,
 };
 use kube::api::ObjectMeta;
 
-/// Name of the agent's Role and RoleBinding in `flotilla-cluster-<name>`.
+/// Name of the agent's RoleBinding in `flotilla-cluster-<name>` (and of the Role that earlier
+/// versions made there).
 pub const AGENT_ROLE: &str = "flotilla-agent";
 
 /// Name of the agent's ClusterRole and ClusterRoleBinding: `flotilla:cluster:<name>:agent`.
@@ -36,68 +46,66 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> 
     }
 }
 
-fn subject(cluster: &str) -> Vec<Subject> {
+/// The subject of the agent's bindings: the group of the Cluster's UID.
+fn subject(uid: &str) -> Vec<Subject> {
     vec![Subject {
         api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "User".into(),
-        name: names::agent_user_name(cluster),
+        kind: "Group".into(),
+        name: names::cluster_uid_group(uid),
         namespace: None,
     }]
 }
 
-/// The agent's Role in its namespace.
-pub fn agent_role(cluster: &str) -> Role {
-    Role {
-        metadata: meta(
-            AGENT_ROLE.into(),
-            Some(names::cluster_namespace(cluster)),
-            cluster,
+/// The rules of the static ClusterRole [`names::AGENT_CLUSTER_ROLE`], which the agent holds in
+/// its namespace only. `deploy/bootstrap/agent-clusterrole.yaml` and the chart must say the same
+/// (a test compares them).
+pub fn agent_namespace_rules() -> Vec<PolicyRule> {
+    vec![
+        // patch/update: only the syncer's finalizer, which the admission policy
+        // flotilla-agent-works (deploy/bootstrap) enforces; RBAC cannot name a field.
+        rule(
+            &["flotilla.dev"],
+            &["works"],
+            &["get", "list", "watch", "patch", "update"],
+            &[],
         ),
-        rules: Some(vec![
-            // patch/update: only the syncer's finalizer, which the admission policy
-            // flotilla-agent-works (deploy/bootstrap) enforces; RBAC cannot name a field.
-            rule(
-                &["flotilla.dev"],
-                &["works"],
-                &["get", "list", "watch", "patch", "update"],
-                &[],
-            ),
-            rule(
-                &["flotilla.dev"],
-                &["works/status"],
-                &["get", "update", "patch"],
-                &[],
-            ),
-            rule(
-                &["flotilla.dev"],
-                &["apiresourceimports"],
-                &[
-                    "get", "list", "watch", "create", "update", "patch", "delete",
-                ],
-                &[],
-            ),
-            // The Imported condition of its imports (the negotiator writes Compatible).
-            rule(
-                &["flotilla.dev"],
-                &["apiresourceimports/status"],
-                &["get", "patch"],
-                &[],
-            ),
-            // Events on its Works (conflicts, apply errors).
-            rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
-            // RBAC cannot restrict create by name; get/update only the agent's own Lease.
-            rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
-            rule(
-                &["coordination.k8s.io"],
-                &["leases"],
-                &["get", "update", "patch"],
-                &[names::AGENT_LEASE_NAME],
-            ),
-        ]),
-    }
+        rule(
+            &["flotilla.dev"],
+            &["works/status"],
+            &["get", "update", "patch"],
+            &[],
+        ),
+        rule(
+            &["flotilla.dev"],
+            &["apiresourceimports"],
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            &[],
+        ),
+        // The Imported condition of its imports (the negotiator writes Compatible).
+        rule(
+            &["flotilla.dev"],
+            &["apiresourceimports/status"],
+            &["get", "patch"],
+            &[],
+        ),
+        // Events on its Works (conflicts, apply errors).
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
+        // RBAC cannot restrict create by name; get/update only the agent's own Lease.
+        rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
+        rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "update", "patch"],
+            &[names::AGENT_LEASE_NAME],
+        ),
+    ]
 }
 
-pub fn agent_role_binding(cluster: &str) -> RoleBinding {
+/// Binds `agent_cluster_role` (the static ClusterRole) to the agent of the Cluster with UID
+/// `uid`, in the Cluster's namespace.
+pub fn agent_role_binding(cluster: &str, uid: &str, agent_cluster_role: &str) -> RoleBinding {
     RoleBinding {
         metadata: meta(
             AGENT_ROLE.into(),
@@ -106,14 +114,14 @@ pub fn agent_role_binding(cluster: &str) -> RoleBinding {
         ),
         role_ref: RoleRef {
             api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Role".into(),
-            name: AGENT_ROLE.into(),
+            kind: "ClusterRole".into(),
+            name: agent_cluster_role.into(),
         },
-        subjects: Some(subject(cluster)),
+        subjects: Some(subject(uid)),
     }
 }
 
-/// The agent's cluster-wide rights: its own Cluster, and certificate requests for renewal.
+/// The agent's cluster-wide rights: its own Cluster, by name.
 pub fn agent_cluster_role_object(cluster: &str) -> ClusterRole {
     ClusterRole {
         metadata: meta(agent_cluster_role(cluster), None, cluster),
@@ -130,18 +138,12 @@ pub fn agent_cluster_role_object(cluster: &str) -> ClusterRole {
                 &["get", "update", "patch"],
                 &[cluster],
             ),
-            rule(
-                &["certificates.k8s.io"],
-                &["certificatesigningrequests"],
-                &["create", "get", "list", "watch"],
-                &[],
-            ),
         ]),
         aggregation_rule: None,
     }
 }
 
-pub fn agent_cluster_role_binding(cluster: &str) -> ClusterRoleBinding {
+pub fn agent_cluster_role_binding(cluster: &str, uid: &str) -> ClusterRoleBinding {
     ClusterRoleBinding {
         metadata: meta(agent_cluster_role(cluster), None, cluster),
         role_ref: RoleRef {
@@ -149,23 +151,22 @@ pub fn agent_cluster_role_binding(cluster: &str) -> ClusterRoleBinding {
             kind: "ClusterRole".into(),
             name: agent_cluster_role(cluster),
         },
-        subjects: Some(subject(cluster)),
+        subjects: Some(subject(uid)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
 
     #[test]
     fn the_agent_gets_no_secrets_and_only_its_own_names() {
-        let role = agent_role("m1");
-        assert_eq!(
-            role.metadata.namespace.as_deref(),
-            Some("flotilla-cluster-m1")
-        );
         let cr = agent_cluster_role_object("m1");
-        for r in role.rules.iter().flatten().chain(cr.rules.iter().flatten()) {
+        for r in agent_namespace_rules()
+            .iter()
+            .chain(cr.rules.iter().flatten())
+        {
             let resources = r.resources.clone().unwrap_or_default();
             assert!(
                 !resources.iter().any(|x| x == "secrets" || x == "*"),
@@ -173,15 +174,39 @@ mod tests {
             );
             assert!(!r.verbs.iter().any(|v| v == "*"), "{r:?}");
         }
-        let cluster_rule = &cr.rules.as_ref().expect("rules")[0];
+        for r in cr.rules.iter().flatten() {
+            assert_eq!(r.resource_names.as_deref(), Some(&["m1".to_string()][..]));
+        }
+        let binding = agent_role_binding("m1", "u1", names::AGENT_CLUSTER_ROLE);
         assert_eq!(
-            cluster_rule.resource_names.as_deref(),
-            Some(&["m1".to_string()][..])
+            binding.metadata.namespace.as_deref(),
+            Some("flotilla-cluster-m1")
         );
-        let binding = agent_cluster_role_binding("m1");
-        assert_eq!(
-            binding.subjects.expect("subjects")[0].name,
-            "system:flotilla:cluster:m1:agent"
+        assert_eq!(binding.role_ref.kind, "ClusterRole");
+        let subjects = agent_cluster_role_binding("m1", "u1")
+            .subjects
+            .expect("subjects");
+        assert_eq!(subjects[0].kind, "Group");
+        assert_eq!(subjects[0].name, "system:flotilla:cluster-uid:u1");
+    }
+
+    /// The static ClusterRole of `deploy/bootstrap` grants exactly [`agent_namespace_rules`].
+    #[test]
+    fn the_bootstrap_agent_cluster_role_matches() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/bootstrap/agent-clusterrole.yaml"
         );
+        let text = std::fs::read_to_string(path).expect("reading the agent ClusterRole");
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).expect("parsing the agent ClusterRole");
+        let role = docs
+            .into_iter()
+            .find(|d| {
+                d["kind"] == "ClusterRole" && d["metadata"]["name"] == names::AGENT_CLUSTER_ROLE
+            })
+            .expect("the ClusterRole flotilla:agent");
+        let role: ClusterRole = serde_json::from_value(role).expect("a ClusterRole");
+        assert_eq!(role.rules.unwrap_or_default(), agent_namespace_rules());
     }
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::cluster::Cluster;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -443,4 +443,31 @@ impl MemberIdentity {
             _objects: objects,
         })
     }
+}
+
+/// A PEM PKCS#10 request with subject `/CN=<cn>/O=<o>...`, made with openssl(1) as an attacker
+/// would (independently of Flotilla's code).
+pub fn openssl_request(cn: &str, organizations: &[&str]) -> Result<Vec<u8>> {
+    let mut subject = format!("/CN={cn}");
+    for o in organizations {
+        subject.push_str(&format!("/O={o}"));
+    }
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-keyout", "/dev/null", "-subj", &subject])
+        .output()
+        .context("running openssl req")?;
+    ensure!(
+        out.status.success(),
+        "openssl req failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
 }

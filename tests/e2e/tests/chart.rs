@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api;
@@ -29,20 +29,36 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
         count("CustomResourceDefinition") == 7,
         "the chart installs the 7 CRDs"
     );
-    for kind in [
-        "Deployment",
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
+    // One of each per controller; and for pull-mode agents two ClusterRoles (in their
+    // namespace, and certificate requests) and the binding of the second.
+    for (kind, agents) in [
+        ("Deployment", 0),
+        ("ServiceAccount", 0),
+        ("ClusterRole", 2),
+        ("ClusterRoleBinding", 1),
+        ("Role", 0),
+        ("RoleBinding", 0),
     ] {
         ensure!(
-            count(kind) == CONTROLLERS.len(),
-            "one {kind} per controller, got {}",
+            count(kind) == CONTROLLERS.len() + agents,
+            "one {kind} per controller (and {agents} for agents), got {}",
             count(kind)
         );
     }
+    // The agent ClusterRole grants what the one of deploy/bootstrap does.
+    let rules_of = |docs: &[Value], name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
+            .map(|d| d["rules"].clone())
+    };
+    let bootstrap: Vec<Value> = serde_saphyr::from_multiple(&std::fs::read_to_string(
+        flotilla_e2e::bootstrap::bootstrap_dir().join("agent-clusterrole.yaml"),
+    )?)?;
+    ensure!(
+        rules_of(&docs, "flotilla:flotilla:agent").is_some()
+            && rules_of(&docs, "flotilla:flotilla:agent") == rules_of(&bootstrap, "flotilla:agent"),
+        "the chart's agent ClusterRole and deploy/bootstrap's must grant the same"
+    );
     for d in docs
         .iter()
         .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
@@ -100,6 +116,7 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     let _rbac = chart::install_identities(&hub, &release, ns.name()).await?;
 
     let selector = format!("e2e.flotilla.dev/chart={release}");
+    let agent_role = format!("flotilla:{release}:agent");
     // Declared before the processes, so dropped after them.
     let _cleanup = ClusterCleanup::new(&env.hub, selector.clone());
     let mut processes = Vec::new();
@@ -139,6 +156,8 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         }
         if controller == "registration" {
             args.extend([
+                "--agent-cluster-role",
+                agent_role.as_str(),
                 "--cluster-selector",
                 selector.as_str(),
                 "--kubeconfig-secret-namespace",
@@ -530,6 +549,332 @@ async fn the_negotiator_writes_only_the_crds_it_publishes() -> Result<()> {
     ensure!(
         matches!(unlabelled, Seen::Done(())),
         "an unlabelled CRD from the negotiator must be refused"
+    );
+    Ok(())
+}
+
+/// The code of a refused request, and its message.
+fn refusal<T: std::fmt::Debug>(result: std::result::Result<T, kube::Error>) -> (u16, String) {
+    match result {
+        Ok(o) => (200, format!("succeeded: {o:?}")),
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// Each controller's ServiceAccount, with the chart's RBAC and admission policies, is refused
+/// what its job does not need — with real requests, not access reviews: the registration token
+/// cannot make itself a certificate for `kubeadm:cluster-admins` (neither create nor approve one),
+/// cannot bind anything outside the agents' own bindings, delete a tenant's namespace or write a
+/// Lease in kube-system; the syncer cannot read Secrets outside the release namespace or make
+/// Works; the splitter cannot run a Pod (only dry-run one) or make Clusters; the negotiator cannot
+/// delete CRDs.
+#[tokio::test]
+async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestCondition,
+        CertificateSigningRequestSpec, CertificateSigningRequestStatus,
+    };
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+    use kube::api::{ListParams, ObjectMeta, PostParams};
+
+    let env = Environment::get();
+    let hub = env.hub.client().await?;
+    api::install_crds(&hub).await?;
+    let ns = TestNamespace::create("chart-deny", &[&env.hub]).await?;
+    let tenant = TestNamespace::create("chart-tenant", &[&env.hub]).await?;
+    let release = format!("e2e-{}", random_suffix());
+    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
+    let mut clients = std::collections::BTreeMap::new();
+    for controller in CONTROLLERS {
+        let kubeconfig =
+            chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, controller).await?;
+        clients.insert(
+            controller,
+            flotilla_e2e::client_from_kubeconfig(&kubeconfig).await?,
+        );
+    }
+    let registration = clients["registration"].clone();
+
+    // Admission policies take a moment to be enforced once created: wait until a namespace
+    // registration may not make is refused (one made meanwhile is deleted with the test).
+    let mut cleanup = flotilla_e2e::api::ClusterScopedObjects::new(&env.hub);
+    let probe = format!("e2e-not-a-member-{}", random_suffix());
+    cleanup.add(
+        kube::api::ApiResource::erase::<Namespace>(&()),
+        probe.clone(),
+    );
+    wait_for(
+        "registration's policy to refuse a namespace outside flotilla-cluster-*",
+        Duration::from_secs(30),
+        || async {
+            let (code, message) = refusal(
+                Api::<Namespace>::all(registration.clone())
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(json!({"metadata": {"name": probe}}))?,
+                    )
+                    .await,
+            );
+            if code == 200 {
+                Api::<Namespace>::all(hub.clone())
+                    .delete(&probe, &Default::default())
+                    .await?;
+            }
+            Ok(
+                if code == 403 && message.contains("only write the flotilla-cluster-* namespaces") {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{code} {message}"))
+                },
+            )
+        },
+    )
+    .await?;
+
+    // A certificate request for a group a kubeadm hub binds to cluster-admin.
+    let request = flotilla_e2e::bootstrap::openssl_request("mallory", &["kubeadm:cluster-admins"])?;
+    let csr = |name: &str| CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: k8s_openapi::ByteString(request.clone()),
+            signer_name: names::AGENT_CSR_SIGNER.into(),
+            usages: Some(vec!["client auth".into()]),
+            expiration_seconds: Some(3600),
+            ..CertificateSigningRequestSpec::default()
+        },
+        status: None,
+    };
+    let name = format!("e2e-mallory-{}", random_suffix());
+    let (code, message) = refusal(
+        Api::<CertificateSigningRequest>::all(registration.clone())
+            .create(&PostParams::default(), &csr(&name))
+            .await,
+    );
+    ensure!(
+        code == 403,
+        "registration must not create certificate requests: {code} {message}"
+    );
+    // Made by someone else, registration cannot approve it either.
+    let admin_csrs = Api::<CertificateSigningRequest>::all(hub.clone());
+    admin_csrs
+        .create(&PostParams::default(), &csr(&name))
+        .await?;
+    cleanup.add(
+        kube::api::ApiResource::erase::<CertificateSigningRequest>(&()),
+        name.clone(),
+    );
+    let approval = Some(CertificateSigningRequestStatus {
+        conditions: Some(vec![CertificateSigningRequestCondition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            reason: Some("Evil".into()),
+            message: Some("approved by a stolen token".into()),
+            ..CertificateSigningRequestCondition::default()
+        }]),
+        ..CertificateSigningRequestStatus::default()
+    });
+    let mut made = admin_csrs.get(&name).await?;
+    made.status = approval;
+    let (code, message) = refusal(
+        Api::<CertificateSigningRequest>::all(registration.clone())
+            .replace_subresource("approval", &name, &PostParams::default(), &made)
+            .await,
+    );
+    ensure!(
+        code == 403 && message.contains("may only decide certificate requests"),
+        "registration must not approve another requester's CSR: {code} {message}"
+    );
+    let approved = admin_csrs
+        .get(&name)
+        .await?
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    ensure!(
+        approved.is_empty(),
+        "the request stays undecided: {approved:?}"
+    );
+
+    // RBAC: only the agents' own bindings, in their namespaces, of the agent roles.
+    let agent_role = format!("flotilla:{release}:agent");
+    let binding = |namespace: Option<&str>, name: &str, role: &str, subject: Value| {
+        let mut b = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": if namespace.is_some() { "RoleBinding" } else { "ClusterRoleBinding" },
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [subject],
+        });
+        if let Some(ns) = namespace {
+            b["metadata"]["namespace"] = json!(ns);
+        }
+        b
+    };
+    let me = json!({"kind": "ServiceAccount", "name": format!("{release}-registration"),
+                    "namespace": ns.name()});
+    let masters = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                         "name": "system:masters"});
+    let uid_group = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                           "name": "system:flotilla:cluster-uid:0000"});
+    let member_ns = format!("flotilla-cluster-e2e-{}", random_suffix());
+    Api::<Namespace>::all(hub.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": member_ns}}))?,
+        )
+        .await?;
+    cleanup.add(
+        kube::api::ApiResource::erase::<Namespace>(&()),
+        member_ns.clone(),
+    );
+    let attempts = [
+        (
+            "bind the agent role in a tenant's namespace",
+            binding(Some(tenant.name()), "evil", &agent_role, uid_group.clone()),
+        ),
+        (
+            "bind cluster-admin in a member namespace",
+            binding(
+                Some(&member_ns),
+                "flotilla-agent",
+                "cluster-admin",
+                uid_group.clone(),
+            ),
+        ),
+        (
+            "bind the agent role to itself",
+            binding(Some(&member_ns), "flotilla-agent", &agent_role, me.clone()),
+        ),
+        (
+            "bind cluster-admin to system:masters under an agent's name",
+            binding(
+                None,
+                "flotilla:cluster:evil:agent",
+                "cluster-admin",
+                masters.clone(),
+            ),
+        ),
+        (
+            "bind its own ClusterRole to itself",
+            binding(
+                None,
+                "e2e-evil",
+                &format!("flotilla:{release}:registration"),
+                me.clone(),
+            ),
+        ),
+        (
+            "grant every Cluster under an agent's name",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "flotilla:cluster:evil:agent"},
+                   "rules": [{"apiGroups": ["flotilla.dev"], "resources": ["clusters"],
+                              "verbs": ["get", "list", "watch"]}]}),
+        ),
+        (
+            "grant Secrets under an agent's name",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "flotilla:cluster:evil:agent"},
+                   "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                              "verbs": ["get"]}]}),
+        ),
+    ];
+    for (what, object) in &attempts {
+        let result = api::create(&registration, object, false).await?;
+        let (code, message) = refusal(result);
+        ensure!(
+            code == 403,
+            "registration must not {what}: {code} {message}"
+        );
+    }
+    // Namespaces: not a tenant's; Leases: not kube-system's; Secrets: only the release's.
+    let (code, message) = refusal(
+        Api::<Namespace>::all(registration.clone())
+            .delete(tenant.name(), &Default::default())
+            .await,
+    );
+    ensure!(
+        code == 403,
+        "registration must not delete a tenant's namespace: {code} {message}"
+    );
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(format!("e2e-evil-{}", random_suffix())),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    };
+    for controller in CONTROLLERS {
+        let (code, message) = refusal(
+            Api::<Lease>::namespaced(clients[controller].clone(), "kube-system")
+                .create(&PostParams::default(), &lease)
+                .await,
+        );
+        ensure!(
+            code == 403,
+            "{controller} must not write Leases in kube-system: {code} {message}"
+        );
+    }
+    for controller in ["registration", "syncer", "negotiator"] {
+        let (code, message) = refusal(
+            Api::<Secret>::namespaced(clients[controller].clone(), "kube-system")
+                .list(&ListParams::default())
+                .await,
+        );
+        ensure!(
+            code == 403,
+            "{controller} must not read Secrets outside its namespace: {code} {message}"
+        );
+    }
+
+    // The syncer makes no Works; the splitter makes no Clusters and runs no Pods; the negotiator
+    // deletes no CRDs.
+    let work = json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+                      "metadata": {"name": "evil", "namespace": tenant.name()},
+                      "spec": {"manifests": []}});
+    let (code, message) = refusal(api::create(&clients["syncer"], &work, false).await?);
+    ensure!(
+        code == 403,
+        "the syncer must not create Works: {code} {message}"
+    );
+    let cluster = json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+                         "metadata": {"name": format!("e2e-evil-{}", random_suffix())},
+                         "spec": {"syncMode": "Pull"}});
+    let (code, message) = refusal(api::create(&clients["splitter"], &cluster, false).await?);
+    ensure!(
+        code == 403,
+        "the splitter must not create Clusters: {code} {message}"
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "evil"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))?;
+    let pods = Api::<Pod>::namespaced(clients["splitter"].clone(), tenant.name());
+    let (code, message) = refusal(pods.create(&PostParams::default(), &pod).await);
+    ensure!(
+        code == 403 && message.contains("only as a dry run"),
+        "the splitter must not create a Pod for real: {code} {message}"
+    );
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    pods.create(&dry_run, &pod)
+        .await
+        .context("the splitter may dry-run a Pod")?;
+    let (code, message) = refusal(
+        Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+            clients["negotiator"].clone(),
+        )
+        .delete("works.flotilla.dev", &Default::default())
+        .await,
+    );
+    ensure!(
+        code == 403,
+        "the negotiator must not delete CRDs: {code} {message}"
     );
     Ok(())
 }

@@ -42,6 +42,8 @@ impl Setup {
         let env = Environment::get();
         let hub = env.hub.client().await?;
         api::install_crds(&hub).await?;
+        // The agent ClusterRole that registration binds for pull members.
+        flotilla_e2e::bootstrap::install_bootstrap(&hub).await?;
         let ns = TestNamespace::create(prefix, &[&env.hub]).await?;
         let id = random_suffix();
         let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
@@ -539,18 +541,20 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
     Ok(())
 }
 
-/// Asks the hub whether the agent `user` (in the agents' group) may `verb` `resource` in
-/// `namespace`.
+/// Asks the hub whether the agent `user` (in the agents' group and, with a certificate issued for
+/// the Cluster with UID `uid`, in that UID's group) may `verb` `resource` in `namespace`.
+#[allow(clippy::too_many_arguments)]
 async fn allowed(
     hub: &Client,
-    user: &str,
+    (user, uid): (&str, &str),
     verb: &str,
     group: &str,
     resource: &str,
     namespace: Option<&str>,
     name: Option<&str>,
 ) -> Result<bool> {
-    let groups = [names::AGENT_GROUP, "system:authenticated"];
+    let uid_group = names::cluster_uid_group(uid);
+    let groups = [names::AGENT_GROUP, "system:authenticated", &uid_group];
     let request = Request {
         verb,
         group,
@@ -620,6 +624,20 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
         .await?;
 
     let agent = names::agent_user_name(&name);
+    let uid = s
+        .clusters()
+        .get(&name)
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let other_uid = s
+        .clusters()
+        .get(&other)
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
     let own = names::cluster_namespace(&name);
     let foreign = names::cluster_namespace(&other);
     let hub = &s.hub;
@@ -667,7 +685,16 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     ];
     for (verb, group, resource, namespace, object) in may {
         ensure!(
-            allowed(hub, &agent, verb, group, resource, namespace, object).await?,
+            allowed(
+                hub,
+                (&agent, &uid),
+                verb,
+                group,
+                resource,
+                namespace,
+                object
+            )
+            .await?,
             "{agent} must be allowed to {verb} {resource} in {namespace:?} {object:?}"
         );
     }
@@ -714,7 +741,16 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     ];
     for (verb, group, resource, namespace, object) in may_not {
         ensure!(
-            !allowed(hub, &agent, verb, group, resource, namespace, object).await?,
+            !allowed(
+                hub,
+                (&agent, &uid),
+                verb,
+                group,
+                resource,
+                namespace,
+                object
+            )
+            .await?,
             "{agent} must NOT be allowed to {verb} {resource} in {namespace:?} {object:?}"
         );
     }
@@ -755,7 +791,7 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     ensure!(
         !allowed(
             hub,
-            &agent,
+            (&agent, &uid),
             "list",
             "flotilla.dev",
             "works",
@@ -770,7 +806,7 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     ensure!(
         allowed(
             hub,
-            &names::agent_user_name(&other),
+            (&names::agent_user_name(&other), &other_uid),
             "list",
             "flotilla.dev",
             "works",
@@ -783,7 +819,7 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
     ensure!(
         !allowed(
             hub,
-            &names::agent_user_name(&other),
+            (&names::agent_user_name(&other), &other_uid),
             "list",
             "flotilla.dev",
             "works",

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, ensure};
 use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
 use flotilla_api::names;
 use flotilla_api::work::Work;
-use flotilla_e2e::bootstrap::{AgentProcess, CLUSTER_LABEL, Registration};
+use flotilla_e2e::bootstrap::{AgentProcess, CLUSTER_LABEL, Registration, openssl_request};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
     ClusterInfo, Environment, Seen, TestNamespace, api, holds_for, random_suffix, wait_for,
@@ -23,6 +23,7 @@ use k8s_openapi::api::certificates::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
@@ -202,39 +203,24 @@ fn status_of<T>(result: &std::result::Result<T, kube::Error>) -> Option<u16> {
     }
 }
 
-/// A PEM PKCS#10 request with subject `/CN=<cn>/O=<o>...`, made with openssl(1) as an attacker
-/// would (independently of Flotilla's code).
-fn openssl_request(cn: &str, organizations: &[&str]) -> Result<Vec<u8>> {
-    let mut subject = format!("/CN={cn}");
-    for o in organizations {
-        subject.push_str(&format!("/O={o}"));
-    }
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-keyout", "/dev/null", "-subj", &subject])
-        .output()
-        .context("running openssl req")?;
-    ensure!(
-        out.status.success(),
-        "openssl req failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(out.stdout)
-}
-
-/// Sends a certificate request with `client`, returns its name.
+/// Sends a certificate request with `client`, returns its name. It asks for no lifetime (the
+/// signer's default), which the approver denies: see [`send_request_for`].
 async fn send_request(
     client: &Client,
     cluster_label: &str,
     request: Vec<u8>,
     usages: &[&str],
+) -> Result<std::result::Result<String, kube::Error>> {
+    send_request_for(client, cluster_label, request, usages, None).await
+}
+
+/// [`send_request`] asking for a certificate valid for `lifetime` seconds.
+async fn send_request_for(
+    client: &Client,
+    cluster_label: &str,
+    request: Vec<u8>,
+    usages: &[&str],
+    lifetime: Option<i32>,
 ) -> Result<std::result::Result<String, kube::Error>> {
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
     let csr = CertificateSigningRequest {
@@ -247,6 +233,7 @@ async fn send_request(
             request: ByteString(request),
             signer_name: names::AGENT_CSR_SIGNER.into(),
             usages: Some(usages.iter().map(|u| u.to_string()).collect()),
+            expiration_seconds: lifetime,
             ..Default::default()
         },
         status: None,
@@ -516,6 +503,16 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
     f.create_cluster(&victim.cluster, true).await?;
     let client = attacker.client().await?;
     let usages = ["digital signature", "key encipherment", "client auth"];
+    let uid_group = |name: &str| {
+        let clusters = f.clusters();
+        let name = name.to_string();
+        async move {
+            let uid = clusters.get(&name).await?.metadata.uid.unwrap_or_default();
+            anyhow::Ok(names::cluster_uid_group(&uid))
+        }
+    };
+    let victim_group = uid_group(&victim.cluster).await?;
+    let attacker_group = uid_group(&attacker.cluster).await?;
 
     // The attacker's bootstrap identity asks for the victim's agent certificate.
     let stolen = send_request(
@@ -523,7 +520,7 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
         &victim.cluster,
         openssl_request(
             &names::agent_user_name(&victim.cluster),
-            &[names::AGENT_GROUP],
+            &[names::AGENT_GROUP, &victim_group],
         )?,
         &usages,
     )
@@ -536,7 +533,7 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
         &attacker.cluster,
         openssl_request(
             &names::agent_user_name(&attacker.cluster),
-            &[names::AGENT_GROUP, "e2e-admins"],
+            &[names::AGENT_GROUP, &attacker_group, "e2e-admins"],
         )?,
         &usages,
     )
@@ -547,7 +544,7 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
         &attacker.cluster,
         openssl_request(
             &names::agent_user_name(&attacker.cluster),
-            &[names::AGENT_GROUP],
+            &[names::AGENT_GROUP, &attacker_group],
         )?,
         &["digital signature", "server auth", "client auth"],
     )
@@ -559,7 +556,7 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
         &attacker.cluster,
         openssl_request(
             &names::agent_user_name(&attacker.cluster),
-            &[names::AGENT_GROUP],
+            &[names::AGENT_GROUP, &attacker_group],
         )?,
         &usages,
     )
@@ -775,6 +772,86 @@ async fn deleting_the_cluster_revokes_the_agents_access() -> Result<()> {
     )
     .await
     .with_context(|| format!("hub log:\n{}", f.hub_controller.log()))?;
+
+    // A new Cluster of the same name, accepted by the admin, is another Cluster: the old
+    // certificate gets nothing of it, and cannot renew itself into it.
+    wait_for(
+        "the deleted Cluster to be gone",
+        Duration::from_secs(60),
+        || async {
+            Ok(match f.clusters().get_opt(&me.cluster).await? {
+                None => Seen::Done(()),
+                Some(_) => Seen::not_yet("still there"),
+            })
+        },
+    )
+    .await?;
+    f.create_cluster(&me.cluster, true).await?;
+    let uid = f
+        .clusters()
+        .get(&me.cluster)
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let bindings: Api<RoleBinding> =
+        Api::namespaced(f.hub.clone(), &names::cluster_namespace(&me.cluster));
+    wait_for(
+        "the new Cluster's agent RoleBinding",
+        Duration::from_secs(60),
+        || async {
+            Ok(match bindings.get_opt("flotilla-agent").await? {
+                Some(_) => Seen::Done(()),
+                None => Seen::not_yet("none"),
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("hub log:\n{}", f.hub_controller.log()))?;
+    holds_for(
+        "the old certificate to stay without access to the new Cluster",
+        Duration::from_secs(5),
+        || async {
+            let works = works.list(&ListParams::default()).await;
+            let cluster = f_clusters(&client).get(&me.cluster).await;
+            Ok(match (status_of(&works), status_of(&cluster)) {
+                (Some(403 | 401), Some(403 | 401)) => Ok(()),
+                other => Err(format!("Works, Cluster: {other:?}")),
+            })
+        },
+    )
+    .await?;
+    let renewal = send_request_for(
+        &client,
+        &me.cluster,
+        openssl_request(
+            &names::agent_user_name(&me.cluster),
+            &[names::AGENT_GROUP, &names::cluster_uid_group(&uid)],
+        )?,
+        &["digital signature", "key encipherment", "client auth"],
+        Some(3600),
+    )
+    .await?
+    .context("any agent certificate may send certificate requests")?;
+    let api: Api<CertificateSigningRequest> = Api::all(f.hub.clone());
+    wait_for(
+        "the old certificate's renewal into the new Cluster to be denied",
+        Duration::from_secs(30),
+        || async {
+            let state = request_state(&api.get(&renewal).await?);
+            Ok(if state == "Denied/RequesterMismatch" {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(state)
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("hub log:\n{}", f.hub_controller.log()))?;
+    api.delete(&renewal, &DeleteParams::default()).await?;
+    f.clusters()
+        .delete(&me.cluster, &DeleteParams::default())
+        .await?;
     Ok(())
 }
 
