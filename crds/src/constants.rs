@@ -239,6 +239,9 @@ pub mod reasons {
     pub const MISSING_FIELDS: &str = "MissingFields";
     /// The member's schema cannot accept what the negotiated schema accepts.
     pub const INCOMPATIBLE: &str = "Incompatible";
+    /// The member serves the type cluster-scoped where the negotiated type is namespaced, or
+    /// the other way round: none of its objects can go there.
+    pub const SCOPE_DIFFERS: &str = "ScopeDiffers";
     /// Not decided yet (no import, or not compared yet): never treated as incompatible.
     pub const PENDING: &str = "Pending";
     /// The comparison could not decide (unsupported construct); the message has the path.

@@ -605,6 +605,19 @@ async fn reconcile_inner(
     let name = negotiation.name_any();
     let imports = state.shared.selected_imports(Some(&name));
     let (reference, hub_crd) = state.reference(&negotiation.spec.resource).await?;
+    // The type as the hub describes it (a hand-made CRD), or as the NegotiatedAPIResource does —
+    // the hub admin's object, made from the first import unless the admin made it first — never
+    // as whichever import comes first: a member does not decide the names, scope or
+    // subresources of what the hub publishes.
+    let mut resource = match (&reference, &hub_crd) {
+        (Reference::Enforced { .. }, Some(crd)) => {
+            schemas::crd_spec(crd, &negotiation.spec.resource.group_version.version)
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    }
+    .unwrap_or_else(|| negotiation.spec.resource.clone());
     let inputs: Vec<ImportInput<'_>> = imports
         .iter()
         .map(|i| ImportInput {
@@ -614,26 +627,16 @@ async fn reconcile_inner(
                 i.spec.schema_update_strategy,
                 negotiation.spec.allow_published_updates,
             ),
+            scope: i.spec.resource.scope,
         })
         .collect();
     let timer = Instant::now();
-    let outcome = verdict::negotiate(&reference, &inputs, &state.limits);
+    let outcome = verdict::negotiate_scoped(resource.scope, &reference, &inputs, &state.limits);
     state
         .metrics
         .negotiation_duration
         .observe(timer.elapsed().as_secs_f64());
 
-    // The type as the hub (for a hand-made CRD) or the first member describes it.
-    let mut resource = match (&reference, &hub_crd) {
-        (Reference::Enforced { .. }, Some(crd)) => {
-            schemas::crd_spec(crd, &negotiation.spec.resource.group_version.version)
-                .ok()
-                .flatten()
-        }
-        _ => None,
-    }
-    .or_else(|| imports.first().map(|i| i.spec.resource.clone()))
-    .unwrap_or_else(|| negotiation.spec.resource.clone());
     if let Some(schema) = &outcome.schema {
         resource.open_api_v3_schema = schema.clone();
     } else {

@@ -24,7 +24,7 @@
 use flotilla_api::condition::Verdict;
 use flotilla_api::{
     ApiResourceImport, Compatibility, ConditionStatus, DifferenceVerdict, ImportSummary,
-    SchemaDifference, SchemaUpdateStrategy, conditions, reasons,
+    ResourceScope, SchemaDifference, SchemaUpdateStrategy, conditions, reasons,
 };
 use flotilla_schema::{
     Change, Comparison, Limits, Schema, SchemaError, Verdict as SchemaVerdict, compare_parsed,
@@ -193,6 +193,8 @@ pub struct ImportInput<'a> {
     pub cluster: &'a str,
     pub schema: &'a Value,
     pub strategy: SchemaUpdateStrategy,
+    /// The scope the member serves the type with.
+    pub scope: ResourceScope,
 }
 
 /// The outcome of a negotiation.
@@ -206,6 +208,44 @@ pub struct Negotiation {
     pub enforced: Verdict,
     /// One verdict per input import, in order.
     pub verdicts: Vec<ImportVerdict>,
+}
+
+/// [`negotiate`] for a type of `scope` (the NegotiatedAPIResource's, or the hub's): an import
+/// that serves the type with another scope is Incompatible (`ScopeDiffers`) and takes no part in
+/// the negotiation, whatever its schema.
+pub fn negotiate_scoped(
+    scope: ResourceScope,
+    reference: &Reference,
+    imports: &[ImportInput<'_>],
+    limits: &Limits,
+) -> Negotiation {
+    let same: Vec<ImportInput<'_>> = imports
+        .iter()
+        .filter(|i| i.scope == scope)
+        .copied()
+        .collect();
+    let mut negotiation = negotiate(reference, &same, limits);
+    let mut verdicts = std::mem::take(&mut negotiation.verdicts).into_iter();
+    negotiation.verdicts = imports
+        .iter()
+        .map(|i| {
+            if i.scope == scope {
+                verdicts.next().unwrap_or_else(|| pending(""))
+            } else {
+                compatible(
+                    "False",
+                    reasons::SCOPE_DIFFERS,
+                    format!(
+                        "the member serves the type {}-scoped, the negotiated type is {}-scoped: \
+                         none of its objects can go there",
+                        i.scope.as_str(),
+                        scope.as_str()
+                    ),
+                )
+            }
+        })
+        .collect();
+    negotiation
 }
 
 /// Negotiates one type (see the module docs).
@@ -454,7 +494,50 @@ mod tests {
             cluster,
             schema,
             strategy: SchemaUpdateStrategy::UpdateUnpublished,
+            scope: ResourceScope::Namespaced,
         }
+    }
+
+    /// A member that serves the type with another scope is Incompatible whatever its schema,
+    /// and does not narrow what the others negotiate.
+    #[test]
+    fn an_import_of_another_scope_differs_and_takes_no_part() {
+        let wide = widget(json!({"a": {"type": "string"}, "b": {"type": "string"}}));
+        let narrow = widget(json!({"a": {"type": "string"}}));
+        let mut cluster_scoped = input("m2", &narrow);
+        cluster_scoped.scope = ResourceScope::Cluster;
+        let imports = [input("m1", &wide), cluster_scoped, input("m3", &wide)];
+        let n = negotiate_scoped(
+            ResourceScope::Namespaced,
+            &Reference::None,
+            &imports,
+            &Limits::default(),
+        );
+        assert_eq!(
+            reasons_of(&n),
+            [
+                ("True", reasons::IDENTICAL),
+                ("False", reasons::SCOPE_DIFFERS),
+                ("True", reasons::IDENTICAL)
+            ]
+        );
+        assert!(
+            n.verdicts[1]
+                .condition
+                .message
+                .contains("Cluster-scoped, the negotiated type is Namespaced-scoped"),
+            "{:?}",
+            n.verdicts[1]
+        );
+        // m2's narrower schema left nothing out.
+        assert_eq!(
+            n.schema
+                .as_ref()
+                .map(|s| s["properties"]["spec"]["properties"]
+                    .as_object()
+                    .map(|p| p.len())),
+            Some(Some(2))
+        );
     }
 
     fn reasons_of(n: &Negotiation) -> Vec<(&str, &str)> {

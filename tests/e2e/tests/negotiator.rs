@@ -533,6 +533,22 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         has_condition(n, conditions::ENFORCED, "True", reasons::HUB_CRD)
     })
     .await?;
+    // Member 2 serves Gadgets cluster-scoped: whatever its schema, none can go there.
+    let mut cluster_scoped = crd(&group, "Gadget", json!({"a": {"type": "string"}}));
+    cluster_scoped["spec"]["scope"] = json!("Cluster");
+    install_crd(&members[2].client, &cluster_scoped).await?;
+    let differs = wait_compatible(
+        &hub,
+        &gadgets,
+        &[(&members[2], "False", reasons::SCOPE_DIFFERS)],
+        &negotiator,
+    )
+    .await?;
+    let message = compatible_message(&differs[0]);
+    ensure!(
+        message.contains("Cluster-scoped"),
+        "the message says why: {message}"
+    );
 
     // Built-in Deployments from every member are enforced against the hub's schema: identical
     // where the member runs the hub's Kubernetes version; a member on an older minor lacks the
