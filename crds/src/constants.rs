@@ -77,6 +77,12 @@ pub mod annotations {
     /// On a hub `flotilla-cluster-<name>` namespace: the UID of the Cluster registration created
     /// it for. A namespace of that name without it (made by someone else first) is never used.
     pub const CLUSTER_UID: &str = "flotilla.dev/cluster-uid";
+    /// On a pull-mode Cluster: the CertificateSigningRequest of its bootstrap identity that
+    /// registration approved. A bootstrap identity gets one certificate; after that the agent
+    /// renews with its own, and further requests of the bootstrap identity are denied
+    /// (`BootstrapUsed`). The hub admin removes the annotation to let a member that lost its
+    /// credential register again.
+    pub const BOOTSTRAP_REQUEST: &str = "flotilla.dev/bootstrap-request";
     /// On a hub Namespace, set by an admin: `"true"` lets the Placements of the namespace take
     /// over member objects Flotilla did not create (`conflictPolicy: Adopt`). Without it a
     /// Placement's `Adopt` counts as `Abort`: adopting is an admin decision, not a tenant's

@@ -469,47 +469,47 @@ impl Agent {
     }
 
     /// Creates this member's Cluster (`syncMode: Pull`) unless it exists; refuses a push-mode one.
-    /// Returns the Cluster's UID, which the agent's certificate names.
+    /// Returns the Cluster's UID, which the agent's certificate names. The bootstrap identity may
+    /// read an existing Cluster only once the hub admin accepted it (registration then grants it
+    /// that one Cluster by name), so a Cluster made before the agent waits for acceptance here.
     async fn ensure_cluster(&self, client: &Client) -> Result<String, AgentError> {
         let api: Api<Cluster> = Api::all(client.clone());
         let hub = |action| move |source| AgentError::Hub { action, source };
-        let existing = with_timeout("reading the Cluster", api.get_opt(self.cluster()))
+        let cluster = Cluster::new(
+            self.cluster(),
+            ClusterSpec {
+                sync_mode: SyncMode::Pull,
+                hub_accepts_client: false,
+                ..Default::default()
+            },
+        );
+        let params = PostParams {
+            field_manager: Some(field_managers::AGENT.into()),
+            ..Default::default()
+        };
+        let existing = match with_timeout("creating the Cluster", api.create(&params, &cluster))
             .await?
-            .map_err(hub("reading the Cluster"))?;
-        match existing {
-            Some(c) if c.spec.sync_mode != SyncMode::Pull => {
-                Err(AgentError::ClusterNotPullMode(self.cluster().into()))
+        {
+            Ok(created) => {
+                tracing::info!(cluster = %self.cluster(), "created the Cluster on the hub (syncMode Pull); the hub admin accepts it with spec.hubAcceptsClient: true");
+                return Ok(created.metadata.uid.unwrap_or_default());
             }
-            Some(c) => Ok(c.metadata.uid.unwrap_or_default()),
-            None => {
-                let cluster = Cluster::new(
-                    self.cluster(),
-                    ClusterSpec {
-                        sync_mode: SyncMode::Pull,
-                        hub_accepts_client: false,
-                        ..Default::default()
-                    },
-                );
-                let params = PostParams {
-                    field_manager: Some(field_managers::AGENT.into()),
-                    ..Default::default()
-                };
-                match with_timeout("creating the Cluster", api.create(&params, &cluster)).await? {
-                    Ok(created) => {
-                        tracing::info!(cluster = %self.cluster(), "created the Cluster on the hub (syncMode Pull); the hub admin accepts it with spec.hubAcceptsClient: true");
-                        Ok(created.metadata.uid.unwrap_or_default())
-                    }
-                    // Made meanwhile: read again.
-                    Err(kube::Error::Api(s)) if s.code == 409 => {
-                        Box::pin(self.ensure_cluster(client)).await
-                    }
-                    Err(source) => Err(AgentError::Hub {
-                        action: "creating the Cluster",
-                        source,
-                    }),
-                }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                with_timeout("reading the Cluster", api.get(self.cluster()))
+                    .await?
+                    .map_err(hub("reading the Cluster (the bootstrap identity may read it once the hub admin accepted it)"))?
             }
+            Err(source) => {
+                return Err(AgentError::Hub {
+                    action: "creating the Cluster",
+                    source,
+                });
+            }
+        };
+        if existing.spec.sync_mode != SyncMode::Pull {
+            return Err(AgentError::ClusterNotPullMode(self.cluster().into()));
         }
+        Ok(existing.metadata.uid.unwrap_or_default())
     }
 
     /// Sends a certificate request with `client` (bootstrap or current credential) and waits

@@ -579,6 +579,9 @@ async fn apply_agent_rbac(
 ) -> Result<(), Error> {
     let name = cluster.name_any();
     let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+    let bootstrapping = !cluster
+        .annotations()
+        .contains_key(annotations::BOOTSTRAP_REQUEST);
     let ns = names::cluster_namespace(&name);
     let rbac_v1 = "rbac.authorization.k8s.io/v1";
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), &ns);
@@ -621,7 +624,7 @@ async fn apply_agent_rbac(
             &cluster_role,
             &apply_params(),
             &Patch::Apply(typed(
-                rbac::agent_cluster_role_binding(&name, uid),
+                rbac::agent_cluster_role_binding(&name, uid, bootstrapping),
                 rbac_v1,
                 "ClusterRoleBinding",
             )),

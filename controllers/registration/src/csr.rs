@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_api::cluster::{Cluster, SyncMode};
-use flotilla_api::names;
+use flotilla_api::{annotations, names};
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::{
@@ -74,6 +74,9 @@ pub mod reasons {
     pub const UNEXPECTED_SUBJECT_ALT_NAMES: &str = "UnexpectedSubjectAltNames";
     /// The requester is neither the cluster's bootstrap identity nor its agent.
     pub const REQUESTER_MISMATCH: &str = "RequesterMismatch";
+    /// The bootstrap identity already got the Cluster's agent a certificate (the Cluster's
+    /// `flotilla.dev/bootstrap-request` names that request).
+    pub const BOOTSTRAP_USED: &str = "BootstrapUsed";
     /// The Cluster is a push-mode Cluster: it has no agent.
     pub const CLUSTER_NOT_PULL: &str = "ClusterNotPullMode";
     /// The Cluster is being deleted.
@@ -420,6 +423,27 @@ pub fn decide(
             ),
         );
     }
+    // A bootstrap identity gets one certificate: a stolen bootstrap token is worth nothing once
+    // the member joined.
+    let used = cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::BOOTSTRAP_REQUEST))
+        .filter(|used| Some(used.as_str()) != csr.metadata.name.as_deref());
+    if requester == bootstrap
+        && let Some(used) = used
+    {
+        return deny(
+            reasons::BOOTSTRAP_USED,
+            format!(
+                "the bootstrap identity of Cluster {name:?} got its agent a certificate already \
+                 (request {used}); the agent renews with its own. To let the member register \
+                 again (it lost its credential), remove the annotation {} from the Cluster",
+                annotations::BOOTSTRAP_REQUEST
+            ),
+        );
+    }
     let how = if cluster.spec.hub_accepts_client {
         "the hub accepts it (spec.hubAcceptsClient)"
     } else {
@@ -451,6 +475,12 @@ pub enum CsrError {
         #[source]
         source: kube::Error,
     },
+    #[error("recording the bootstrap request on Cluster {name}: {source}")]
+    RecordBootstrap {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("the CertificateSigningRequest has no name")]
     Unnamed,
 }
@@ -458,16 +488,18 @@ pub enum CsrError {
 impl ErrorCategory for CsrError {
     fn category(&self) -> &'static str {
         match self {
-            Self::WriteApproval { source, .. } => source.category(),
-            Self::ReadCluster { source, .. } => source.category(),
+            Self::WriteApproval { source, .. }
+            | Self::ReadCluster { source, .. }
+            | Self::RecordBootstrap { source, .. } => source.category(),
             Self::Unnamed => "InvalidObject",
         }
     }
 
     fn is_transient(&self) -> bool {
         match self {
-            Self::WriteApproval { source, .. } => source.is_transient(),
-            Self::ReadCluster { source, .. } => source.is_transient(),
+            Self::WriteApproval { source, .. }
+            | Self::ReadCluster { source, .. }
+            | Self::RecordBootstrap { source, .. } => source.is_transient(),
             Self::Unnamed => false,
         }
     }
@@ -615,6 +647,25 @@ async fn reconcile_inner(
             Ok(Action::requeue(PENDING_RECHECK))
         }
         Decision::Approve { message, .. } => {
+            // Recorded before the approval, so that no second bootstrap request is approved
+            // meanwhile; approving this one again after a failure is still allowed.
+            if csr.spec.username.as_deref() == Some(bootstrap_user_name(&cluster_name).as_str()) {
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    annotations::BOOTSTRAP_REQUEST: name,
+                }}});
+                state
+                    .clusters
+                    .patch_metadata(
+                        &cluster_name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(|source| CsrError::RecordBootstrap {
+                        name: cluster_name.clone(),
+                        source,
+                    })?;
+            }
             write_condition(state, csr, &name, APPROVED, reasons::APPROVED, &message).await?;
             tracing::info!(%message, "approved an agent's certificate request");
             state
@@ -853,6 +904,37 @@ mod tests {
         );
         cluster.metadata.uid = Some(UID.into());
         cluster
+    }
+
+    /// A bootstrap identity gets one certificate; its own request may be approved again (a
+    /// retry after the Cluster was marked), the agent's renewals go on.
+    #[test]
+    fn a_bootstrap_identity_is_used_once() {
+        let mut c = cluster(SyncMode::Pull, true);
+        c.metadata.annotations = Some(
+            [(
+                annotations::BOOTSTRAP_REQUEST.to_string(),
+                "csr-0".to_string(),
+            )]
+            .into(),
+        );
+        let d = decide(
+            &agent_csr(&bootstrap_user_name(C)),
+            Some(Ok(&c)),
+            &CsrConfig::default(),
+        );
+        assert_eq!(reason(&d), reasons::BOOTSTRAP_USED, "{d:?}");
+        assert!(format!("{d:?}").contains("remove the annotation"), "{d:?}");
+        let mut same = agent_csr(&bootstrap_user_name(C));
+        same.metadata.name = Some("csr-0".into());
+        let d = decide(&same, Some(Ok(&c)), &CsrConfig::default());
+        assert_eq!(reason(&d), reasons::APPROVED, "{d:?}");
+        let d = decide(
+            &agent_csr(&names::agent_user_name(C)),
+            Some(Ok(&c)),
+            &CsrConfig::default(),
+        );
+        assert_eq!(reason(&d), reasons::APPROVED, "{d:?}");
     }
 
     /// A Cluster deleted and made again under the same name is another Cluster: a request for

@@ -143,7 +143,24 @@ pub fn agent_cluster_role_object(cluster: &str) -> ClusterRole {
     }
 }
 
-pub fn agent_cluster_role_binding(cluster: &str, uid: &str) -> ClusterRoleBinding {
+/// Binds the agent's ClusterRole to the agent of the Cluster with UID `uid` and, while the
+/// Cluster's bootstrap identity has not got its certificate (`bootstrapping`), to that identity
+/// too: it reads no Cluster otherwise, and needs this one's UID for its certificate request when
+/// the Cluster existed before the agent (made by the hub admin, or by an earlier run).
+pub fn agent_cluster_role_binding(
+    cluster: &str,
+    uid: &str,
+    bootstrapping: bool,
+) -> ClusterRoleBinding {
+    let mut subjects = subject(uid);
+    if bootstrapping {
+        subjects.push(Subject {
+            api_group: None,
+            kind: "ServiceAccount".into(),
+            name: crate::csr::bootstrap_service_account(cluster),
+            namespace: Some(crate::csr::BOOTSTRAP_NAMESPACE.into()),
+        });
+    }
     ClusterRoleBinding {
         metadata: meta(agent_cluster_role(cluster), None, cluster),
         role_ref: RoleRef {
@@ -151,7 +168,7 @@ pub fn agent_cluster_role_binding(cluster: &str, uid: &str) -> ClusterRoleBindin
             kind: "ClusterRole".into(),
             name: agent_cluster_role(cluster),
         },
-        subjects: Some(subject(uid)),
+        subjects: Some(subjects),
     }
 }
 
@@ -183,11 +200,17 @@ mod tests {
             Some("flotilla-cluster-m1")
         );
         assert_eq!(binding.role_ref.kind, "ClusterRole");
-        let subjects = agent_cluster_role_binding("m1", "u1")
+        let subjects = agent_cluster_role_binding("m1", "u1", false)
             .subjects
             .expect("subjects");
+        assert_eq!(subjects.len(), 1);
         assert_eq!(subjects[0].kind, "Group");
         assert_eq!(subjects[0].name, "system:flotilla:cluster-uid:u1");
+        let subjects = agent_cluster_role_binding("m1", "u1", true)
+            .subjects
+            .expect("subjects");
+        assert_eq!(subjects[1].kind, "ServiceAccount");
+        assert_eq!(subjects[1].name, "flotilla-bootstrap-m1");
     }
 
     /// The static ClusterRole of `deploy/bootstrap` grants exactly [`agent_namespace_rules`].

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
-use flotilla_api::names;
 use flotilla_api::work::Work;
+use flotilla_api::{annotations, names};
 use flotilla_e2e::bootstrap::{AgentProcess, CLUSTER_LABEL, Registration, openssl_request};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
@@ -343,6 +343,23 @@ async fn bootstrap_identity_may_only_create_its_own_unaccepted_pull_cluster() ->
         .delete(&me.cluster, &DeleteParams::default())
         .await;
     ensure!(status_of(&delete) == Some(403), "nor delete it: {delete:?}");
+    // It reads no other Cluster: the fleet is none of its business.
+    let others = format!("e2e-pull-{}", random_suffix());
+    let admin: Api<Cluster> = Api::all(hub.clone());
+    admin
+        .create(&PostParams::default(), &pull(&others, true))
+        .await?;
+    let read = bootstrap.get(&others).await;
+    admin.delete(&others, &DeleteParams::default()).await?;
+    ensure!(
+        status_of(&read) == Some(403),
+        "a bootstrap identity must not read another Cluster: {read:?}"
+    );
+    let listed = bootstrap.list(&ListParams::default()).await;
+    ensure!(
+        status_of(&listed) == Some(403),
+        "nor list Clusters: {listed:?}"
+    );
     // And it reads no Secrets.
     let secrets: Api<Secret> = Api::all(me.client().await?);
     let list = secrets.list(&ListParams::default()).await;
@@ -718,6 +735,57 @@ async fn accepted_agent_heartbeats_with_least_privilege_until_acceptance_is_revo
         .get(&me.cluster)
         .await
         .context("the agent reads its own Cluster")?;
+
+    // The bootstrap identity got its one certificate: another request of it is denied, and it
+    // lost its read of the Cluster.
+    let cluster = f.clusters().get(&me.cluster).await?;
+    let used = cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::BOOTSTRAP_REQUEST))
+        .cloned();
+    ensure!(used.is_some(), "the Cluster records its bootstrap request");
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let again = send_request_for(
+        &me.client().await?,
+        &me.cluster,
+        openssl_request(
+            &names::agent_user_name(&me.cluster),
+            &[names::AGENT_GROUP, &names::cluster_uid_group(&uid)],
+        )?,
+        &["digital signature", "key encipherment", "client auth"],
+        Some(3600),
+    )
+    .await??;
+    let csrs: Api<CertificateSigningRequest> = Api::all(f.hub.clone());
+    wait_for(
+        "a second request of the bootstrap identity to be denied",
+        Duration::from_secs(30),
+        || async {
+            let state = request_state(&csrs.get(&again).await?);
+            Ok(if state == "Denied/BootstrapUsed" {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(state)
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("hub log:\n{}", f.hub_controller.log()))?;
+    csrs.delete(&again, &DeleteParams::default()).await?;
+    wait_for(
+        "the bootstrap identity to lose its read of the Cluster",
+        Duration::from_secs(30),
+        || async {
+            let r = f_clusters(&me.client().await?).get(&me.cluster).await;
+            Ok(match status_of(&r) {
+                Some(403) => Seen::Done(()),
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
 
     // Revoking acceptance revokes access.
     f.accept(&me.cluster, false).await?;
