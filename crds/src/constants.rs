@@ -36,6 +36,14 @@ pub mod labels {
 
     /// The value of [`PUBLISHED`].
     pub const PUBLISHED_VALUE: &str = "true";
+
+    /// On the hub Secrets that hold the data of the Secrets a Work places (see
+    /// [`crate::work_data`]), with the value [`WORK_DATA_VALUE`]: the splitter made them, each
+    /// belongs to its Work (an ownerReference) and goes with it.
+    pub const WORK_DATA: &str = "flotilla.dev/work-data";
+
+    /// The value of [`WORK_DATA`].
+    pub const WORK_DATA_VALUE: &str = "true";
 }
 
 /// Annotation keys.
@@ -44,8 +52,9 @@ pub mod annotations {
     pub const WORK: &str = "flotilla.dev/work";
 
     /// On member objects: a hash of the manifest as the syncer last applied it (the object it
-    /// sent, without this annotation). With the object's `resourceVersion` unchanged since, the
-    /// syncer knows there is nothing to apply.
+    /// sent, without this annotation; a Secret's with its data by reference, as its Work has it,
+    /// see [`DATA_SECRET`]). With the object's `resourceVersion` unchanged since, the syncer
+    /// knows there is nothing to apply.
     pub const MANIFEST_HASH: &str = "flotilla.dev/manifest-hash";
 
     /// On Works and member objects: the `apiVersion` of the hub object the Work renders.
@@ -92,6 +101,20 @@ pub mod annotations {
 
     /// On hub objects: the Placement that won when several Placements select the object.
     pub const PLACEMENT: &str = "flotilla.dev/placement";
+
+    /// On the Secret manifests of a Work, which hold no `data` or `stringData`: the name of the
+    /// hub Secret, in the Work's namespace, that holds their data (the key named after the
+    /// Secret; see [`crate::work_data`]). So a tenant's Secret bytes are stored only in
+    /// Secrets (which the hub's encryption at rest for `secrets` covers), never in Works. The
+    /// syncer reads the data from there, puts it into the object and applies it without this
+    /// annotation.
+    pub const DATA_SECRET: &str = "flotilla.dev/data-secret";
+
+    /// On the Secret manifests of a Work, next to [`DATA_SECRET`]: the `resourceVersion` of the
+    /// hub Secret the data comes from. It changes whenever the data does, so the Work (and the
+    /// hash its member object is applied with) changes too and the syncer applies the new data;
+    /// it says nothing about the data itself. Not applied to the member either.
+    pub const DATA_VERSION: &str = "flotilla.dev/data-version";
 }
 
 /// Finalizers, each named after the controller that removes it.
@@ -223,6 +246,9 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// The member does not serve a manifest's resource type.
     pub const UNKNOWN_RESOURCE_TYPE: &str = "UnknownResourceType";
+    /// The hub Secret that holds a Secret manifest's data (its `flotilla.dev/data-secret`) is
+    /// missing, unreadable or lacks the data: nothing was applied, and the member keeps its copy.
+    pub const SECRET_DATA_MISSING: &str = "SecretDataMissing";
     /// The member is not Ready: work is paused, nothing is deleted.
     pub const CLUSTER_UNAVAILABLE: &str = "ClusterUnavailable";
     /// The Work is being deleted and member objects are being removed (or orphaned).
@@ -390,6 +416,7 @@ mod tests {
             reasons::APPLY_FAILED,
             reasons::CONFLICT,
             reasons::UNKNOWN_RESOURCE_TYPE,
+            reasons::SECRET_DATA_MISSING,
             reasons::CLUSTER_UNAVAILABLE,
             reasons::DELETING,
             reasons::NOT_AVAILABLE,
@@ -437,6 +464,7 @@ mod tests {
             labels::SOURCE_UID,
             labels::MANAGED,
             labels::PUBLISHED,
+            labels::WORK_DATA,
             annotations::WORK,
             annotations::SOURCE_API_VERSION,
             annotations::SOURCE_KIND,
@@ -444,6 +472,8 @@ mod tests {
             annotations::SOURCE_NAME,
             annotations::CREATED_NAMESPACE,
             annotations::PLACEMENT,
+            annotations::DATA_SECRET,
+            annotations::DATA_VERSION,
             finalizers::REGISTRATION,
             finalizers::SYNCER,
             finalizers::SPLITTER,

@@ -26,6 +26,7 @@ pub mod names;
 pub mod negotiated_api_resource;
 pub mod placement;
 pub mod work;
+pub mod work_data;
 pub mod workload_profile;
 
 pub use api_resource::{ApiResourceNames, ApiResourceSpec, GroupVersion, ResourceScope};

@@ -76,7 +76,9 @@ pub struct WorkSpec {
     /// applied in their `metadata.namespace`, which is created in the member when missing. An
     /// object whose manifest is removed from the list is deleted from the member like those of
     /// a deleted Work (per `deletePolicy`), unless another Work of the member names it: that
-    /// Work takes it over as it is.
+    /// Work takes it over as it is. The splitter writes a Secret without its `data` and
+    /// `stringData`: its annotation `flotilla.dev/data-secret` names the Secret of the Work's
+    /// namespace that holds them, which the syncer reads and puts back when it applies it.
     #[schemars(schema_with = "manifests_schema")]
     pub manifests: Vec<DynamicObject>,
 

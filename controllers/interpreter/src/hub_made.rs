@@ -7,7 +7,10 @@
 //!   replace what pods in the member trust. Likewise the cluster-scoped objects every cluster
 //!   makes for itself (its system namespaces, the default RBAC roles, priority classes and API
 //!   priority and fairness objects), and those that describe the hub itself: Flotilla's own
-//!   CRDs, per-member namespaces and per-member roles.
+//!   CRDs, per-member namespaces, per-member roles and the hub Secrets that hold the data of the
+//!   Secrets Works place, and the records of the Helm releases installed into the hub (Secrets
+//!   of type `helm.sh/release.v1`): a member with the hub's record would have `helm` take the
+//!   hub's release for one of its own, and upgrade or uninstall the member's objects by it.
 //! - values the hub's apiserver allocated from its own ranges when it stored an object: a
 //!   Service's cluster IPs (and the IP families that came with them) and node ports. A member
 //!   allocates its own from its own ranges; the hub's may lie outside them or collide there.
@@ -30,6 +33,8 @@ pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 /// The Secret type the service-account token controller fills with a token of the hub.
 pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+/// The Secret type in which Helm (3 and later) records a release and each of its revisions.
+pub const HELM_RELEASE_TYPE: &str = "helm.sh/release.v1";
 
 /// Whether the hub made `object` (of `api_version`/`kind`), so that it is never placed: Kubernetes
 /// itself (see [`made_by_kubernetes`]) or a controller of the hub, which marks what it makes with
@@ -67,10 +72,16 @@ pub fn made_by_kubernetes(api_version: &str, kind: &str, object: &DynamicObject)
         ("", "ConfigMap") => name == ROOT_CA_CONFIGMAP,
         // Every namespace of every cluster has its own.
         ("", "ServiceAccount") => name == DEFAULT_SERVICE_ACCOUNT,
-        // A token of a hub ServiceAccount, signed by the hub; members issue their own.
-        ("", "Secret") => {
-            object.data.get("type").and_then(Value::as_str) == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
-        }
+        // A token of a hub ServiceAccount, signed by the hub (members issue their own); the
+        // record of a Helm release installed into the hub; the data of the Secrets Works place.
+        ("", "Secret") => matches!(
+            object.data.get("type").and_then(Value::as_str),
+            Some(
+                SERVICE_ACCOUNT_TOKEN_TYPE
+                    | HELM_RELEASE_TYPE
+                    | flotilla_api::work_data::SECRET_TYPE
+            )
+        ),
         // Every cluster has its own system namespaces; the hub's per-member namespaces hold the
         // members' Works and credentials.
         ("", "Namespace") => {
@@ -313,6 +324,30 @@ mod tests {
         let custom = object(json!({"apiVersion": "example.com/v1", "kind": "ConfigMap",
                                    "metadata": {"name": "kube-root-ca.crt"}}));
         assert!(!made_by_kubernetes("example.com/v1", "ConfigMap", &custom));
+    }
+
+    #[test]
+    fn helm_release_records_and_flotillas_work_data_are_never_placed() {
+        let release = object(
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+                                    "metadata": {"name": "sh.helm.release.v1.web.v3",
+                                                 "labels": {"owner": "helm", "name": "web", "version": "3"}},
+                                    "data": {"release": "H4sI"}}),
+        );
+        assert!(made_by_kubernetes("v1", "Secret", &release));
+        assert!(made_by_the_hub("v1", "Secret", &release));
+        let work_data = object(
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "flotilla.dev/work-data",
+                                      "metadata": {"name": "secret-shop-spread-0123456789-0"}}),
+        );
+        assert!(made_by_the_hub("v1", "Secret", &work_data));
+        // The same name, or Helm's labels, on a Secret of another type: the user's.
+        let named_like_it = object(
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                                          "metadata": {"name": "sh.helm.release.v1.web.v3",
+                                                       "labels": {"owner": "helm"}}}),
+        );
+        assert!(!made_by_the_hub("v1", "Secret", &named_like_it));
     }
 
     #[test]

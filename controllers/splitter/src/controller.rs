@@ -71,6 +71,9 @@ pub struct Splitter {
     pub(crate) all_clusters: Option<Store<PartialObjectMeta<Cluster>>>,
     /// The Works the splitter wrote (labelled with their Placement), cached.
     pub(crate) works: Store<Work>,
+    /// The hub Secrets that hold the data of the Secrets the Works place (metadata only; see
+    /// [`flotilla_api::work_data`]).
+    pub(crate) data_secrets: Store<PartialObjectMeta<Secret>>,
     /// Every Placement in scope, to settle which one places an object, and every
     /// ClusterPlacement (as a Placement without a namespace, see
     /// [`ClusterPlacement::as_placement`]) when the splitter serves every namespace.
@@ -349,6 +352,16 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         work_changed,
     );
     let _ = works_cell.set(works.clone());
+    // The hub Secrets with the data of the Works' Secrets (metadata only): one deleted, or no
+    // longer its Work's, is written again by a pass of its Placement.
+    let data_cell: Arc<OnceLock<Store<PartialObjectMeta<Secret>>>> = Arc::default();
+    let data_secrets = flotilla_runtime::cache::spawn_store_with(
+        &ctx,
+        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+        watcher::Config::default().labels(labels::WORK_DATA),
+        data_secret_trigger(placements.clone(), data_cell.clone(), triggers.clone()),
+    );
+    let _ = data_cell.set(data_secrets.clone());
     // The hub's namespaces: a change of a namespace's labels rewrites the Works of its
     // Placements (their member namespaces carry them).
     let namespace_watch = match namespace {
@@ -448,6 +461,8 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         _ = async {
             flotilla_runtime::cache::wait_until_synced(&clusters).await;
             flotilla_runtime::cache::wait_until_synced(&works).await;
+            // Nor before the Works' hub Secrets are known: each would be written again.
+            flotilla_runtime::cache::wait_until_synced(&data_secrets).await;
             flotilla_runtime::cache::wait_until_synced(&namespaces).await;
             // Nor before the Deployments' records are known: one not seen yet would be
             // numbered anew.
@@ -466,6 +481,7 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         clusters,
         all_clusters,
         works,
+        data_secrets,
         placements: neighbours,
         imports,
         namespaces,
@@ -730,6 +746,44 @@ fn work_trigger(
         let name = w.labels().get(labels::PLACEMENT);
         // A ClusterPlacement's Works have an empty source namespace.
         let ns = w.annotations().get(annotations::SOURCE_NAMESPACE);
+        for p in placements.state() {
+            if Some(&p.name_any()) == name
+                && p.namespace().unwrap_or_default().as_str() == ns.map_or("", String::as_str)
+            {
+                let _ = triggers.unbounded_send(ObjectRef::from_obj(&*p));
+            }
+        }
+    }
+}
+
+/// Starts a pass of the Placement of a Work's hub Secret (see [`flotilla_api::work_data`]) when
+/// the Secret was deleted or its owners changed, so that it is written again as it should be.
+fn data_secret_trigger(
+    placements: Store<Placement>,
+    cache: Arc<OnceLock<Store<PartialObjectMeta<Secret>>>>,
+    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+) -> impl Fn(&PartialObjectMeta<Secret>) + Send + 'static {
+    let seen = SeenInputs::default();
+    move |s: &PartialObjectMeta<Secret>| {
+        use std::hash::{Hash, Hasher};
+        let uid = s.uid().unwrap_or_default();
+        let gone = cache
+            .get()
+            .is_some_and(|c| c.get(&ObjectRef::from_obj(s)).is_none());
+        let changed = if gone {
+            seen.forget(&uid)
+        } else {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for o in s.owner_references() {
+                o.uid.hash(&mut h);
+            }
+            seen.changed(&uid, h.finish())
+        };
+        if !changed {
+            return;
+        }
+        let name = s.labels().get(labels::PLACEMENT);
+        let ns = s.annotations().get(annotations::SOURCE_NAMESPACE);
         for p in placements.state() {
             if Some(&p.name_any()) == name
                 && p.namespace().unwrap_or_default().as_str() == ns.map_or("", String::as_str)

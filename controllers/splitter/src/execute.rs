@@ -1,9 +1,14 @@
 //! Execution: the plan's writes and deletions, and nothing else. Only Works that differ from the
 //! hub's are written (the plan compared them with the cache), several at a time; a Work the hub
 //! refuses is reported and the others go on; deletions carry the `uid` and `resourceVersion` the
-//! plan decided on, so a Work changed or re-created since is left for the next pass.
+//! plan decided on, so a Work changed or re-created since is left for the next pass. The hub
+//! Secret with the data of a Work's Secrets is written before the Work (which then never names
+//! data that is not there), and given to the Work once a new Work exists.
+
+use std::collections::BTreeSet;
 
 use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -13,6 +18,7 @@ use flotilla_api::{Work, annotations, field_managers};
 use crate::controller::Error;
 use crate::plan::{Deletion, Plan, WorkId};
 use crate::recent::RecentWrites;
+use crate::render::DataSecret;
 use crate::report::{Outcome, named};
 
 /// How many Works one pass writes or deletes at the same time.
@@ -26,23 +32,34 @@ pub async fn execute(
     recent: &RecentWrites,
 ) -> Result<Outcome, Error> {
     // Owned keys: a stream of borrowed items would not be `Send` for every lifetime. Each Work
-    // is cloned only while it is written, and what comes back is kept lean.
-    let keys: Vec<WorkId> = plan.writes.iter().cloned().collect();
+    // is cloned only while it is written, and what comes back is kept lean. The Works to write,
+    // and those whose hub Secret alone is.
+    let keys: BTreeSet<WorkId> = plan
+        .writes
+        .iter()
+        .chain(plan.data.keys())
+        .cloned()
+        .collect();
     let results: Vec<_> = stream::iter(keys)
-        .filter_map(|key| {
-            let work = plan.wanted.get(&key).cloned();
-            std::future::ready(work.map(|w| (key, w)))
+        .map(|key| {
+            let work = plan
+                .writes
+                .contains(&key)
+                .then(|| plan.wanted.get(&key).cloned())
+                .flatten();
+            let data = plan.data.get(&key).cloned();
+            write(client.clone(), key, work, data)
         })
-        .map(|(key, work)| write(client.clone(), key, work))
         .buffer_unordered(PARALLEL_WRITES)
         .try_collect()
         .await?;
     let mut outcome = Outcome::default();
     for (key, result) in results {
         match result {
-            Ok(written) => {
+            Ok(Some(written)) => {
                 outcome.written.insert(key, written);
             }
+            Ok(None) => {}
             // One Work that cannot be written (too large, refused by an admission policy) must
             // not stall the tenant's other objects: it is reported, the rest goes on.
             Err(refusal) => outcome.failed_writes.push(refusal),
@@ -94,15 +111,52 @@ fn refused(work: &Work, e: &kube::Error) -> String {
     )
 }
 
-/// Writes one Work (server-side apply). The hub's answer, whatever it is, goes to the outcome:
-/// the Work as written, lean like the cache's (see [`crate::plan::lean`]), or why it was
-/// refused.
+/// `Secrets a, b on member (hub Secret namespace/name): why` of the data of a Work's Secrets
+/// that the hub refused to store.
+fn data_refused(data: &DataSecret, e: &kube::Error) -> String {
+    let secrets: Vec<String> = data.data.keys().cloned().collect();
+    format!(
+        "the data of Secrets {} on {} (hub Secret {}/{}): {}",
+        named(&secrets, ", "),
+        flotilla_api::names::cluster_from_namespace(&data.work.0).unwrap_or_default(),
+        data.work.0,
+        data.name(),
+        match e {
+            kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+            other => other.to_string(),
+        }
+    )
+}
+
+/// Writes the hub Secret with the data of a Work's Secrets (server-side apply).
+async fn store(client: &kube::Client, data: &DataSecret) -> Result<(), kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &data.work.0);
+    let params = PatchParams::apply(field_managers::SPLITTER).force();
+    api.patch(&data.name(), &params, &Patch::Apply(&data.secret()))
+        .await?;
+    Ok(())
+}
+
+/// Writes one Work (server-side apply), after the hub Secret with the data of its Secrets
+/// (`data`), if it has any to write; or that Secret alone (`work`: none). The hub's answer,
+/// whatever it is, goes to the outcome: the Work as written, lean like the cache's (see
+/// [`crate::plan::lean`]), or why it was refused.
 async fn write(
     client: kube::Client,
     key: WorkId,
-    work: Work,
-) -> Result<(WorkId, Result<Work, String>), Error> {
-    let api: Api<Work> = Api::namespaced(client, &work.namespace().unwrap_or_default());
+    work: Option<Work>,
+    data: Option<DataSecret>,
+) -> Result<(WorkId, Result<Option<Work>, String>), Error> {
+    if let Some(data) = &data
+        && let Err(e) = store(&client, data).await
+    {
+        // Not the Work either: it would name data that is not stored (or not this data).
+        return Ok((key, Err(data_refused(data, &e))));
+    }
+    let Some(work) = work else {
+        return Ok((key, Ok(None)));
+    };
+    let api: Api<Work> = Api::namespaced(client.clone(), &work.namespace().unwrap_or_default());
     let mut value = serde_json::to_value(&work)?;
     value["apiVersion"] = json!(Work::api_version(&()));
     value["kind"] = json!(Work::kind(&()));
@@ -118,7 +172,22 @@ async fn write(
         }
         Err(e) => Err(refused(&work, &e)),
     };
-    Ok((key, result))
+    // A new Work's hub Secret is the Work's from now on: it goes with it. (Should this write
+    // fail, the next pass finds the Secret without its owner and writes it again.)
+    if let (Some(data), Ok(written)) = (data, &result)
+        && let Some(uid) = written.uid()
+        && data.owner.as_ref() != Some(&uid)
+    {
+        let owned = DataSecret {
+            owner: Some(uid),
+            ..data
+        };
+        if let Err(e) = store(&client, &owned).await {
+            tracing::warn!(namespace = %owned.work.0, name = %owned.name(), error = %e,
+                "could not give the hub Secret with the data of its Secrets to the Work");
+        }
+    }
+    Ok((key, result.map(Some)))
 }
 
 /// Deletes one Work, if it is still the one the plan decided on. The Work as the hub answered

@@ -216,7 +216,24 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
                 == Some("true")
         })
     });
+    let data_secrets = state
+        .data_secrets
+        .state()
+        .iter()
+        .filter(|s| {
+            s.labels().get(labels::PLACEMENT) == Some(&name)
+                && s.annotations().get(annotations::SOURCE_NAMESPACE) == Some(&ns)
+        })
+        .map(|s| {
+            let owners = s.owner_references().iter().map(|o| o.uid.clone());
+            (
+                (s.namespace().unwrap_or_default(), s.name_any()),
+                owners.collect(),
+            )
+        })
+        .collect();
     Observation {
+        data_secrets,
         adopt_allowed,
         held_back,
         pod_security,

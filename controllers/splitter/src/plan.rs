@@ -9,6 +9,7 @@
 //! manifests ([`names::bundle_name`]): the hub then stores and serves a Work per fifty copies
 //! rather than one per copy.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,9 @@ use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{ClusterDecision, ClusterExclusion, ObjectDecision};
 use flotilla_api::{
     ApiResourceImport, Cluster, ConflictPolicy, ManifestIdentity, ManifestStatus, Placement, Work,
-    WorkSpec, annotations, conditions, labels, names, reasons,
+    WorkSpec, annotations, conditions, labels, names, reasons, work_data,
 };
+use k8s_openapi::ByteString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
@@ -33,7 +35,9 @@ use crate::eligibility::{Selection, select};
 use crate::ordinals::{Held, Layout, Range, lay_out};
 use crate::pod_security::Verdict;
 use crate::references::{Reference, references};
-use crate::render::{Origin, Share, bundle, member_manifest};
+use crate::render::{
+    DataSecret, Origin, Share, bundle, is_secret, member_manifest, refer_to_data, take_secret_data,
+};
 use crate::specificity::{Selectable, specificity, winner};
 
 /// How long the Works of an object that is no longer on the hub wait before they are deleted:
@@ -191,6 +195,9 @@ pub struct Observation {
     /// (`conflictPolicy: Adopt`): a ClusterPlacement (an admin's) may; a Placement only where its
     /// hub namespace has [`flotilla_api::annotations::ALLOW_ADOPT`].
     pub adopt_allowed: bool,
+    /// The hub Secrets that hold the data of the Secrets this Placement's Works place (see
+    /// [`flotilla_api::work_data`]), as cached, by namespace and name: the UIDs of their owners.
+    pub data_secrets: BTreeMap<WorkId, Vec<String>>,
 }
 
 /// A Work of another Placement of the namespace.
@@ -377,6 +384,10 @@ pub struct Plan {
     pub wanted: BTreeMap<WorkId, Work>,
     /// The Works that differ from the hub's (or are not there): to write.
     pub writes: BTreeSet<WorkId>,
+    /// The hub Secrets that hold the data of the Secrets a Work places, by Work, to write (each
+    /// before its Work): those whose data changed, of new Works, and those the syncer found
+    /// missing.
+    pub data: BTreeMap<WorkId, DataSecret>,
     pub deletes: Vec<Deletion>,
     /// The copies that leave their member in this pass, and why.
     pub removals: BTreeMap<CopyKey, Removal>,
@@ -785,14 +796,33 @@ impl<'a> Holder<'a> {
 }
 
 /// A copy going into a Work: its manifest, as JSON (decoded again only for a Work to write: a
-/// pass of many objects holds each in a few hundred bytes, not decoded), its digest and size.
+/// pass of many objects holds each in a few hundred bytes, not decoded), its digest and size;
+/// and a Secret's data, which its manifest does not have (see [`flotilla_api::work_data`]).
 struct Entry {
     json: Box<str>,
     digest: String,
+    secret: Option<SecretData>,
+}
+
+/// A Secret's data, held apart from its manifest.
+struct SecretData {
+    /// The Secret's name: its key in the hub Secret of its Work.
+    name: String,
+    data: BTreeMap<String, ByteString>,
 }
 
 impl Entry {
-    fn new(manifest: Value) -> Result<Self, serde_json::Error> {
+    fn new(mut manifest: Value) -> Result<Self, serde_json::Error> {
+        let secret = match (manifest["apiVersion"].as_str(), manifest["kind"].as_str()) {
+            (Some(v), Some(k)) if is_secret(v, k) => Some(SecretData {
+                name: manifest["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                data: take_secret_data(&mut manifest)?,
+            }),
+            _ => None,
+        };
         // As a `DynamicObject` serializes it: the digest is then the one the cache computes of
         // the manifest in the hub's Work.
         let manifest: DynamicObject = serde_json::from_value(manifest)?;
@@ -800,16 +830,50 @@ impl Entry {
         Ok(Self {
             digest: digest(json.as_bytes()),
             json: json.into_boxed_str(),
+            secret,
         })
     }
 
+    /// Its size in a Work and, for a Secret, in the Work's hub Secret: a Work's Secrets share
+    /// one hub Secret, whose data stays within [`BUNDLE_BYTES`] as the Work does.
     fn bytes(&self) -> usize {
-        self.json.len()
+        let data = self.secret.as_ref().map_or(0, |s| {
+            s.data.iter().map(|(k, v)| 8 + k.len() + v.0.len()).sum()
+        });
+        self.json.len() + data
     }
 
-    fn manifest(&self) -> Result<DynamicObject, serde_json::Error> {
-        serde_json::from_str(&self.json)
+    /// Its manifest as Work `work` holds it: a Secret's names the Work's hub Secret.
+    fn json_in(&self, work: &str) -> Result<Cow<'_, str>, serde_json::Error> {
+        if self.secret.is_none() {
+            return Ok(Cow::Borrowed(&self.json));
+        }
+        let mut manifest: DynamicObject = serde_json::from_str(&self.json)?;
+        refer_to_data(&mut manifest, work);
+        Ok(Cow::Owned(serde_json::to_string(&manifest)?))
     }
+
+    /// The digest of its manifest as Work `work` holds it.
+    fn digest_in(&self, work: &str) -> Cow<'_, str> {
+        match &self.secret {
+            None => Cow::Borrowed(&self.digest),
+            Some(_) => Cow::Owned(
+                self.json_in(work)
+                    .map(|json| digest(json.as_bytes()))
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+}
+
+/// Whether the syncer reports, for Work `w`'s current spec, that the hub Secret with the data of
+/// its Secrets is missing: it is written again.
+fn data_missing(w: &Work) -> bool {
+    w.status.iter().flat_map(|s| &s.conditions).any(|c| {
+        c.type_ == conditions::APPLIED
+            && c.reason == reasons::SECRET_DATA_MISSING
+            && c.observed_generation == w.metadata.generation
+    })
 }
 
 /// The conflict policy of the Placement's Works: its own, but `Abort` for an `Adopt` that is not
@@ -1237,7 +1301,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         held.get(key).into_iter().flatten().any(|h| {
             h.index.is_some()
                 && h.manifest(key)
-                    .is_some_and(|m| hub_manifest_digest(m) == entry.digest)
+                    .is_some_and(|m| hub_manifest_digest(m) == entry.digest_in(&h.work.name_any()))
                 && copy_holds_now(h.work, &key.object, type_)
         })
     };
@@ -1557,7 +1621,10 @@ fn pack(
             replaced.sort();
             replaced.dedup();
             // Moved, not copied: each copy is in one Work.
-            let manifests: Vec<Entry> = keys.iter().filter_map(|k| entries.remove(k)).collect();
+            let manifests: Vec<(CopyKey, Entry)> = keys
+                .iter()
+                .filter_map(|k| Some((k.clone(), entries.remove(k)?)))
+                .collect();
             let origin = Origin {
                 namespace: &ns,
                 placement: &name,
@@ -1572,7 +1639,12 @@ fn pack(
                 .of(&shelf.api_version, &shelf.kind)
                 .health_rule()
                 .map(str::to_string);
-            let digest = spec_digest_with(&work.spec, manifests.iter().map(|e| &*e.json))?;
+            let work_name = work.name_any();
+            let json: Vec<Cow<'_, str>> = manifests
+                .iter()
+                .map(|(_, e)| e.json_in(&work_name))
+                .collect::<Result<_, _>>()?;
+            let wanted_digest = spec_digest_with(&work.spec, json.iter().map(|j| &**j))?;
             let id = key_of(&work);
             for key in keys.iter().filter(|k| wanted_keys.contains(*k)) {
                 out.copies.insert(key.clone(), id.clone());
@@ -1580,12 +1652,48 @@ fn pack(
             // A Work being deleted is written again once it is gone (its deletion starts a
             // pass). Only a Work to write gets its manifests decoded.
             let deleting = hub.is_some_and(|h| !h.live());
-            if !deleting && !hub.is_some_and(|h| up_to_date(&work, &digest, h.work)) {
-                work.spec.manifests = manifests
+            let live = hub.filter(|h| h.live());
+            let current = live.is_some_and(|h| up_to_date(&work, &wanted_digest, h.work));
+            if !deleting && !current {
+                work.spec.manifests = json
                     .iter()
-                    .map(Entry::manifest)
+                    .map(|j| serde_json::from_str(j))
                     .collect::<Result<_, _>>()?;
                 out.writes.insert(id.clone());
+            }
+            // The data of its Secrets, in its hub Secret: written when a Secret joined or left
+            // the Work or has another version of its data (its manifest changed), for a new
+            // Work, and when the syncer found it missing; otherwise left as it is.
+            let secrets: BTreeMap<String, BTreeMap<String, ByteString>> = manifests
+                .iter()
+                .filter_map(|(_, e)| e.secret.as_ref())
+                .map(|s| (s.name.clone(), s.data.clone()))
+                .collect();
+            if !deleting && !secrets.is_empty() {
+                let stored = obs
+                    .data_secrets
+                    .get(&(id.0.clone(), work_data::secret_name(&id.1)));
+                let unchanged = live.is_some_and(|h| {
+                    (current
+                        || (h.copies.len() == manifests.len()
+                            && manifests.iter().zip(&json).all(|((key, _), json)| {
+                                h.manifest(key).is_some_and(|m| {
+                                    hub_manifest_digest(m) == digest(json.as_bytes())
+                                })
+                            })))
+                        // There, and the Work's: one deleted, or left without its owner (the
+                        // Work's creation and the Secret's hand-over are two writes), is
+                        // written again.
+                        && stored.is_some_and(|owners| {
+                            h.work.metadata.uid.as_ref().is_some_and(|u| owners.contains(u))
+                        })
+                        && !data_missing(h.work)
+                });
+                if !unchanged {
+                    let owner = live.and_then(|h| h.work.metadata.uid.clone());
+                    out.data
+                        .insert(id.clone(), DataSecret::of(&work, owner, secrets));
+                }
             }
             out.wanted.insert(id, work);
         }

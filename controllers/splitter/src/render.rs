@@ -11,7 +11,11 @@ use std::collections::BTreeMap;
 
 use crate::plan::Shelf;
 use flotilla_interpreter::{Interpreter, generic, interpreter};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DynamicObject, ObjectMeta};
+use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 /// Metadata that belongs to the hub object only.
@@ -141,9 +145,17 @@ fn set(data: &mut Value, pointer: &str, value: Value) {
     }
 }
 
+/// Whether objects of `api_version`/`kind` are Secrets, whose data never goes into a Work (see
+/// [`flotilla_api::work_data`]).
+pub fn is_secret(api_version: &str, kind: &str) -> bool {
+    api_version == "v1" && kind == "Secret"
+}
+
 /// The manifest for a member: the hub object (of `kind`) without hub-only metadata, status and
 /// the values the hub's apiserver allocated (see [`flotilla_interpreter::hub_made`]), with the
-/// member's `share` of it.
+/// member's `share` of it. A Secret's manifest still has its data (see [`take_secret_data`]),
+/// and carries the version of the hub object as
+/// [`DATA_VERSION`](flotilla_api::annotations::DATA_VERSION).
 pub fn member_manifest(kind: &dyn Interpreter, object: &DynamicObject, share: Share) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     let managed = object
@@ -152,11 +164,24 @@ pub fn member_manifest(kind: &dyn Interpreter, object: &DynamicObject, share: Sh
         .as_deref()
         .unwrap_or_default();
     kind.prune(&mut value, managed);
+    let secret = object
+        .types
+        .as_ref()
+        .is_some_and(|t| is_secret(&t.api_version, &t.kind));
     if let Some(obj) = value.as_object_mut() {
         obj.remove("status");
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            let version = meta.get("resourceVersion").cloned().filter(|_| secret);
             for key in HUB_ONLY_METADATA {
                 meta.remove(key);
+            }
+            if let Some(version) = version {
+                let ann = meta
+                    .entry("annotations")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(ann) = ann.as_object_mut() {
+                    ann.insert(annotations::DATA_VERSION.to_string(), version);
+                }
             }
             if let Some(ann) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
                 for key in HUB_ONLY_ANNOTATIONS {
@@ -172,6 +197,137 @@ pub fn member_manifest(kind: &dyn Interpreter, object: &DynamicObject, share: Sh
         share.write(&mut value, kind);
     }
     value
+}
+
+/// Takes the data out of a Secret's manifest: its `data` and `stringData` (a key of both gets
+/// the value of `stringData`, as the apiserver merges them), which go into the hub Secret of the
+/// Work that holds the manifest, never into the Work.
+pub fn take_secret_data(
+    manifest: &mut Value,
+) -> Result<BTreeMap<String, ByteString>, serde_json::Error> {
+    let Some(obj) = manifest.as_object_mut() else {
+        return Ok(BTreeMap::new());
+    };
+    let mut data: BTreeMap<String, ByteString> = match obj.remove("data") {
+        Some(Value::Null) | None => BTreeMap::new(),
+        Some(data) => serde_json::from_value(data)?,
+    };
+    if let Some(Value::Object(strings)) = obj.remove("stringData") {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            data.insert(key, ByteString(text.as_bytes().to_vec()));
+        }
+    }
+    Ok(data)
+}
+
+/// Names in a Secret's manifest (without its data) the hub Secret that holds its data:
+/// [`work_data::secret_name`](flotilla_api::work_data::secret_name) of the Work `work` that
+/// holds it.
+pub fn refer_to_data(manifest: &mut DynamicObject, work: &str) {
+    manifest.annotations_mut().insert(
+        annotations::DATA_SECRET.to_string(),
+        flotilla_api::work_data::secret_name(work),
+    );
+}
+
+/// The hub Secret that holds the data of the Secrets one Work places (see
+/// [`flotilla_api::work_data`]), written before the Work.
+#[derive(Clone, PartialEq)]
+pub struct DataSecret {
+    /// The Work's namespace and name.
+    pub work: (String, String),
+    /// Its labels: Flotilla's ([`labels::WORK_DATA`]), and the Work's member and Placement.
+    pub labels: BTreeMap<String, String>,
+    /// Its annotations: the Work's source namespace (with the Placement label, whose pass it
+    /// is of).
+    pub annotations: BTreeMap<String, String>,
+    /// The UID of the Work, when it exists: the Secret belongs to it. A Secret written before
+    /// its new Work is given to it once the Work is written.
+    pub owner: Option<String>,
+    /// Each Secret's data, [encoded](flotilla_api::work_data::encode), by the Secret's name.
+    pub data: BTreeMap<String, ByteString>,
+}
+
+/// Never the data.
+impl std::fmt::Debug for DataSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataSecret")
+            .field("work", &self.work)
+            .field("owner", &self.owner)
+            .field("secrets", &self.data.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DataSecret {
+    /// The hub Secret of `work`, with the data of its Secrets by name (each as
+    /// [`take_secret_data`] took it), owned by the Work with UID `owner` when it exists.
+    pub fn of(
+        work: &Work,
+        owner: Option<String>,
+        data: BTreeMap<String, BTreeMap<String, ByteString>>,
+    ) -> Self {
+        let mut labels: BTreeMap<String, String> = [labels::CLUSTER, labels::PLACEMENT]
+            .into_iter()
+            .filter_map(|k| Some((k.to_string(), work.labels().get(k)?.clone())))
+            .collect();
+        labels.insert(
+            labels::WORK_DATA.to_string(),
+            labels::WORK_DATA_VALUE.to_string(),
+        );
+        let annotations = [annotations::SOURCE_NAMESPACE]
+            .into_iter()
+            .filter_map(|k| Some((k.to_string(), work.annotations().get(k)?.clone())))
+            .collect();
+        Self {
+            work: (work.namespace().unwrap_or_default(), work.name_any()),
+            labels,
+            annotations,
+            owner,
+            data: data
+                .iter()
+                .map(|(name, d)| (name.clone(), flotilla_api::work_data::encode(d)))
+                .collect(),
+        }
+    }
+
+    /// Its name: the Work's (see [`flotilla_api::work_data::secret_name`]).
+    pub fn name(&self) -> String {
+        flotilla_api::work_data::secret_name(&self.work.1)
+    }
+
+    /// The reference to the Work with UID `uid` that owns the Secret.
+    pub fn owner_reference(&self, uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: Work::api_version(&()).into_owned(),
+            kind: Work::kind(&()).into_owned(),
+            name: self.work.1.clone(),
+            uid: uid.to_string(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }
+    }
+
+    /// The Secret to write (with server-side apply).
+    pub fn secret(&self) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(self.name()),
+                namespace: Some(self.work.0.clone()),
+                labels: Some(self.labels.clone()),
+                annotations: Some(self.annotations.clone()),
+                owner_references: self
+                    .owner
+                    .as_ref()
+                    .map(|uid| vec![self.owner_reference(uid)]),
+                ..ObjectMeta::default()
+            },
+            type_: Some(flotilla_api::work_data::SECRET_TYPE.to_string()),
+            data: Some(self.data.clone()),
+            ..Secret::default()
+        }
+    }
 }
 
 /// What the Works of one Placement share: the Placement, and the labels of the namespace its
@@ -364,6 +520,124 @@ mod tests {
         assert!(m["spec"].get("clusterIP").is_none(), "{m}");
         assert!(m["spec"]["ports"][0].get("nodePort").is_none(), "{m}");
         assert!(m["metadata"].get("managedFields").is_none(), "{m}");
+    }
+
+    #[test]
+    fn a_secrets_manifest_carries_the_version_of_its_data_and_gives_the_data_up() {
+        let secret: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "db", "namespace": "shop", "uid": "u-1", "resourceVersion": "42"},
+            "data": {"password": "czNjcjN0", "user": "YWRtaW4="},
+            "stringData": {"user": "root"}
+        }))
+        .expect("secret");
+        let mut m = member_manifest(kind_of(&secret), &secret, Share::default());
+        assert_eq!(
+            m["metadata"]["annotations"][annotations::DATA_VERSION],
+            "42"
+        );
+        assert!(m["metadata"].get("resourceVersion").is_none());
+        let data = take_secret_data(&mut m).expect("data");
+        let text: BTreeMap<&str, &str> = data
+            .iter()
+            .map(|(k, v)| (k.as_str(), std::str::from_utf8(&v.0).expect("text")))
+            .collect();
+        // stringData wins, as the apiserver merges it.
+        assert_eq!(text, [("password", "s3cr3t"), ("user", "root")].into());
+        assert!(
+            m.get("data").is_none() && m.get("stringData").is_none(),
+            "{m}"
+        );
+        assert_eq!(m["type"], "Opaque");
+        // Other kinds carry no version.
+        let cm = member_manifest(kind_of(&deployment()), &deployment(), Share::default());
+        assert!(
+            cm["metadata"]["annotations"]
+                .get(annotations::DATA_VERSION)
+                .is_none()
+        );
+
+        let mut manifest: DynamicObject = serde_json::from_value(m).expect("manifest");
+        refer_to_data(&mut manifest, "secret-shop-p-0123456789-0");
+        assert_eq!(
+            manifest.annotations()[annotations::DATA_SECRET],
+            "secret-shop-p-0123456789-0"
+        );
+    }
+
+    #[test]
+    fn a_works_hub_secret_is_flotillas_and_the_works() {
+        let mut work = Work::new(
+            "secret-shop-p-0123456789-0",
+            WorkSpec {
+                manifests: vec![],
+                delete_policy: DeletePolicy::Delete,
+                conflict_policy: ConflictPolicy::Abort,
+                ignore_fields: vec![],
+                namespace_labels: None,
+                health: None,
+            },
+        );
+        work.metadata.namespace = Some("flotilla-cluster-m1".into());
+        work.metadata.labels = Some(
+            [
+                (labels::CLUSTER.to_string(), "m1".to_string()),
+                (labels::PLACEMENT.to_string(), "p".to_string()),
+                (labels::BUNDLE.to_string(), "0".to_string()),
+            ]
+            .into(),
+        );
+        work.metadata.annotations = Some(
+            [(
+                annotations::SOURCE_NAMESPACE.to_string(),
+                "shop".to_string(),
+            )]
+            .into(),
+        );
+        let data: BTreeMap<String, ByteString> =
+            [("password".to_string(), ByteString(b"s3cr3t".to_vec()))].into();
+        let held = DataSecret::of(&work, None, [("db".to_string(), data.clone())].into());
+        let secret = held.secret();
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("secret-shop-p-0123456789-0")
+        );
+        assert_eq!(
+            secret.metadata.namespace.as_deref(),
+            Some("flotilla-cluster-m1")
+        );
+        assert_eq!(
+            secret.type_.as_deref(),
+            Some(flotilla_api::work_data::SECRET_TYPE)
+        );
+        assert_eq!(
+            secret.metadata.labels.clone().unwrap_or_default(),
+            [
+                (labels::CLUSTER.to_string(), "m1".to_string()),
+                (labels::PLACEMENT.to_string(), "p".to_string()),
+                (labels::WORK_DATA.to_string(), "true".to_string()),
+            ]
+            .into()
+        );
+        assert_eq!(secret.metadata.owner_references, None);
+        let stored = secret.data.unwrap_or_default();
+        assert_eq!(flotilla_api::work_data::decode(&stored["db"].0), Ok(data));
+        let owned = DataSecret {
+            owner: Some("w-1".into()),
+            ..held
+        }
+        .secret();
+        let owner = &owned.metadata.owner_references.unwrap_or_default()[0];
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.name.as_str(),
+                owner.uid.as_str(),
+                owner.controller
+            ),
+            ("Work", "secret-shop-p-0123456789-0", "w-1", Some(true))
+        );
+        assert_eq!(owner.api_version, "flotilla.dev/v1alpha1");
     }
 
     #[test]

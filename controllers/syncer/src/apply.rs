@@ -21,8 +21,9 @@ use flotilla_api::Work;
 use futures::FutureExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::data::HubData;
 use crate::lean::Manifests;
-use crate::manifest::{Prepared, belongs_to, is_managed};
+use crate::manifest::{Prepared, belongs_to, is_managed, with_data};
 use crate::watches::MemberWatches;
 
 /// What happened to one manifest.
@@ -339,6 +340,8 @@ pub struct WorkRef<'a> {
     pub policy: ConflictPolicy,
     /// The labels of the member namespaces its objects go to, if it says.
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+    /// Where its Secret manifests' data is read from.
+    pub data: &'a HubData,
 }
 
 /// The member object as the Work's status last reported it, if that report says it was applied
@@ -428,6 +431,7 @@ pub async fn apply_manifest(
         replaces,
         policy,
         namespace_labels,
+        data,
     } = *work;
     let id = &prepared.identity;
     let (resource, scope) = match shared.discovery.resolve(cluster, client, id).await {
@@ -482,6 +486,24 @@ pub async fn apply_manifest(
         _ => None,
     };
     tracing::debug!(cluster, object = %describe(id), work = work_ref, ?stale, "applying");
+    // A Secret's data, from the hub Secret its Work keeps it in. Without it nothing is sent:
+    // the member's copy stays as it is, never emptied.
+    let mut object: Value = match &prepared.data {
+        None => prepared.object.clone(),
+        Some(reference) => match data.of(&reference.secret, &id.name).await {
+            Ok(data) => with_data(prepared, &data),
+            Err(why) => {
+                return (
+                    Some(resource),
+                    failed(
+                        flotilla_api::reasons::SECRET_DATA_MISSING,
+                        id,
+                        format!("{why}; nothing was applied, the member's copy is left as it is"),
+                    ),
+                );
+            }
+        },
+    };
     // An object the member watch knows as this Work's needs no conflict check.
     let known = shared
         .watches
@@ -501,7 +523,6 @@ pub async fn apply_manifest(
             Err(e) => return (Some(resource), failed(reason_of(&e), id, e)),
         }
     }
-    let mut object: Value = prepared.object.clone();
     if let Some(ns) = &namespace {
         object["metadata"]["namespace"] = Value::String(ns.clone());
     }

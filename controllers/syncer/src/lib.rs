@@ -9,10 +9,12 @@
 //! | [`shard`] | N replicas share the members: one Lease per member, a balanced assignment |
 //! | [`targets`] | which members this syncer serves, and their clients |
 //! | [`apply`] | writing and deleting objects in a member (discovery, namespaces, conflicts) |
+//! | [`data`] | the data of a Work's Secrets, read from the hub Secret that holds it |
 //! | [`manifest`] | pure: what exactly is applied, and whose an object is |
 //! | [`status`] | pure: the Work's conditions and per-manifest status |
 
 pub mod apply;
+pub mod data;
 pub mod lean;
 pub mod manifest;
 pub mod metrics;

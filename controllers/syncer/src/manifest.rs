@@ -1,7 +1,10 @@
 //! Pure preparation of a Work's manifests for a member: what exactly is applied, and whether an
 //! object found in the member is Flotilla's.
 
+use std::collections::BTreeMap;
+
 use flotilla_api::{IgnoreFields, ManifestIdentity, Work, WorkStatus, annotations, labels};
+use k8s_openapi::ByteString;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
@@ -18,12 +21,64 @@ pub enum ManifestError {
     Lean,
 }
 
-/// A manifest ready to apply: its identity and the object to send.
+/// A manifest ready to apply: its identity and the object to send (for a Secret whose data is
+/// held apart, once [`with_data`] put the data in).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prepared {
     pub ordinal: usize,
     pub identity: ManifestIdentity,
     pub object: Value,
+    /// For a Secret: where its data is, when the Work holds it apart.
+    pub data: Option<DataRef>,
+}
+
+/// Where the data of a Secret manifest is (see [`flotilla_api::work_data`]): its
+/// [`DATA_SECRET`](annotations::DATA_SECRET) and [`DATA_VERSION`](annotations::DATA_VERSION),
+/// which the object sent to the member does not carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataRef {
+    /// The hub Secret, in the Work's namespace, whose key named after the Secret holds its data.
+    pub secret: String,
+    pub version: Option<String>,
+    /// The Work's `ignoreFields` paths of this manifest: what they name of the data is left to
+    /// the member too.
+    pub ignored: Vec<String>,
+}
+
+/// Where the data of `manifest` (object `id`) is held, if it is a Secret whose Work holds it
+/// apart; `ignored`: the paths the Work leaves to the member.
+fn data_reference(
+    id: &ManifestIdentity,
+    manifest: &DynamicObject,
+    ignored: &[&String],
+) -> Option<DataRef> {
+    if !(id.group.is_empty() && id.version == "v1" && id.kind == "Secret") {
+        return None;
+    }
+    let a = manifest.metadata.annotations.as_ref()?;
+    Some(DataRef {
+        secret: a.get(annotations::DATA_SECRET)?.clone(),
+        version: a.get(annotations::DATA_VERSION).cloned(),
+        ignored: ignored.iter().map(|p| (*p).clone()).collect(),
+    })
+}
+
+/// The object to apply for `prepared`, a Secret whose data is held apart: with `data` (read
+/// from the hub Secret its [`DataRef`] names) as its `data`, and without what the Work's
+/// `ignoreFields` leave to the member.
+pub fn with_data(prepared: &Prepared, data: &BTreeMap<String, ByteString>) -> Value {
+    let mut object = prepared.object.clone();
+    if let Some(obj) = object.as_object_mut() {
+        obj.remove("stringData");
+        obj.insert(
+            "data".into(),
+            serde_json::to_value(data).unwrap_or_default(),
+        );
+    }
+    for path in prepared.data.iter().flat_map(|r| &r.ignored) {
+        remove_path(&mut object, path);
+    }
+    object
 }
 
 /// Metadata a member object must not receive from the hub: server-set fields and the links of
@@ -41,7 +96,9 @@ const SERVER_METADATA: [&str; 8] = [
 
 /// Prepares every manifest of `work`: drops server-set metadata and `status`, removes the
 /// fields listed in `ignoreFields` (so that the member keeps ownership of them), and adds the
-/// labels and annotations that link the object to its Work.
+/// labels and annotations that link the object to its Work. A Secret whose data the Work holds
+/// apart loses the annotations that say where ([`Prepared::data`] has them); its data is put in
+/// when it is sent ([`with_data`]).
 pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
     let work_ref = format!(
         "{}/{}",
@@ -71,6 +128,15 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
         .enumerate()
         .map(|(ordinal, manifest)| {
             let identity = identity(ordinal, manifest)?;
+            let ignored: Vec<&String> = work
+                .spec
+                .ignore_fields
+                .iter()
+                .filter(|rule| applies_to(rule, &identity))
+                .flat_map(|rule| &rule.json_paths)
+                .collect();
+            // Read off the manifest as the Work has it: an ignored path may take annotations.
+            let data = data_reference(&identity, manifest, &ignored);
             let mut object = serde_json::to_value(manifest).unwrap_or(Value::Null);
             let Some(obj) = object.as_object_mut() else {
                 return Err(ManifestError::NoType(ordinal));
@@ -79,12 +145,8 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
             // Ignored fields first: whatever a path names (`.metadata.labels`,
             // `.metadata["name"]`), the object keeps its identity and Flotilla's markers, added
             // below — without them the member object would be nobody's, and never deleted.
-            for rule in &work.spec.ignore_fields {
-                if applies_to(rule, &identity) {
-                    for path in &rule.json_paths {
-                        remove_path(&mut object, path);
-                    }
-                }
+            for path in ignored {
+                remove_path(&mut object, path);
             }
             let Some(obj) = object.as_object_mut() else {
                 return Err(ManifestError::NoType(ordinal));
@@ -123,14 +185,33 @@ pub fn prepare(work: &Work) -> Vec<Result<Prepared, ManifestError>> {
                     for (k, v) in &source {
                         a.insert((*k).into(), v.clone().into());
                     }
+                    // The member gets the data, not where the hub keeps it.
+                    if data.is_some() {
+                        a.remove(annotations::DATA_SECRET);
+                        a.remove(annotations::DATA_VERSION);
+                    }
                 }
             }
-            let hash = manifest_hash(&object);
+            let hash = match &data {
+                None => manifest_hash(&object),
+                // Of the object with its data by reference, as the Work has it: the data's
+                // version changes it, and it is known without reading the data.
+                Some(r) => {
+                    let mut referring = object.clone();
+                    let a = &mut referring["metadata"]["annotations"];
+                    a[annotations::DATA_SECRET] = Value::String(r.secret.clone());
+                    if let Some(v) = &r.version {
+                        a[annotations::DATA_VERSION] = Value::String(v.clone());
+                    }
+                    manifest_hash(&referring)
+                }
+            };
             object["metadata"]["annotations"][annotations::MANIFEST_HASH] = Value::String(hash);
             Ok(Prepared {
                 ordinal,
                 identity,
                 object,
+                data,
             })
         })
         .collect()
@@ -512,6 +593,114 @@ mod tests {
                 [annotations::MANIFEST_HASH],
             json!(hash)
         );
+    }
+
+    fn secret(version: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "db", "namespace": "shop",
+                            "annotations": {annotations::DATA_SECRET: "secret-shop-p-0123456789-0",
+                                            annotations::DATA_VERSION: version, "team": "a"}}})
+    }
+
+    fn hash(p: &Prepared) -> Value {
+        p.object["metadata"]["annotations"][annotations::MANIFEST_HASH].clone()
+    }
+
+    #[test]
+    fn a_secret_whose_data_is_held_apart_names_where_and_its_version_changes_its_hash() {
+        let prepared = prepare(&work(vec![secret("1")], vec![]));
+        let p = prepared[0].as_ref().expect("prepared");
+        assert_eq!(
+            p.data,
+            Some(DataRef {
+                secret: "secret-shop-p-0123456789-0".into(),
+                version: Some("1".into()),
+                ignored: vec![],
+            })
+        );
+        let a = &p.object["metadata"]["annotations"];
+        assert!(
+            a.get(annotations::DATA_SECRET).is_none(),
+            "not for the member: {a}"
+        );
+        assert!(
+            a.get(annotations::DATA_VERSION).is_none(),
+            "not for the member: {a}"
+        );
+        assert_eq!(a["team"], "a");
+        // The version of the data changes the hash (the member object is applied again); the
+        // same Work prepares the same hash.
+        let again = prepare(&work(vec![secret("1")], vec![]));
+        assert_eq!(hash(again[0].as_ref().expect("prepared")), hash(p));
+        let newer = prepare(&work(vec![secret("2")], vec![]));
+        assert_ne!(hash(newer[0].as_ref().expect("prepared")), hash(p));
+
+        // An ignored path takes nothing of the reference.
+        let ignore = vec![IgnoreFields {
+            manifest: ManifestSelector::default(),
+            json_paths: vec![".metadata.annotations".into()],
+        }];
+        let prepared = prepare(&work(vec![secret("1")], ignore));
+        let p = prepared[0].as_ref().expect("prepared");
+        assert_eq!(
+            p.data.as_ref().map(|r| r.secret.as_str()),
+            Some("secret-shop-p-0123456789-0")
+        );
+
+        // Only Secrets: the annotation on another kind is just an annotation.
+        let mut cm = configmap("a");
+        cm["metadata"]["annotations"] = json!({annotations::DATA_SECRET: "x"});
+        let prepared = prepare(&work(vec![cm], vec![]));
+        let p = prepared[0].as_ref().expect("prepared");
+        assert_eq!(p.data, None);
+        assert_eq!(
+            p.object["metadata"]["annotations"][annotations::DATA_SECRET],
+            "x"
+        );
+        // A Secret with its data inline (a Work written by hand) is applied as it is.
+        let inline = json!({"apiVersion": "v1", "kind": "Secret",
+                            "metadata": {"name": "db", "namespace": "shop"}, "data": {"k": "dg=="}});
+        let prepared = prepare(&work(vec![inline], vec![]));
+        let p = prepared[0].as_ref().expect("prepared");
+        assert_eq!(
+            (p.data.as_ref(), &p.object["data"]["k"]),
+            (None, &json!("dg=="))
+        );
+    }
+
+    #[test]
+    fn a_secrets_data_is_put_in_when_it_is_sent_but_what_is_ignored() {
+        let data: BTreeMap<String, ByteString> = [
+            ("password".to_string(), ByteString(b"s3cr3t".to_vec())),
+            ("user".to_string(), ByteString(b"admin".to_vec())),
+        ]
+        .into();
+        let prepared = prepare(&work(vec![secret("1")], vec![]));
+        let p = prepared[0].as_ref().expect("prepared");
+        let sent = with_data(p, &data);
+        assert_eq!(
+            sent["data"],
+            json!({"password": "czNjcjN0", "user": "YWRtaW4="})
+        );
+        assert_eq!(
+            sent["metadata"], p.object["metadata"],
+            "the hash is the prepared one"
+        );
+        assert!(
+            p.object.get("data").is_none(),
+            "the prepared object holds no data"
+        );
+
+        let ignore = vec![IgnoreFields {
+            manifest: ManifestSelector {
+                kind: Some("Secret".into()),
+                ..ManifestSelector::default()
+            },
+            json_paths: vec![".data.password".into()],
+        }];
+        let prepared = prepare(&work(vec![secret("1")], ignore));
+        let p = prepared[0].as_ref().expect("prepared");
+        assert_eq!(with_data(p, &data)["data"], json!({"user": "YWRtaW4="}));
     }
 
     #[test]

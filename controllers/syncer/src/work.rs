@@ -32,6 +32,7 @@ use crate::apply::{
     Appliers, DiscoveryCache, NamespaceCache, Outcome, WorkRef, apply_manifest, delete_manifest,
     describe,
 };
+use crate::data::HubData;
 use crate::lean::{Manifests, Names, Whole};
 use crate::manifest::{prepare, removed, same_object};
 use crate::metrics::{SyncerMetrics, Tracking};
@@ -790,11 +791,16 @@ async fn apply(
             Err(e) => tracing::warn!(work = %work_ref, error = %e, "invalid manifest"),
         }
     }
+    let data = HubData::new(
+        state.hub.client.clone(),
+        &work.namespace().unwrap_or_default(),
+    );
     let target = WorkRef {
         name: &work_ref,
         replaces: &replaces,
         policy: work.spec.conflict_policy,
         namespace_labels: work.spec.namespace_labels.as_ref(),
+        data: &data,
     };
     // A few manifests of the Work at a time, in order; unchanged ones cost nothing.
     let results: Vec<_> = futures::stream::iter(ready)

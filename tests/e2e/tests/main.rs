@@ -12,6 +12,7 @@ mod profiles;
 mod registration;
 mod registration_pull;
 mod runtime;
+mod secrets;
 mod splitter;
 mod splitter_api;
 mod syncer;

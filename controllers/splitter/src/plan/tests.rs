@@ -179,6 +179,7 @@ fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
                 "Job" => resource("batch", "v1", "Job", "jobs"),
                 "CronJob" => resource("batch", "v1", "CronJob", "cronjobs"),
                 "Pipeline" => resource("example.com", "v1", "Pipeline", "pipelines"),
+                "Secret" => resource("", "v1", "Secret", "secrets"),
                 _ => resource("", "v1", "ConfigMap", "configmaps"),
             },
             objects,
@@ -212,6 +213,7 @@ fn mk_observation(
         pod_security: BTreeMap::new(),
         held_back: BTreeMap::new(),
         adopt_allowed: false,
+        data_secrets: BTreeMap::new(),
     }
 }
 
@@ -1763,4 +1765,200 @@ fn a_custom_kind_with_a_profile_divides_at_its_path_and_its_works_carry_the_heal
     .expect("plan");
     assert_eq!(placed(&whole, "etl"), "m1=- m2=- m3=-");
     assert!(whole.wanted.values().all(|w| w.spec.health.is_none()));
+}
+
+fn mk_secret(ns: &str, name: &str, version: &str, data: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("u-{name}"),
+                     "resourceVersion": version},
+        "data": data,
+    }))
+    .expect("secret")
+}
+
+/// `s3cr3t`, as a Secret's `data` holds it.
+const S3CR3T: &str = "czNjcjN0";
+
+/// The hub Secrets of Works `works` as the cache has them once written: owned by their Work.
+fn stored(works: &[Arc<Work>]) -> BTreeMap<WorkId, Vec<String>> {
+    works
+        .iter()
+        .map(|w| (key_of(w), w.metadata.uid.iter().cloned().collect()))
+        .collect()
+}
+
+/// The data of Secret `name` in the hub Secret of a Work, as the syncer reads it.
+fn data_of(d: &DataSecret, name: &str) -> BTreeMap<String, String> {
+    let value = d.data.get(name).expect("the Secret's data");
+    flotilla_api::work_data::decode(&value.0)
+        .expect("decodes")
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).expect("text")))
+        .collect()
+}
+
+#[test]
+fn a_secrets_data_goes_into_its_works_hub_secret_and_never_into_the_work() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let db = mk_secret("shop", "db", "5", json!({"password": S3CR3T}));
+    let first = plan(&mk_observation(
+        placement.clone(),
+        three(),
+        vec![db.clone()],
+        vec![],
+    ))
+    .expect("plan");
+    assert_eq!(first.writes.len(), 3);
+    assert_eq!(
+        first.data.len(),
+        3,
+        "a hub Secret per Work, written with it"
+    );
+    for id in &first.writes {
+        let work = &first.wanted[id];
+        let json = serde_json::to_string(work).expect("JSON");
+        assert!(
+            !json.contains(S3CR3T) && !json.contains("s3cr3t"),
+            "no data in the Work: {json}"
+        );
+        let m = &work.spec.manifests[0];
+        assert!(m.data.get("data").is_none() && m.data.get("stringData").is_none());
+        assert_eq!(
+            m.data["type"], "Opaque",
+            "the rest of the Secret is in the Work"
+        );
+        assert_eq!(
+            m.annotations()[annotations::DATA_SECRET],
+            work_data::secret_name(&work.name_any())
+        );
+        assert_eq!(m.annotations()[annotations::DATA_VERSION], "5");
+        let data = &first.data[id];
+        assert_eq!(data.work, key_of(work));
+        assert_eq!(data.owner, None, "a new Work: given to it once it exists");
+        assert_eq!(
+            data_of(data, "db"),
+            [("password".into(), "s3cr3t".into())].into()
+        );
+        assert_eq!(data.labels[labels::WORK_DATA], labels::WORK_DATA_VALUE);
+        assert_eq!(data.labels[labels::PLACEMENT], "p");
+        assert_eq!(data.annotations[annotations::SOURCE_NAMESPACE], "shop");
+        assert!(!format!("{data:?}").contains("s3cr3t"), "never in logs");
+    }
+
+    // Written, and the hub Secrets are their Works': nothing to write.
+    let works = as_written(&first, true, true);
+    let mut again = mk_observation(placement.clone(), three(), vec![db.clone()], works.clone());
+    again.data_secrets = stored(&works);
+    let again = plan(&again).expect("plan");
+    assert!(again.writes.is_empty(), "{:?}", again.writes);
+    assert!(again.data.is_empty(), "unchanged: {:?}", again.data);
+
+    // New data (the hub Secret's new version): the Works and their hub Secrets are written.
+    let changed = mk_secret("shop", "db", "6", json!({"password": "bjN3"}));
+    let mut next = mk_observation(placement.clone(), three(), vec![changed], works.clone());
+    next.data_secrets = stored(&works);
+    let next = plan(&next).expect("plan");
+    assert_eq!(next.writes.len(), 3);
+    assert_eq!(next.data.len(), 3);
+    for (id, data) in &next.data {
+        assert_eq!(
+            data_of(data, "db"),
+            [("password".into(), "n3w".into())].into()
+        );
+        assert_eq!(
+            data.owner.as_ref(),
+            works
+                .iter()
+                .find(|w| key_of(w) == *id)
+                .and_then(|w| w.metadata.uid.as_ref())
+        );
+        let m = &next.wanted[id].spec.manifests[0];
+        assert_eq!(m.annotations()[annotations::DATA_VERSION], "6");
+    }
+
+    // A hub Secret gone, or not its Work's: written again (the Works are as they should be).
+    let mut lost = mk_observation(placement.clone(), three(), vec![db.clone()], works.clone());
+    lost.data_secrets = stored(&works);
+    let first_id = key_of(&works[0]);
+    lost.data_secrets.remove(&first_id);
+    if let Some(owners) = lost.data_secrets.get_mut(&key_of(&works[1])) {
+        owners.clear();
+    }
+    let lost = plan(&lost).expect("plan");
+    assert!(lost.writes.is_empty());
+    let rewritten: BTreeSet<&WorkId> = lost.data.keys().collect();
+    assert_eq!(rewritten, [&first_id, &key_of(&works[1])].into());
+    assert!(lost.data.values().all(|d| d.owner.is_some()));
+
+    // The syncer found it missing for the Work's spec: written again.
+    let mut reported: Vec<Arc<Work>> = works.clone();
+    let mut w = (*reported[2]).clone();
+    if let Some(status) = w.status.as_mut() {
+        status.conditions[0].status = "False".into();
+        status.conditions[0].reason = reasons::SECRET_DATA_MISSING.into();
+    }
+    reported[2] = Arc::new(w);
+    let mut missing = mk_observation(placement, three(), vec![db], reported.clone());
+    missing.data_secrets = stored(&reported);
+    let missing = plan(&missing).expect("plan");
+    assert!(missing.writes.is_empty());
+    assert_eq!(
+        missing.data.keys().collect::<Vec<_>>(),
+        vec![&key_of(&reported[2])]
+    );
+}
+
+#[test]
+fn the_secrets_of_a_work_share_its_hub_secret_and_their_data_counts_toward_its_size() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let a = mk_secret("shop", "a", "1", json!({"k": S3CR3T}));
+    let b = mk_secret("shop", "b", "2", json!({"k": "bjN3"}));
+    let both = plan(&mk_observation(
+        placement.clone(),
+        vec![mk_cluster("m1", "True")],
+        vec![a.clone(), b.clone()],
+        vec![],
+    ))
+    .expect("plan");
+    assert_eq!(both.wanted.len(), 1, "one Work holds both");
+    let data = both.data.values().next().expect("its hub Secret");
+    assert_eq!(data.data.keys().collect::<Vec<_>>(), ["a", "b"]);
+
+    // b goes: the Work and its hub Secret hold a alone.
+    let works = as_written(&both, true, true);
+    let mut gone = mk_observation(
+        placement.clone(),
+        vec![mk_cluster("m1", "True")],
+        vec![a.clone()],
+        works.clone(),
+    );
+    gone.data_secrets = stored(&works);
+    gone.absent_since = [(ObjectKey::new("v1", "Secret", "b"), now())].into();
+    gone.now = now() + GONE_GRACE;
+    let gone = plan(&gone).expect("plan");
+    let data = gone.data.values().next().expect("written again");
+    assert_eq!(data.data.keys().collect::<Vec<_>>(), ["a"]);
+    assert!(data.owner.is_some());
+
+    // Large data: each Secret in a Work of its own, as a large ConfigMap would be.
+    let large = |name: &str| {
+        let bytes = "QUFB".repeat(BUNDLE_BYTES / 4);
+        mk_secret("shop", name, "3", json!({"k": bytes}))
+    };
+    let split = plan(&mk_observation(
+        placement,
+        vec![mk_cluster("m1", "True")],
+        vec![large("x"), large("y")],
+        vec![],
+    ))
+    .expect("plan");
+    assert_eq!(split.wanted.len(), 2, "{:?}", split.wanted.keys());
+    assert_eq!(split.data.len(), 2);
+    for w in split.wanted.values() {
+        assert!(
+            serde_json::to_string(w).expect("JSON").len() < 4096,
+            "the Work is small"
+        );
+    }
 }
