@@ -70,6 +70,13 @@ use crate::{conditions, names};
         .message("spec.kubeconfigSecretRef is required when spec.syncMode is Push")
         .field_path(".kubeconfigSecretRef")
         .reason(Reason::FieldValueRequired),
+    validation = Rule::new("self.syncMode != 'Pull' || !has(self.readOnlyKubeconfigSecretRef)")
+        .message(
+            "spec.readOnlyKubeconfigSecretRef must not be set when spec.syncMode is Pull: the hub \
+             never connects to the member"
+        )
+        .field_path(".readOnlyKubeconfigSecretRef")
+        .reason(Reason::FieldValueForbidden),
     validation = Rule::new("self.syncMode != 'Pull' || !has(self.kubeconfigSecretRef)")
         .message(
             "spec.kubeconfigSecretRef must not be set when spec.syncMode is Pull: the agent in the \
@@ -88,9 +95,17 @@ pub struct ClusterSpec {
     pub sync_mode: SyncMode,
 
     /// The Secret holding the member's kubeconfig. Required in `Push` mode, not allowed in `Pull`
-    /// mode. Credentials live only in Secrets, never in a Cluster.
+    /// mode. Credentials live only in Secrets, never in a Cluster. The syncer applies Works with
+    /// it; registration and the negotiator use it too unless `readOnlyKubeconfigSecretRef` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
+
+    /// The Secret holding a second, read-only member kubeconfig (`Push` mode only): registration
+    /// probes the member with it and the negotiator reads its schemas with it, so that only the
+    /// syncer holds a credential that can write to the member. `deploy/member/reader.yaml` is the
+    /// identity it needs in the member. Unset: `kubeconfigSecretRef` serves all three.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
 
     /// Whether the hub admin accepts this cluster — the second step of pull-mode registration
     /// (the member asks, the hub accepts). While false, the agent's certificate request is not
@@ -288,12 +303,23 @@ impl Default for ClusterSpec {
         Self {
             sync_mode: SyncMode::default(),
             kubeconfig_secret_ref: None,
+            read_only_kubeconfig_secret_ref: None,
             hub_accepts_client: false,
             unschedulable: false,
             taints: Vec::new(),
             weight: default_weight(),
             allow_insecure_transport: false,
         }
+    }
+}
+
+impl ClusterSpec {
+    /// The kubeconfig Secret to read the member with (probes, schema imports): the read-only one
+    /// when set, else the one the syncer applies with.
+    pub fn reader_kubeconfig_secret_ref(&self) -> Option<&KubeconfigSecretRef> {
+        self.read_only_kubeconfig_secret_ref
+            .as_ref()
+            .or(self.kubeconfig_secret_ref.as_ref())
     }
 }
 

@@ -111,11 +111,11 @@ impl HubImporter {
         self.clients.forget(name);
     }
 
-    /// The reader of a push-mode member, built from its kubeconfig Secret; rebuilt when the
-    /// Secret changes.
+    /// The reader of a push-mode member, built from its read-only kubeconfig Secret (or the
+    /// only one); rebuilt when the Secret changes.
     async fn reader(&self, cluster: &Cluster) -> Result<Arc<MemberReader>, ImportError> {
         let name = cluster.name_any();
-        let reference = cluster.spec.kubeconfig_secret_ref.as_ref().ok_or_else(|| {
+        let reference = cluster.spec.reader_kubeconfig_secret_ref().ok_or_else(|| {
             ImportError::NoClient("the Cluster has no kubeconfigSecretRef".into())
         })?;
         let namespace = reference

@@ -209,7 +209,7 @@ fn condition<'a>(status: &'a ClusterStatus, type_: &str) -> Option<&'a Condition
 /// The outcome of probing a push-mode member.
 async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
     let name = cluster.name_any();
-    let Some(reference) = cluster.spec.kubeconfig_secret_ref.as_ref() else {
+    let Some(reference) = cluster.spec.reader_kubeconfig_secret_ref() else {
         return ProbeOutcome::BadCredentials {
             reason: reasons::INVALID_KUBECONFIG,
             message: "spec.kubeconfigSecretRef is not set".into(),

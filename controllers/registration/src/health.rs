@@ -447,6 +447,7 @@ mod tests {
         ClusterSpec {
             sync_mode: mode,
             kubeconfig_secret_ref: None,
+            read_only_kubeconfig_secret_ref: None,
             hub_accepts_client: accepts,
             unschedulable: false,
             taints: vec![],

@@ -13,10 +13,11 @@ use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
-    ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
+    ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, chart, random_suffix,
+    repo_root, wait_for,
 };
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -906,5 +907,83 @@ async fn a_squatted_cluster_namespace_is_never_used() -> Result<()> {
         left.is_some_and(|n| n.metadata.deletion_timestamp.is_none()),
         "the squatted namespace was deleted with the Cluster"
     );
+    Ok(())
+}
+
+/// A push-mode member with two credentials: registration probes it with the read-only one
+/// (the identity of `deploy/member/reader.yaml`), never with the one the syncer applies with —
+/// which here may not even list Nodes. The read-only one cannot write.
+#[tokio::test]
+async fn a_member_is_probed_with_its_read_only_credential() -> Result<()> {
+    let s = Setup::start("reg-reader").await?;
+    let member = &s.env.require_members(1)?[0];
+    let member_client = member.client().await?;
+    let reader_yaml = std::fs::read_to_string(repo_root().join("deploy/member/reader.yaml"))?;
+    for doc in serde_saphyr::from_multiple::<serde_json::Value>(&reader_yaml)? {
+        api::apply(&member_client, &doc, false).await??;
+    }
+    // The applying identity: a ServiceAccount with no rights outside its namespace.
+    let own = TestNamespace::create("reg-applier", &[member]).await?;
+    Api::<ServiceAccount>::namespaced(member_client.clone(), own.name())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "applier"}}))?,
+        )
+        .await?;
+    let kubeconfig_of = |token: String| -> Result<String> {
+        let path = chart::cluster_kubeconfig_with_token(member, &token)?;
+        Ok(std::fs::read_to_string(path)?)
+    };
+    let reader = kubeconfig_of(
+        chart::token_for(&member_client, "flotilla-system", "flotilla-reader").await?,
+    )?;
+    let applier = kubeconfig_of(chart::token_for(&member_client, own.name(), "applier").await?)?;
+    s.secret("reader", "kubeconfig", &reader).await?;
+    s.secret("applier", "kubeconfig", &applier).await?;
+    let secret = |name: &str| json!({"name": name, "namespace": s.ns.name()});
+
+    let applier_only = s
+        .cluster(json!({"syncMode": "Push", "kubeconfigSecretRef": secret("applier")}))
+        .await?;
+    s.condition(
+        &applier_only,
+        "Ready",
+        "False",
+        None,
+        Duration::from_secs(30),
+    )
+    .await?;
+    let both = s
+        .cluster(
+            json!({"syncMode": "Push", "kubeconfigSecretRef": secret("applier"),
+                        "readOnlyKubeconfigSecretRef": secret("reader")}),
+        )
+        .await?;
+    let ready = s
+        .condition(&both, "Ready", "True", None, Duration::from_secs(30))
+        .await?;
+    ensure!(
+        ready
+            .status
+            .as_ref()
+            .is_some_and(|st| st.allocatable.contains_key("cpu")),
+        "the read-only credential reads the member's capacity: {:?}",
+        ready.status
+    );
+    let reader_client =
+        flotilla_e2e::client_from(kube::config::Kubeconfig::from_yaml(&reader)?).await?;
+    let write = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(reader_client, own.name())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "nope"}}))?,
+        )
+        .await;
+    ensure!(
+        matches!(&write, Err(kube::Error::Api(e)) if e.code == 403),
+        "the read-only credential must not write: {write:?}"
+    );
+    for name in [&applier_only, &both] {
+        s.delete_cluster(name).await?;
+    }
     Ok(())
 }
