@@ -1664,12 +1664,8 @@ fn pack(
             // The data of its Secrets, in its hub Secret: written when a Secret joined or left
             // the Work or has another version of its data (its manifest changed), for a new
             // Work, and when the syncer found it missing; otherwise left as it is.
-            let secrets: BTreeMap<String, BTreeMap<String, ByteString>> = manifests
-                .iter()
-                .filter_map(|(_, e)| e.secret.as_ref())
-                .map(|s| (s.name.clone(), s.data.clone()))
-                .collect();
-            if !deleting && !secrets.is_empty() {
+            let holds_secrets = manifests.iter().any(|(_, e)| e.secret.is_some());
+            if !deleting && holds_secrets {
                 let stored = obs
                     .data_secrets
                     .get(&(id.0.clone(), work_data::secret_name(&id.1)));
@@ -1690,6 +1686,12 @@ fn pack(
                         && !data_missing(h.work)
                 });
                 if !unchanged {
+                    // Copied only for a hub Secret to write.
+                    let secrets: BTreeMap<String, BTreeMap<String, ByteString>> = manifests
+                        .iter()
+                        .filter_map(|(_, e)| e.secret.as_ref())
+                        .map(|s| (s.name.clone(), s.data.clone()))
+                        .collect();
                     let owner = live.and_then(|h| h.work.metadata.uid.clone());
                     out.data
                         .insert(id.clone(), DataSecret::of(&work, owner, secrets));
