@@ -90,6 +90,8 @@ pub fn agent_namespace_rules() -> Vec<PolicyRule> {
             &["get", "patch"],
             &[],
         ),
+        // The data of the Secrets its Works place, each named by a Work (never listed).
+        rule(&[""], &["secrets"], &["get"], &[]),
         // Events on its Works (conflicts, apply errors).
         rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
         // RBAC cannot restrict create by name; get/update only the agent's own Lease.
@@ -178,19 +180,27 @@ mod tests {
     use k8s_openapi::api::rbac::v1::ClusterRole;
 
     #[test]
-    fn the_agent_gets_no_secrets_and_only_its_own_names() {
+    fn the_agent_lists_no_secrets_and_gets_only_its_own_names() {
         let cr = agent_cluster_role_object("m1");
         for r in agent_namespace_rules()
             .iter()
             .chain(cr.rules.iter().flatten())
         {
             let resources = r.resources.clone().unwrap_or_default();
-            assert!(
-                !resources.iter().any(|x| x == "secrets" || x == "*"),
-                "{r:?}"
-            );
+            assert!(!resources.iter().any(|x| x == "*"), "{r:?}");
+            // Secrets: only `get` of one named by a Work, in its own namespace.
+            if resources.iter().any(|x| x == "secrets") {
+                assert_eq!(r.verbs, ["get"], "{r:?}");
+            }
             assert!(!r.verbs.iter().any(|v| v == "*"), "{r:?}");
         }
+        assert!(
+            cr.rules.iter().flatten().all(|r| !r
+                .resources
+                .iter()
+                .flatten()
+                .any(|x| x == "secrets"))
+        );
         for r in cr.rules.iter().flatten() {
             assert_eq!(r.resource_names.as_deref(), Some(&["m1".to_string()][..]));
         }

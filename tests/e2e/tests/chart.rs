@@ -858,6 +858,18 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
         code == 403 && message.contains("only as a dry run"),
         "the splitter must not create a Pod for real: {code} {message}"
     );
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "evil"}, "type": "flotilla.dev/work-data",
+        "stringData": {"k": "v"}}))?;
+    let (code, message) = refusal(
+        Api::<Secret>::namespaced(clients["splitter"].clone(), tenant.name())
+            .create(&PostParams::default(), &secret)
+            .await,
+    );
+    ensure!(
+        code == 403 && message.contains("data Secrets of Works"),
+        "the splitter must not write a tenant's Secrets: {code} {message}"
+    );
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()

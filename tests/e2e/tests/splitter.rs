@@ -192,10 +192,11 @@ impl Fleet {
         Self::start_full(prefix, members, &[], &[], true, Second::None, false).await
     }
 
-    /// With a second namespace served by the same splitter: two teams on one hub.
+    /// With a second namespace served by the same splitter: two teams on one hub. The splitter
+    /// runs as the chart's splitter ServiceAccount.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], false, Second::Everywhere, false).await
+        Self::start_full(prefix, members, &[], &[], true, Second::Everywhere, false).await
     }
 
     /// With a second namespace served by the same splitter that only the hub has, with

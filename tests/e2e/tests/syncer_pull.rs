@@ -20,6 +20,7 @@ use flotilla_e2e::bootstrap::{
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
 use flotilla_runtime::member_client::{client_from_kubeconfig, kubeconfig_from_secret};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{ApiResource, DeleteParams, Patch, PatchParams, PostParams};
@@ -255,6 +256,11 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "settings", "namespace": member_ns.name()},
              "data": {"color": "blue"}},
+            // Its data is in the hub Secret the Work names, which the agent may read.
+            {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "token", "namespace": member_ns.name(),
+                          "annotations": {flotilla_api::annotations::DATA_SECRET: "settings",
+                                          flotilla_api::annotations::DATA_VERSION: "1"}}},
             {"apiVersion": "apps/v1", "kind": "Deployment",
              "metadata": {"name": "web", "namespace": apps_ns},
              "spec": {"replicas": 1,
@@ -263,6 +269,34 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
                                    "spec": {"containers": [{"name": "web", "image": "example.com/web:1"}]}}}},
         ]},
     }))?;
+    // The data of the Work's Secret, as the splitter keeps it: a hub Secret of the Work's name.
+    let data = flotilla_api::work_data::encode(
+        &[("token".to_string(), ByteString(b"s3cret".to_vec()))].into(),
+    );
+    let data_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": flotilla_api::work_data::secret_name("settings")},
+        "type": flotilla_api::work_data::SECRET_TYPE,
+    }))
+    .map(|mut s: Secret| {
+        s.data = Some([("token".to_string(), data)].into());
+        s
+    })?;
+    wait_for(
+        "the Work's data Secret to be created in the member's namespace",
+        Duration::from_secs(30),
+        || async {
+            Ok(
+                match Api::<Secret>::namespaced(hub.clone(), &names::cluster_namespace(&cluster))
+                    .create(&PostParams::default(), &data_secret)
+                    .await
+                {
+                    Ok(_) => Seen::Done(()),
+                    Err(e) => Seen::not_yet(e),
+                },
+            )
+        },
+    )
+    .await?;
     wait_for(
         "the Work to be created in the member's namespace",
         Duration::from_secs(30),
@@ -295,6 +329,20 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     )
     .await
     .with_context(|| format!("syncer log:\n{}", syncer.log()))?;
+    // The Secret got its data with the agent's credential (a get of the one Secret its Work
+    // names).
+    let token = Api::<Secret>::namespaced(member.clone(), member_ns.name())
+        .get("token")
+        .await?;
+    ensure!(
+        token
+            .data
+            .as_ref()
+            .and_then(|d| d.get("token"))
+            .is_some_and(|v| v.0 == b"s3cret"),
+        "the member's Secret must have the data of the hub's data Secret: {:?}",
+        token.data.as_ref().map(|d| d.keys().collect::<Vec<_>>())
+    );
     let deployments: Api<Deployment> = Api::namespaced(member.clone(), &apps_ns);
     ensure!(
         deployments.get_opt("web").await?.is_some(),
