@@ -99,6 +99,13 @@ pub mod annotations {
     /// otherwise take over the member's objects).
     pub const ALLOW_ADOPT: &str = "flotilla.dev/allow-adopt";
 
+    /// On a hub Namespace, set by an admin: the most copies (placed objects × the members each
+    /// goes to) its Placements may keep in the members, e.g. `"500"`; `"0"` allows none. Without
+    /// it the splitter's `--max-copies-per-namespace` holds. Each copy is a manifest in a Work in
+    /// the hub's etcd, outside any quota of the namespace: without a limit one tenant could fill
+    /// the hub.
+    pub const MAX_COPIES: &str = "flotilla.dev/max-copies";
+
     /// On hub objects: the Placement that won when several Placements select the object.
     pub const PLACEMENT: &str = "flotilla.dev/placement";
 
@@ -312,6 +319,10 @@ pub mod reasons {
     /// A Placement asks for `conflictPolicy: Adopt` in a namespace whose admin did not allow it
     /// (the `flotilla.dev/allow-adopt` annotation): its copies are placed with `Abort`.
     pub const ADOPT_NOT_ALLOWED: &str = "AdoptNotAllowed";
+    /// Placing what a Placement selects would make its namespace hold more copies in the
+    /// members than its limit (`flotilla.dev/max-copies`, `--max-copies-per-namespace`): no
+    /// new copy is placed; the copies there stay and follow their hub objects.
+    pub const COPY_QUOTA_EXCEEDED: &str = "CopyQuotaExceeded";
     /// The Cluster's hub namespace `flotilla-cluster-<name>` exists and registration did not
     /// create it for this Cluster (someone made it first): the Cluster is not joined.
     pub const NAMESPACE_TAKEN: &str = "NamespaceTaken";

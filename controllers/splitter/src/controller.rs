@@ -97,6 +97,8 @@ pub struct Splitter {
     absent: Mutex<HashMap<ObjectRef<Placement>, BTreeMap<ObjectKey, Timestamp>>>,
     /// The namespace this controller serves (`None`: every namespace).
     namespace: Option<String>,
+    /// `--max-copies-per-namespace` (`None`: no limit).
+    pub(crate) max_copies: Option<usize>,
     /// Starts passes of Placements from the watches of custom types.
     triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
 }
@@ -492,6 +494,8 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         types: Default::default(),
         absent: Default::default(),
         namespace: namespace.map(str::to_string),
+        max_copies: (args.max_copies_per_namespace > 0)
+            .then(|| usize::try_from(args.max_copies_per_namespace).unwrap_or(usize::MAX)),
         triggers,
     });
     controller

@@ -69,6 +69,14 @@ pub struct SplitterArgs {
     /// How many Placements (per --namespace) are worked on at the same time.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub concurrency: u16,
+
+    /// The most copies (placed objects × the members each goes to) the Placements of one hub
+    /// namespace may keep, unless the namespace's annotation `flotilla.dev/max-copies` (the hub
+    /// admin's) says otherwise. A Placement that would go beyond it places no new copy and says
+    /// `Scheduled=False, reason=CopyQuotaExceeded`; its copies stay. 0: no limit.
+    /// ClusterPlacements (the admins') have none.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_copies_per_namespace: u32,
 }
 
 /// Runs the controllers of `flotilla-splitter` until `ctx.shutdown` is cancelled.

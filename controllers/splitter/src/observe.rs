@@ -216,6 +216,12 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
                 == Some("true")
         })
     });
+    let copy_limit = scope.as_ref().and_then(|ns| {
+        copy_limit(
+            state.namespaces.get(&ObjectRef::new(ns)).as_deref(),
+            state.max_copies,
+        )
+    });
     let data_secrets = state
         .data_secrets
         .state()
@@ -233,6 +239,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         })
         .collect();
     Observation {
+        copy_limit,
         data_secrets,
         adopt_allowed,
         held_back,
@@ -253,6 +260,20 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         imports,
         absent_since,
         others,
+    }
+}
+
+/// The most copies the Placements of a namespace may keep: its annotation
+/// [`flotilla_api::annotations::MAX_COPIES`] (a hub admin's), else the splitter's `default`. An
+/// annotation that is not a number counts as 0 (no new copies) rather than as no limit: a typo
+/// must not lift the limit.
+pub fn copy_limit(
+    namespace: Option<&kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
+    default: Option<usize>,
+) -> Option<usize> {
+    match namespace.and_then(|n| n.annotations().get(flotilla_api::annotations::MAX_COPIES)) {
+        Some(value) => Some(value.trim().parse().unwrap_or(0)),
+        None => default,
     }
 }
 

@@ -198,6 +198,9 @@ pub struct Observation {
     /// The hub Secrets that hold the data of the Secrets this Placement's Works place (see
     /// [`flotilla_api::work_data`]), as cached, by namespace and name: the UIDs of their owners.
     pub data_secrets: BTreeMap<WorkId, Vec<String>>,
+    /// The most copies the namespace's Placements may keep in the members (`None`: no limit;
+    /// see [`flotilla_api::annotations::MAX_COPIES`]).
+    pub copy_limit: Option<usize>,
 }
 
 /// A Work of another Placement of the namespace.
@@ -370,6 +373,9 @@ pub struct Findings {
     /// The Placement asks for `conflictPolicy: Adopt` where it is not allowed: its Works say
     /// `Abort`.
     pub adopt_refused: bool,
+    /// Placing every wanted copy would take the namespace beyond its copy limit: no new copy
+    /// was placed (why, with the numbers).
+    pub copy_quota: Option<String>,
 }
 
 /// What one pass does, and why.
@@ -1292,6 +1298,8 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         out.decisions.push((key, decision));
     }
 
+    withhold_beyond_quota(obs, &held, &mut wanted, &mut out);
+
     // Whether the Work of its type on the hub holds copy `key` as wanted, and the member
     // reports `type_` for it (`Applied`, `Available`) for that Work's spec.
     let reported = |key: &CopyKey, type_: &str| -> bool {
@@ -1482,6 +1490,57 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     out.findings.unreadable = obs.unreadable.clone();
     out.selection = selection;
     Ok(out)
+}
+
+/// The namespace's copy limit (design: no tenant fills the hub): when this pass would make the
+/// namespace's Placements keep more copies than [`Observation::copy_limit`], the copies this
+/// Placement does not hold yet are not placed — all of them, so that no workload is half
+/// placed — and the decisions say so. The copies it holds stay and follow their hub objects, and
+/// a pass that adds no copy is never held back, so a Placement over the limit (the limit was
+/// lowered) can still shrink.
+fn withhold_beyond_quota(
+    obs: &Observation,
+    held: &BTreeMap<&CopyKey, Vec<&Holder>>,
+    wanted: &mut BTreeMap<CopyKey, Entry>,
+    out: &mut Plan,
+) {
+    let Some(limit) = obs.copy_limit else {
+        return;
+    };
+    let new: Vec<CopyKey> = wanted
+        .keys()
+        .filter(|k| !held.contains_key(k))
+        .cloned()
+        .collect();
+    let elsewhere: usize = obs.others.iter().map(|o| o.work.spec.manifests.len()).sum();
+    let total = elsewhere.saturating_add(wanted.len());
+    if new.is_empty() || total <= limit {
+        return;
+    }
+    let namespace = obs.placement.namespace().unwrap_or_default();
+    let message = format!(
+        "placing what it selects would make namespace {namespace} keep {total} copies in the \
+         members ({} of this Placement, {elsewhere} of its other Placements), more than its \
+         limit of {limit} ({} or the splitter's --max-copies-per-namespace): {} new copies are \
+         not placed",
+        wanted.len(),
+        flotilla_api::annotations::MAX_COPIES,
+        new.len()
+    );
+    for key in &new {
+        wanted.remove(key);
+        if let Some((_, decision)) = out.decisions.iter_mut().find(|(k, _)| *k == key.object) {
+            decision.clusters.retain(|c| c.cluster != key.cluster);
+            decision.excluded.push(ClusterExclusion {
+                cluster: key.cluster.clone(),
+                reason: reasons::COPY_QUOTA_EXCEEDED.to_string(),
+                message: Some(format!(
+                    "namespace {namespace} is at its limit of {limit} copies"
+                )),
+            });
+        }
+    }
+    out.findings.copy_quota = Some(message);
 }
 
 /// Puts every copy that stays or goes to a member into the Works of its Placement, member and

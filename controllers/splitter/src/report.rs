@@ -248,6 +248,8 @@ pub fn placement_status(
         reasons::UNSUPPORTED_TYPE
     } else if !findings.pod_security.is_empty() {
         reasons::POD_SECURITY_VIOLATION
+    } else if findings.copy_quota.is_some() {
+        reasons::COPY_QUOTA_EXCEEDED
     } else if selection.candidates.is_empty() {
         reasons::NO_ELIGIBLE_CLUSTER
     } else if !findings.conflicts.is_empty() {
@@ -260,6 +262,7 @@ pub fn placement_status(
     let scheduled = !selection.candidates.is_empty()
         && findings.unsupported.is_empty()
         && findings.pod_security.is_empty()
+        && findings.copy_quota.is_none()
         && findings.unreadable.is_empty()
         && outcome.failed_writes.is_empty();
     let generation = placement.metadata.generation;
@@ -396,6 +399,9 @@ fn scheduled_message(
             "; placed nowhere for the namespace's Pod Security level (copies already in members are left as they were): {}",
             named(&findings.pod_security, "; ")
         ));
+    }
+    if let Some(why) = &findings.copy_quota {
+        message.push_str(&format!("; {why}"));
     }
     if findings.stranded > 0 {
         message.push_str(&format!(
@@ -577,6 +583,18 @@ pub async fn report(
                 reasons::POD_SECURITY_VIOLATION,
                 "Place",
                 named(&findings.pod_security, "; "),
+            )
+            .await;
+    }
+    if before != after
+        && let Some(why) = &findings.copy_quota
+    {
+        ctx.events
+            .warning_ref(
+                &reference,
+                reasons::COPY_QUOTA_EXCEEDED,
+                "Place",
+                why.clone(),
             )
             .await;
     }

@@ -9,6 +9,7 @@ mod environment;
 mod fleet;
 mod negotiator;
 mod profiles;
+mod quota;
 mod registration;
 mod registration_pull;
 mod runtime;

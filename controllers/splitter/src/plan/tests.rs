@@ -214,6 +214,7 @@ fn mk_observation(
         held_back: BTreeMap::new(),
         adopt_allowed: false,
         data_secrets: BTreeMap::new(),
+        copy_limit: None,
     }
 }
 
@@ -597,6 +598,77 @@ fn a_workload_whose_pods_the_hub_refuses_is_placed_nowhere_and_its_copies_stay_a
             .expect("web stays in its Work");
         assert_eq!(web.data["spec"]["replicas"], 2, "as the member has it");
     }
+}
+
+/// A namespace's copy limit: a pass that would go beyond it places no new copy (none of an
+/// object's, so no workload is half placed) and says why; the copies already placed stay and
+/// follow their hub objects; copies of the namespace's other Placements count too.
+#[test]
+fn beyond_the_copy_limit_no_new_copy_is_placed_and_the_placed_ones_stay() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let first_objects = vec![mk_configmap("shop", "a", "ua", "1")];
+    let mut obs = mk_observation(placement.clone(), three(), first_objects.clone(), vec![]);
+    obs.copy_limit = Some(4);
+    let first = plan(&obs).expect("plan");
+    assert!(first.findings.copy_quota.is_none());
+    assert_eq!(first.copies.len(), 3);
+    let works = as_written(&first, true, true);
+
+    // A second object would make 6 copies: none of its 3 is placed; `a` changes and follows.
+    let grown = vec![
+        mk_configmap("shop", "a", "ua", "2"),
+        mk_configmap("shop", "b", "ub", "1"),
+    ];
+    let mut obs = mk_observation(placement.clone(), three(), grown.clone(), works.clone());
+    obs.copy_limit = Some(4);
+    let held = plan(&obs).expect("plan");
+    let why = held.findings.copy_quota.clone().expect("over the limit");
+    assert!(
+        why.contains("keep 6 copies") && why.contains("limit of 4"),
+        "{why}"
+    );
+    assert_eq!(held.copies.len(), 3, "{:?}", held.copies.keys());
+    assert!(held.copies.keys().all(|k| k.object.name == "a"));
+    assert!(held.deletes.is_empty());
+    assert_eq!(held.writes.len(), 3, "a's new data reaches its copies");
+    let (_, b) = held
+        .decisions
+        .iter()
+        .find(|(k, _)| k.name == "b")
+        .expect("b decided");
+    assert!(b.clusters.is_empty());
+    assert!(
+        b.excluded
+            .iter()
+            .all(|e| e.reason == reasons::COPY_QUOTA_EXCEEDED)
+            && b.excluded.len() == 3
+    );
+
+    // Room enough: both placed.
+    let mut obs = mk_observation(placement.clone(), three(), grown.clone(), works.clone());
+    obs.copy_limit = Some(6);
+    let room = plan(&obs).expect("plan");
+    assert!(room.findings.copy_quota.is_none());
+    assert_eq!(room.copies.len(), 6);
+
+    // The namespace's other Placements' copies count: 3 there + 3 here > 5.
+    let mut obs = mk_observation(placement.clone(), three(), first_objects.clone(), vec![]);
+    obs.copy_limit = Some(5);
+    obs.others = works
+        .iter()
+        .map(|w| Other {
+            work: w.clone(),
+            orphaned: false,
+        })
+        .collect();
+    assert!(plan(&obs).expect("plan").findings.copy_quota.is_some());
+
+    // A limit lowered below what is placed holds back nothing that is already there.
+    let mut obs = mk_observation(placement, three(), first_objects, works);
+    obs.copy_limit = Some(1);
+    let lowered = plan(&obs).expect("plan");
+    assert!(lowered.findings.copy_quota.is_none());
+    assert_eq!(lowered.copies.len(), 3);
 }
 
 #[test]

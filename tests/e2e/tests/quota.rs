@@ -1,0 +1,175 @@
+//! A namespace's copy limit: each placed object is copied once per member into Works in the
+//! hub's etcd, outside any quota of the namespace, so the hub admin bounds the copies a
+//! namespace's Placements keep (`flotilla.dev/max-copies`, `--max-copies-per-namespace`).
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use flotilla_api::{Placement, reasons};
+use flotilla_e2e::{Seen, api, holds_for, wait_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::splitter::Fleet;
+
+/// The data of ConfigMap `name` in every member (`None` where it is missing).
+async fn member_data(fleet: &Fleet, name: &str) -> Result<Vec<Option<String>>> {
+    let mut out = Vec::new();
+    for (_, client) in &fleet.members {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), fleet.ns.name());
+        out.push(
+            api.get_opt(name)
+                .await?
+                .and_then(|c| c.data)
+                .and_then(|d| d.get("v").cloned()),
+        );
+    }
+    Ok(out)
+}
+
+async fn set_limit(hub: &Client, ns: &str, limit: &str) -> Result<()> {
+    Api::<Namespace>::all(hub.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"flotilla.dev/max-copies": limit}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn configmap(hub: &Client, ns: &str, name: &str, value: &str) -> Result<()> {
+    api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns, "labels": {"quota": "yes"}},
+                "data": {"v": value}}),
+        false,
+    )
+    .await??;
+    Ok(())
+}
+
+/// With a limit of 4 copies and three members, a second ConfigMap is placed nowhere and the
+/// Placement says `CopyQuotaExceeded` (with an Event), while the first one's copies stay and
+/// follow its changes; raising the limit places the second one.
+#[tokio::test]
+async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_has() -> Result<()>
+{
+    let fleet = Fleet::start_as_chart("quota").await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    let all = |v: &str| vec![Some(v.to_string()); fleet.members.len()];
+    let none = vec![None; fleet.members.len()];
+    set_limit(hub, ns, "4").await?;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "settings", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                "labelSelector": {"matchLabels": {"quota": "yes"}}}]}}),
+        false,
+    )
+    .await??;
+    configmap(hub, ns, "first", "1").await?;
+    wait_for(
+        "the first ConfigMap in every member",
+        Duration::from_secs(60),
+        || async {
+            let data = member_data(&fleet, "first").await?;
+            Ok(if data == all("1") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{data:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    configmap(hub, ns, "second", "1").await?;
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    wait_for(
+        "the Placement to say CopyQuotaExceeded",
+        Duration::from_secs(30),
+        || async {
+            let p = placements.get("settings").await?;
+            let scheduled = p
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == "Scheduled")
+                .cloned();
+            Ok(match scheduled {
+                Some(c)
+                    if c.status == "False"
+                        && c.reason == reasons::COPY_QUOTA_EXCEEDED
+                        && c.message.contains("limit of 4") =>
+                {
+                    Seen::Done(())
+                }
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    // The first one's copies follow it; the second one goes nowhere.
+    configmap(hub, ns, "first", "2").await?;
+    wait_for(
+        "the first ConfigMap's change in every member",
+        Duration::from_secs(60),
+        || async {
+            let data = member_data(&fleet, "first").await?;
+            Ok(if data == all("2") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{data:?}"))
+            })
+        },
+    )
+    .await?;
+    holds_for(
+        "the second ConfigMap to stay off the members",
+        Duration::from_secs(5),
+        || async {
+            let data = member_data(&fleet, "second").await?;
+            Ok(if data == none {
+                Ok(())
+            } else {
+                Err(format!("{data:?}"))
+            })
+        },
+    )
+    .await?;
+    let events = Api::<Event>::namespaced(hub.clone(), ns)
+        .list(&ListParams::default().fields("involvedObject.name=settings"))
+        .await?;
+    ensure!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some(reasons::COPY_QUOTA_EXCEEDED)),
+        "a Warning Event says why: {:?}",
+        events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+
+    // The admin raises the limit: the second one is placed.
+    set_limit(hub, ns, "6").await?;
+    wait_for(
+        "the second ConfigMap in every member",
+        Duration::from_secs(60),
+        || async {
+            let data = member_data(&fleet, "second").await?;
+            Ok(if data == all("1") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{data:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    Ok(())
+}
