@@ -97,11 +97,19 @@ pub async fn run(
         config,
     )
     .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
-    // An import's verdict changes: its Cluster's summary.
+    // An import's verdict changes: its Cluster's summary. (Guarded: an agent writes its
+    // imports, and one that does not decode must not stop this watch; its namespace still says
+    // whose it is.)
     .watches(
-        Api::<ApiResourceImport>::all(ctx.client.clone()),
+        Api::<DeserializeGuard<ApiResourceImport>>::all(ctx.client.clone()),
         watcher::Config::default(),
-        |import| import.cluster_name().map(ObjectRef::new),
+        |import| {
+            import
+                .namespace()
+                .as_deref()
+                .and_then(flotilla_api::names::cluster_from_namespace)
+                .map(ObjectRef::new)
+        },
     )
     .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
     .run(reconcile, error_policy, state)

@@ -140,7 +140,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
         // A kind negotiated, or its schema changed: every profile is checked again.
         .watches(
-            Api::<NegotiatedApiResource>::all(client),
+            Api::<DeserializeGuard<NegotiatedApiResource>>::all(client),
             watcher::Config::default(),
             move |_| {
                 every
