@@ -708,6 +708,17 @@ async fn accepted_agent_heartbeats_with_least_privilege_until_acceptance_is_revo
         status_of(&r) == Some(403),
         "another cluster's Works must be forbidden: {r:?}"
     );
+    // Nor may it describe another member's API: its imports are that member's.
+    let import = json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "APIResourceImport",
+        "metadata": {"name": "widgets.v1.example.com", "namespace": other_ns},
+        "spec": {"groupVersion": {"group": "example.com", "version": "v1"},
+                 "names": {"plural": "widgets", "kind": "Widget"}, "scope": "Namespaced",
+                 "openAPIV3Schema": {"type": "object"}}});
+    let r = api::create(&client, &import, false).await?;
+    ensure!(
+        status_of(&r) == Some(403),
+        "another cluster's imports must be forbidden: {r:?}"
+    );
     for ns in [
         own_ns.as_str(),
         other_ns.as_str(),
