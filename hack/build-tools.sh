@@ -4,7 +4,8 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm, and
 #   kstatus (hack/kstatus: the readiness verdict GitOps tools compute, from cli-utils' kstatus)
 # and, in crds/, real CRDs of widely used projects (Argo Rollouts' Rollout, OpenKruise's
-# CloneSet) from their Go modules, named <plural>.<group>.yaml
+# CloneSet) from their Go modules, named <plural>.<group>.yaml, and Gateway API's HTTPRoute at
+# two releases, named <plural>.<group>@<version>.yaml
 # and, for the older Kubernetes minor that some members run (KUBERNETES_OLDER_VERSION),
 #   k8s-<version>/{kube-apiserver,kube-controller-manager,kube-scheduler}
 # Versions come from hack/versions.env. Binaries already present are not rebuilt, so a second run
@@ -19,7 +20,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm kstatus)
-CRD_MARKERS=(".argo-rollouts-${ARGO_ROLLOUTS_VERSION}" ".openkruise-${OPENKRUISE_VERSION}")
+CRD_MARKERS=(".argo-rollouts-${ARGO_ROLLOUTS_VERSION}" ".openkruise-${OPENKRUISE_VERSION}"
+  ".gateway-api-${GATEWAY_API_OLD_VERSION}" ".gateway-api-${GATEWAY_API_VERSION}")
 case "${1:-}" in
   --print-dir) echo "${TOOLS_BIN}"; exit 0 ;;
   --check)
@@ -221,6 +223,10 @@ fetch_crd github.com/argoproj/argo-rollouts "${ARGO_ROLLOUTS_VERSION}" manifests
   rollouts.argoproj.io.yaml ".argo-rollouts-${ARGO_ROLLOUTS_VERSION}"
 fetch_crd github.com/openkruise/kruise "${OPENKRUISE_VERSION}" config/crd/bases/apps.kruise.io_clonesets.yaml \
   clonesets.apps.kruise.io.yaml ".openkruise-${OPENKRUISE_VERSION}"
+for v in "${GATEWAY_API_OLD_VERSION}" "${GATEWAY_API_VERSION}"; do
+  fetch_crd sigs.k8s.io/gateway-api "${v}" config/crd/standard/gateway.networking.k8s.io_httproutes.yaml \
+    "httproutes.gateway.networking.k8s.io@${v}.yaml" ".gateway-api-${v}"
+done
 build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl
 build_k8s "${KUBERNETES_OLDER_VERSION}" "${K8S_SERVER_TOOLS[@]}"
 log "all tools ready in $(( $(now) - T0 ))s"
