@@ -133,7 +133,7 @@ pub fn check(old: &Path, new: &Path) -> Result<Report, String> {
 }
 
 /// Every CRD in a YAML file, by name.
-fn read_crds(path: &Path) -> Result<BTreeMap<String, CustomResourceDefinition>, String> {
+pub(crate) fn read_crds(path: &Path) -> Result<BTreeMap<String, CustomResourceDefinition>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let documents: Vec<Value> = serde_saphyr::from_multiple(&text)
         .map_err(|e| format!("{}: not YAML: {e}", path.display()))?;

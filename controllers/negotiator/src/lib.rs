@@ -12,11 +12,13 @@
 //! | [`schemas`] | pure: a member's schema of one type from its OpenAPI v3 or CRD |
 //! | [`types`] | pure: which types are imported |
 //! | [`compat`] | `flotilla-negotiator compat`: the CRD upgrade check for CI |
+//! | [`lcd`] | `flotilla-negotiator lcd`: the CRD it would publish for members' CRDs, for review |
 
 pub mod cluster_status;
 pub mod compat;
 pub mod hub_importer;
 pub mod importer;
+pub mod lcd;
 pub mod metrics;
 pub mod negotiation;
 pub mod profiles;
