@@ -122,6 +122,14 @@ pub mod annotations {
     /// hash its member object is applied with) changes too and the syncer applies the new data;
     /// it says nothing about the data itself. Not applied to the member either.
     pub const DATA_VERSION: &str = "flotilla.dev/data-version";
+
+    /// On Works of a Placement (or ClusterPlacement) that no longer exists, and on hub Secrets
+    /// of type [`crate::work_data::SECRET_TYPE`] left without their Work: when the splitter first
+    /// saw it so, an RFC 3339 time. Once it is older than the splitter's `--orphaned-work-grace`
+    /// the splitter releases the Work (`deletePolicy: Orphan`, then deletes it: its member objects
+    /// stay, unmanaged) or deletes the Secret; a Placement of that name appearing again removes
+    /// it. Kept on the object, so the clock survives a restart of the splitter.
+    pub const ORPHANED_SINCE: &str = "flotilla.dev/orphaned-since";
 }
 
 /// Finalizers, each named after the controller that removes it.
@@ -485,6 +493,7 @@ mod tests {
             annotations::PLACEMENT,
             annotations::DATA_SECRET,
             annotations::DATA_VERSION,
+            annotations::ORPHANED_SINCE,
             finalizers::REGISTRATION,
             finalizers::SYNCER,
             finalizers::SPLITTER,

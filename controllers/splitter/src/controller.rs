@@ -316,8 +316,13 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
     // second watch would race it: a neighbour's pass could still read the old Placement).
     let neighbours_of = placements.clone();
     let neighbour_triggers = triggers.clone();
+    // The releaser of the Works of deleted Placements (see crate::release) looks soon after a
+    // Placement appears or goes, and after a change of a Work that may be orphaned.
+    let release_wake: Arc<tokio::sync::Notify> = Arc::default();
+    let placement_appeared_or_went = release_wake.clone();
     let placement_events = spec_changes_and_deletions(placement_events).inspect(move |changed| {
         let Ok(changed) = changed else { return };
+        placement_appeared_or_went.notify_one();
         let ns = changed.namespace();
         for p in neighbours_of.state() {
             if p.namespace() == ns && p.name_any() != changed.name_any() {
@@ -346,6 +351,13 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         recent.clone(),
         triggers.clone(),
     );
+    let (release_placements, work_release_wake) = (placements.clone(), release_wake.clone());
+    let work_changed = move |w: &Work| {
+        work_changed(w);
+        if crate::release::concerns(w, &release_placements) {
+            work_release_wake.notify_one();
+        }
+    };
     let works = flotilla_runtime::cache::spawn_lean_store(
         &ctx,
         Api::<Work>::all(client.clone()),
@@ -478,6 +490,19 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         } => {}
     }
     ctx.health.set_caches_synced(true);
+    tokio::spawn(
+        crate::release::Releaser {
+            ctx: ctx.clone(),
+            grace: args.orphaned_work_grace,
+            served: crate::release::Served::of(scope, &args.cluster_placement_selector),
+            placements: neighbours.clone(),
+            clusters: clusters.clone(),
+            works: works.clone(),
+            data_secrets: data_secrets.clone(),
+            wake: release_wake,
+        }
+        .run(),
+    );
     let state = Arc::new(Splitter {
         ctx: ctx.clone(),
         clusters,

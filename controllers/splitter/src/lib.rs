@@ -6,6 +6,7 @@
 //! | [`observe`] | what a pass reads: caches, and a fresh list of the selected objects |
 //! | [`plan`] | pure: the Works to write and delete (and those kept, and why), the decisions |
 //! | [`recent`] | read-your-writes: the Works a pass wrote, until the cache has them |
+//! | [`release`] | the Works of deleted Placements, released after `--orphaned-work-grace` |
 //! | [`execute`] | the plan's writes (only what differs) and deletions (with preconditions) |
 //! | [`report`] | the Placement's bounded status, the divided Deployments' status, Events |
 //! | [`division`] | pure: replicas per member (largest remainder, stable on scale, join, leave) |
@@ -35,6 +36,7 @@ pub mod plan;
 pub mod pod_security;
 pub mod recent;
 pub mod references;
+pub mod release;
 pub mod render;
 pub mod report;
 pub mod specificity;
@@ -69,6 +71,20 @@ pub struct SplitterArgs {
     /// How many Placements (per --namespace) are worked on at the same time.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub concurrency: u16,
+
+    /// How long the Works of a deleted Placement (or ClusterPlacement) stay before the splitter
+    /// releases them: it marks each Work `deletePolicy: Orphan` and deletes it, so the member
+    /// objects stay as they are, unmanaged (no longer updated, a change in the member no longer
+    /// reverted), and the hub Secret with the data of its Secrets goes with it. A Placement of
+    /// the same name created within it (`kubectl replace --force`) takes its Works over as
+    /// before. The time a Work was first seen orphaned is kept on it (annotation
+    /// `flotilla.dev/orphaned-since`), so a restart does not start the clock again. Only the
+    /// Works of Placements this splitter serves (--namespace, --cluster-placements) on Clusters
+    /// it serves (--cluster-selector) are released; with --cluster-placement-selector, no
+    /// ClusterPlacement's (a deleted one's labels are not known). 0s: never released.
+    #[arg(long, default_value = "10m", value_parser = flotilla_runtime::cli::parse_duration,
+          value_name = "DURATION")]
+    pub orphaned_work_grace: std::time::Duration,
 
     /// The most copies (placed objects × the members each goes to) the Placements of one hub
     /// namespace may keep, unless the namespace's annotation `flotilla.dev/max-copies` (the hub

@@ -567,8 +567,8 @@ fn refusal<T: std::fmt::Debug>(result: std::result::Result<T, kube::Error>) -> (
 /// cannot make itself a certificate for `kubeadm:cluster-admins` (neither create nor approve one),
 /// cannot bind anything outside the agents' own bindings, delete a tenant's namespace or write a
 /// Lease in kube-system; the syncer cannot read Secrets outside the release namespace or make
-/// Works; the splitter cannot run a Pod (only dry-run one) or make Clusters; the negotiator cannot
-/// delete CRDs.
+/// Works; the splitter cannot run a Pod (only dry-run one), make Clusters, or write or delete a
+/// tenant's Secrets; the negotiator cannot delete CRDs.
 #[tokio::test]
 async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     use k8s_openapi::api::certificates::v1::{
@@ -869,6 +869,22 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     ensure!(
         code == 403 && message.contains("data Secrets of Works"),
         "the splitter must not write a tenant's Secrets: {code} {message}"
+    );
+    // Nor delete one: RBAC lets it delete Secrets (a Work's data Secret left without its Work),
+    // the policy only those.
+    let precious: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "precious"}, "stringData": {"k": "v"}}))?;
+    Api::<Secret>::namespaced(hub.clone(), tenant.name())
+        .create(&PostParams::default(), &precious)
+        .await?;
+    let (code, message) = refusal(
+        Api::<Secret>::namespaced(clients["splitter"].clone(), tenant.name())
+            .delete("precious", &Default::default())
+            .await,
+    );
+    ensure!(
+        code == 403 && message.contains("data Secrets of Works"),
+        "the splitter must not delete a tenant's Secrets: {code} {message}"
     );
     let dry_run = PostParams {
         dry_run: true,

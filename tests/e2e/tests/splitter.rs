@@ -21,7 +21,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::Role;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -188,15 +188,40 @@ impl Fleet {
     /// With the splitter running as the chart's splitter ServiceAccount (its RBAC as the chart
     /// renders it), so that what the chart does not grant shows up.
     pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
+        Self::start_as_chart_with(prefix, &[]).await
+    }
+
+    /// As [`Fleet::start_as_chart`], with more flags for the splitter.
+    pub(crate) async fn start_as_chart_with(prefix: &str, splitter_flags: &[&str]) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], true, Second::None, false).await
+        Self::start_full(
+            prefix,
+            members,
+            &[],
+            &[],
+            splitter_flags,
+            true,
+            Second::None,
+            false,
+        )
+        .await
     }
 
     /// With a second namespace served by the same splitter: two teams on one hub. The splitter
     /// runs as the chart's splitter ServiceAccount.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], true, Second::Everywhere, false).await
+        Self::start_full(
+            prefix,
+            members,
+            &[],
+            &[],
+            &[],
+            true,
+            Second::Everywhere,
+            false,
+        )
+        .await
     }
 
     /// With a second namespace served by the same splitter that only the hub has, with
@@ -209,6 +234,7 @@ impl Fleet {
         Self::start_full(
             prefix,
             members,
+            &[],
             &[],
             &[],
             true,
@@ -230,6 +256,7 @@ impl Fleet {
             members,
             &[],
             &[],
+            &[],
             true,
             Second::HubOnly(labels),
             true,
@@ -247,6 +274,7 @@ impl Fleet {
             prefix,
             members_info,
             registration_flags,
+            &[],
             &[],
             false,
             Second::None,
@@ -267,6 +295,7 @@ impl Fleet {
             members_info,
             registration_flags,
             syncer_flags,
+            &[],
             false,
             Second::None,
             false,
@@ -274,11 +303,13 @@ impl Fleet {
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn start_full(
         prefix: &str,
         members_info: Vec<ClusterInfo>,
         registration_flags: &[&str],
         syncer_flags: &[&str],
+        splitter_flags: &[&str],
         chart_splitter: bool,
         second: Second,
         cluster_placements: bool,
@@ -333,6 +364,7 @@ impl Fleet {
         let split_selector = format!("{selector},{SPLITTER_OUT}!=true");
         split[5] = split_selector.as_str();
         split.extend(["--namespace", namespaces.as_str()]);
+        split.extend(splitter_flags);
         if cluster_placements {
             split.extend([
                 "--cluster-placements=true",
@@ -1224,6 +1256,306 @@ async fn kubectl_replace_force_keeps_the_member_copies() -> Result<()> {
     ensure!(
         after == before,
         "kubectl replace --force recreated the member copies: {before:?} -> {after:?}"
+    );
+    Ok(())
+}
+
+/// The Works of the test namespace's objects on every member of the fleet.
+async fn works_of_namespace(fleet: &Fleet) -> Result<Vec<Work>> {
+    let mut out = Vec::new();
+    for (cluster, _) in &fleet.members {
+        out.extend(api::works_from(&fleet.hub, cluster, fleet.ns.name()).await?);
+    }
+    Ok(out)
+}
+
+/// The hub Secrets holding the data of the test namespace's Works, on every member of the fleet,
+/// as `namespace/name`.
+async fn data_secrets_of_namespace(fleet: &Fleet) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (cluster, _) in &fleet.members {
+        let hub_ns = names::cluster_namespace(cluster);
+        let secrets = Api::<Secret>::namespaced(fleet.hub.clone(), &hub_ns)
+            .list(&ListParams::default().labels(labels::WORK_DATA))
+            .await?;
+        out.extend(
+            secrets
+                .items
+                .into_iter()
+                .filter(|s| {
+                    s.annotations()
+                        .get(annotations::SOURCE_NAMESPACE)
+                        .map(String::as_str)
+                        == Some(fleet.ns.name())
+                })
+                .map(|s| format!("{hub_ns}/{}", s.name_any())),
+        );
+    }
+    Ok(out)
+}
+
+/// Placement `name` of the test namespace, placing ConfigMap `settings` and Secret `creds`.
+async fn place_settings_and_creds(fleet: &Fleet, name: &str) -> Result<()> {
+    api::apply(
+        &fleet.hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": name, "namespace": fleet.ns.name()},
+                "spec": {"resourceSelectors": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"},
+                    {"apiVersion": "v1", "kind": "Secret", "name": "creds"}]}}),
+        false,
+    )
+    .await??;
+    Ok(())
+}
+
+/// ConfigMap `settings` (`value: one`) and Secret `creds` in the test namespace of the hub,
+/// placed by Placement `name` on every member.
+async fn settings_and_creds_everywhere(fleet: &Fleet, name: &str) -> Result<()> {
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": ns}, "data": {"value": "one"}}),
+        false,
+    )
+    .await??;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "creds", "namespace": ns},
+                "stringData": {"password": "s3cr3t"}}),
+        false,
+    )
+    .await??;
+    place_settings_and_creds(fleet, name).await?;
+    settings_everywhere(&fleet.members, ns, "one", Duration::from_secs(60))
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    in_every_member::<Secret>(&fleet.members, ns, "creds").await
+}
+
+/// A Placement deleted for good: once its Works have been orphaned for `--orphaned-work-grace`
+/// the splitter releases them (`deletePolicy: Orphan`, then deleted): the member objects stay as
+/// they are, unmanaged (a member-side edit is no longer reverted), the hub Secrets with the data
+/// of their Secrets go with them, and so does a work-data Secret left without a Work. The
+/// splitter runs as the chart's ServiceAccount: what the chart does not let it do shows.
+#[tokio::test]
+async fn the_works_of_a_deleted_placement_are_released_after_the_grace_period() -> Result<()> {
+    let fleet = Fleet::start_as_chart_with("release", &["--orphaned-work-grace", "5s"]).await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    settings_and_creds_everywhere(&fleet, "configs").await?;
+    let settings = copy_uids::<ConfigMap>(members, ns, "settings").await?;
+    let creds = copy_uids::<Secret>(members, ns, "creds").await?;
+    ensure!(
+        !works_of_namespace(&fleet).await?.is_empty(),
+        "the Placement's Works"
+    );
+    ensure!(
+        !data_secrets_of_namespace(&fleet).await?.is_empty(),
+        "the hub Secrets with the data of the Works' Secrets"
+    );
+
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .delete("configs", &DeleteParams::default())
+        .await?;
+    // What a refused write of a new Work leaves: its data Secret, without an owner.
+    let (first, _) = &members[0];
+    let stray: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "configs-stray",
+                     "labels": {labels::WORK_DATA: labels::WORK_DATA_VALUE,
+                                labels::PLACEMENT: "configs", labels::CLUSTER: first},
+                     "annotations": {annotations::SOURCE_NAMESPACE: ns}},
+        "type": flotilla_api::work_data::SECRET_TYPE,
+        "data": {},
+    }))?;
+    Api::<Secret>::namespaced(hub.clone(), &names::cluster_namespace(first))
+        .create(&PostParams::default(), &stray)
+        .await?;
+
+    wait_for(
+        "the Works of the deleted Placement to be released",
+        Duration::from_secs(60),
+        || async {
+            let left: Vec<String> = works_of_namespace(&fleet)
+                .await?
+                .iter()
+                .map(|w| {
+                    let since = w.annotations().get(annotations::ORPHANED_SINCE);
+                    format!("{} (orphaned since {since:?})", w.name_any())
+                })
+                .collect();
+            Ok(Seen::unless(&left, ()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    wait_for(
+        "the hub Secrets with the data of their Secrets to go",
+        Duration::from_secs(60),
+        || async {
+            let left = data_secrets_of_namespace(&fleet).await?;
+            Ok(Seen::unless(&left, ()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    // The member objects stay, as they were.
+    ensure!(
+        copy_uids::<ConfigMap>(members, ns, "settings").await? == settings,
+        "the member ConfigMaps stay as they were"
+    );
+    ensure!(
+        copy_uids::<Secret>(members, ns, "creds").await? == creds,
+        "the member Secrets stay as they were"
+    );
+    settings_everywhere(members, ns, "one", Duration::from_secs(5)).await?;
+    for (cluster, client) in members {
+        let data = Api::<Secret>::namespaced(client.clone(), ns)
+            .get("creds")
+            .await?
+            .data
+            .unwrap_or_default();
+        ensure!(
+            data.get("password").map(|p| p.0.as_slice()) == Some(&b"s3cr3t"[..]),
+            "Secret creds keeps its data in {cluster}: {data:?}"
+        );
+    }
+    // Unmanaged: an edit in a member stays (the syncer resyncs every 5 s here).
+    let (_, client) = &members[0];
+    let member_settings = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    member_settings
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": "edited-in-the-member"}})),
+        )
+        .await?;
+    flotilla_e2e::holds_for(
+        "the member's edit to stay",
+        Duration::from_secs(12),
+        || async {
+            let value = member_settings
+                .get("settings")
+                .await?
+                .data
+                .and_then(|d| d.get("value").cloned());
+            Ok(if value.as_deref() == Some("edited-in-the-member") {
+                Ok(())
+            } else {
+                Err(format!("value {value:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // Visible: an Event on each released Work, and the splitter's counter.
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
+        hub.clone(),
+        &names::cluster_namespace(first),
+    )
+    .list(&ListParams::default())
+    .await?;
+    let released: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Released"))
+        .filter_map(|e| e.message.clone())
+        .collect();
+    ensure!(
+        released
+            .iter()
+            .any(|m| m.contains("configs") && m.contains("left in place")),
+        "an Event says the Work was released: {released:?}"
+    );
+    let (_, metrics) = fleet.splitter.get("/metrics").await?;
+    ensure!(
+        metrics.lines().any(
+            |l| l.starts_with("flotilla_splitter_released_total{object=\"work\"}")
+                && !l.ends_with(" 0")
+        ),
+        "the splitter counts the Works it released:\n{metrics}"
+    );
+    Ok(())
+}
+
+/// `kubectl replace --force` of a Placement, or a Placement deleted and created again within
+/// `--orphaned-work-grace` (10 minutes by default): its Works are marked orphaned meanwhile and
+/// nothing else changes; the Placement created again takes its copies over as they are.
+#[tokio::test]
+async fn a_placement_created_again_within_the_grace_period_keeps_its_copies() -> Result<()> {
+    let fleet = Fleet::start_as_chart("regrace").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    settings_and_creds_everywhere(&fleet, "configs").await?;
+    let settings = copy_uids::<ConfigMap>(members, ns, "settings").await?;
+    let creds = copy_uids::<Secret>(members, ns, "creds").await?;
+    let works: BTreeMap<String, Option<String>> = works_of_namespace(&fleet)
+        .await?
+        .iter()
+        .map(|w| (w.name_any(), w.uid()))
+        .collect();
+
+    Api::<Placement>::namespaced(hub.clone(), ns)
+        .delete("configs", &DeleteParams::default())
+        .await?;
+    // The clock of each Work starts (in an annotation: it survives a restart of the splitter).
+    wait_for(
+        "the Works of the deleted Placement to be marked orphaned",
+        Duration::from_secs(30),
+        || async {
+            let unmarked: Vec<String> = works_of_namespace(&fleet)
+                .await?
+                .iter()
+                .filter(|w| !w.annotations().contains_key(annotations::ORPHANED_SINCE))
+                .map(|w| w.name_any())
+                .collect();
+            Ok(Seen::unless(&unmarked, ()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    place_settings_and_creds(&fleet, "configs").await?;
+    wait_for(
+        "the Works to be the Placement's again, unmarked",
+        Duration::from_secs(30),
+        || async {
+            let marked: Vec<String> = works_of_namespace(&fleet)
+                .await?
+                .iter()
+                .filter(|w| w.annotations().contains_key(annotations::ORPHANED_SINCE))
+                .map(|w| w.name_any())
+                .collect();
+            Ok(Seen::unless(&marked, ()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let now: BTreeMap<String, Option<String>> = works_of_namespace(&fleet)
+        .await?
+        .iter()
+        .map(|w| (w.name_any(), w.uid()))
+        .collect();
+    ensure!(now == works, "the same Works: {works:?} -> {now:?}");
+    // Managed again: a change on the hub reaches every member, into the same objects.
+    api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": ns}, "data": {"value": "two"}}),
+        false,
+    )
+    .await??;
+    settings_everywhere(members, ns, "two", Duration::from_secs(30))
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))?;
+    ensure!(
+        copy_uids::<ConfigMap>(members, ns, "settings").await? == settings,
+        "the member ConfigMaps were not recreated"
+    );
+    ensure!(
+        copy_uids::<Secret>(members, ns, "creds").await? == creds,
+        "the member Secrets were not recreated"
     );
     Ok(())
 }
