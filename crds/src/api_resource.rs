@@ -40,6 +40,11 @@ pub struct ApiResourceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub column_definitions: Vec<CustomResourceColumnDefinition>,
 
+    /// The CRD's `api-approved.kubernetes.io` annotation, which CRDs of the protected groups
+    /// (`*.k8s.io`, `*.kubernetes.io`) must carry: a published CRD carries it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_approved: Option<String>,
+
     /// The type's schema as a CRD-style structural OpenAPI v3 schema (`$ref`s resolved,
     /// `x-kubernetes-*` extensions kept), rooted at the object (apiVersion, kind, metadata, spec,
     /// status).
@@ -176,6 +181,7 @@ mod tests {
             scope: ResourceScope::Namespaced,
             subresources: None,
             column_definitions: vec![],
+            api_approved: None,
             open_api_v3_schema: serde_json::json!({"type": "object"}),
         };
         assert_eq!(spec.object_name(), "deployments.v1.apps");

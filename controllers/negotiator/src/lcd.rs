@@ -122,8 +122,13 @@ pub fn negotiate(inputs: &[PathBuf]) -> Result<Vec<Negotiated>, String> {
             let negotiated = Schema::from_value_with(&lcd.schema, &limits)
                 .map_err(|e| format!("{name} {version}: the negotiated schema: {e}"))?;
             for change in &lcd.conflicts {
+                let what = if change.kind == flotilla_schema::ChangeKind::ValidationRuleRemoved {
+                    "left out"
+                } else {
+                    "left out, the inputs disagree"
+                };
                 notes.push(format!(
-                    "{name} {version}: left out, the inputs disagree: {} {}: {}",
+                    "{name} {version}: {what}: {} {}: {}",
                     change.path, change.kind, change.message
                 ));
             }

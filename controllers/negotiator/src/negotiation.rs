@@ -388,7 +388,22 @@ pub fn published_crd(
     versions.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let names: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionNames =
         resource.names.clone().into();
-    json!({
+    // A protected group's CRD needs its approval: the members' (an existing published CRD's
+    // stays), or a plain statement that it is not approved, which the apiserver accepts.
+    let approval = resource
+        .api_approved
+        .clone()
+        .or_else(|| {
+            existing
+                .and_then(|c| c.metadata.annotations.as_ref())
+                .and_then(|a| a.get(schemas::API_APPROVED))
+                .cloned()
+        })
+        .or_else(|| {
+            schemas::is_protected_group(&gv.group)
+                .then(|| "unapproved, published by Flotilla from its members' CRDs".to_string())
+        });
+    let mut crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
@@ -401,7 +416,11 @@ pub fn published_crd(
             "scope": resource.scope.as_str(),
             "versions": versions,
         },
-    })
+    });
+    if let Some(approval) = approval {
+        crd["metadata"]["annotations"] = json!({schemas::API_APPROVED: approval});
+    }
+    crd
 }
 
 impl Negotiator {
@@ -780,8 +799,34 @@ mod tests {
             scope: ResourceScope::Namespaced,
             subresources: None,
             column_definitions: vec![],
+            api_approved: None,
             open_api_v3_schema: json!({"type": "object"}),
         }
+    }
+
+    /// A CRD of a protected group (`*.k8s.io`) carries the members' approval, or says it has
+    /// none: without the annotation the apiserver refuses it.
+    #[test]
+    fn a_protected_groups_crd_carries_its_approval() {
+        let schema = json!({"type": "object"});
+        let mut route = widgets("v1");
+        route.group_version.group = "gateway.networking.k8s.io".into();
+        let crd = published_crd(&route, &schema, None);
+        assert!(
+            crd["metadata"]["annotations"][schemas::API_APPROVED]
+                .as_str()
+                .is_some_and(|a| a.starts_with("unapproved"))
+        );
+        route.api_approved =
+            Some("https://github.com/kubernetes-sigs/gateway-api/pull/2466".into());
+        let crd = published_crd(&route, &schema, None);
+        assert_eq!(
+            crd["metadata"]["annotations"][schemas::API_APPROVED],
+            "https://github.com/kubernetes-sigs/gateway-api/pull/2466"
+        );
+        let plain = published_crd(&widgets("v1"), &schema, None);
+        assert!(plain["metadata"].get("annotations").is_none());
+        assert!(schemas::is_protected_group("k8s.io") && !schemas::is_protected_group("notk8s.io"));
     }
 
     #[test]

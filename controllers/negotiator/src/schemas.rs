@@ -132,6 +132,7 @@ pub fn builtin_spec(
         },
         subresources,
         column_definitions: Vec::new(),
+        api_approved: None,
         open_api_v3_schema: schema,
     }
 }
@@ -143,6 +144,17 @@ where
 {
     crds.into_iter()
         .find(|c| c.spec.group == type_.group && c.spec.names.kind == type_.kind)
+}
+
+/// The annotation CRDs of the protected API groups must carry (KEP 1111).
+pub const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+/// Whether CRDs of `group` must carry [`API_APPROVED`]: `k8s.io`, `kubernetes.io` and their
+/// subdomains.
+pub fn is_protected_group(group: &str) -> bool {
+    ["k8s.io", "kubernetes.io"]
+        .iter()
+        .any(|g| group == *g || group.ends_with(&format!(".{g}")))
 }
 
 /// A custom type's spec from its CRD; `Ok(None)` when the CRD does not serve `version`.
@@ -192,6 +204,12 @@ pub fn crd_spec(
         },
         subresources: v.subresources.clone(),
         column_definitions: v.additional_printer_columns.clone().unwrap_or_default(),
+        api_approved: crd
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(API_APPROVED))
+            .cloned(),
         open_api_v3_schema: schema,
     }))
 }

@@ -20,7 +20,10 @@
 //!   validations in `allOf`).
 //! - **nullable**: only if all are. **uniqueItems**: if any is.
 //!   **x-kubernetes-preserve-unknown-fields**: only if all do. **x-kubernetes-validations**: the
-//!   union of the rules.
+//!   union of the rules, then only those whose every selected field (and `fieldPath`) the result
+//!   still has: the apiserver refuses a CRD whose rule names a field its node lacks. A rule that
+//!   names a field left out, or that cannot be analysed ([`crate::cel`]), is dropped and reported
+//!   in [`Lcd::conflicts`] (the members still enforce it; the hub does not).
 //! - **default**, **x-kubernetes-embedded-resource**, **list-type**, **list-map-keys**,
 //!   **map-type**: must agree. A default that differs is dropped (and reported: objects that omit
 //!   the field get different values in different members); the others are conflicts.
@@ -91,6 +94,7 @@ pub fn lcd_of_parsed(schemas: &[Schema]) -> Result<Lcd, SchemaError> {
                 message: c.message,
             })?;
     }
+    prune_rules(&Path::root(), &mut acc, &mut merger.conflicts);
     let mut narrowings = Vec::new();
     for (input, s) in schemas.iter().enumerate() {
         let mut c = Comparer::default();
@@ -107,6 +111,95 @@ pub fn lcd_of_parsed(schemas: &[Schema]) -> Result<Lcd, SchemaError> {
         conflicts: merger.conflicts,
         narrowings,
     })
+}
+
+/// Drops the CEL rules of `node` and below that the node no longer fits (see
+/// [`crate::cel::check_rule`]): each goes into `dropped`, with why.
+fn prune_rules(path: &Path, node: &mut Schema, dropped: &mut Vec<Change>) {
+    let rules = std::mem::take(&mut node.validations);
+    for rule in rules {
+        match rule_fits(&rule, node) {
+            Ok(()) => node.validations.push(rule),
+            Err(why) => dropped.push(Change {
+                version: None,
+                path: path.to_string(),
+                kind: ChangeKind::ValidationRuleRemoved,
+                verdict: Verdict::Unknown,
+                message: format!(
+                    "CEL rule {} dropped: {why}; the members still enforce it, the hub does not",
+                    rule.get("rule").unwrap_or(&rule)
+                ),
+            }),
+        }
+    }
+    for (name, child) in &mut node.properties {
+        prune_rules(&path.field(name), child, dropped);
+    }
+    if let Some(items) = node.items.as_deref_mut() {
+        prune_rules(&path.items(), items, dropped);
+    }
+    if let AdditionalProperties::Schema(values) = &mut node.additional_properties {
+        prune_rules(&path.items(), values, dropped);
+    }
+}
+
+/// Whether one `x-kubernetes-validations` entry fits `node`: its rule, its message expression
+/// and its field path name only what the node has.
+fn rule_fits(rule: &Value, node: &Schema) -> Result<(), String> {
+    use crate::cel::{RuleCheck, check_rule};
+    let expressions = ["rule", "messageExpression"]
+        .into_iter()
+        .filter_map(|k| rule.get(k).and_then(Value::as_str));
+    for expression in expressions {
+        match check_rule(expression, node) {
+            RuleCheck::Fits => {}
+            RuleCheck::MissingField(field) => {
+                return Err(format!(
+                    "it reads {field}, which the negotiated schema leaves out"
+                ));
+            }
+            RuleCheck::Unanalysable(why) => {
+                return Err(format!("it cannot be analysed ({why})"));
+            }
+        }
+    }
+    if let Some(field_path) = rule.get("fieldPath").and_then(Value::as_str) {
+        let mut at = node;
+        for segment in field_path_segments(field_path) {
+            match at.properties.get(&segment) {
+                Some(next) => at = next,
+                None if at.unlisted().is_some() => break,
+                None => {
+                    return Err(format!(
+                        "its fieldPath {field_path} names .{segment}, which the negotiated schema \
+                         leaves out"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The field names of a rule's `fieldPath` (`.spec.a`, `.spec['a.b']`); list indexes are not
+/// names and end the walk.
+fn field_path_segments(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            out.push(r[..end].to_string());
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix("['") {
+            let Some(end) = r.find("']") else { break };
+            out.push(r[..end].to_string());
+            rest = &r[end + 2..];
+        } else {
+            break;
+        }
+    }
+    out
 }
 
 /// Why two nodes cannot be merged.

@@ -33,6 +33,7 @@
 //! assert_eq!(c.changes[0].path, ".size");
 //! ```
 
+pub mod cel;
 mod change;
 mod compare;
 pub mod crd;

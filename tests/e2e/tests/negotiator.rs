@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::{
     ApiResourceImport, Cluster, Compatibility, NegotiatedApiResource, conditions, labels, names,
     reasons,
@@ -621,5 +621,129 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         "metrics: {metrics}"
     );
     ensure!(metrics.contains("flotilla_negotiator_negotiation_duration_seconds"));
+    Ok(())
+}
+
+/// A real CRD of two releases: Gateway API's HTTPRoute v1.0.0 in one member and v1.6.1 in the
+/// others (both from the tool cache, `hack/build-tools.sh`). The least common denominator keeps
+/// only the CEL rules whose fields it keeps and carries the protected group's approval
+/// annotation, so `publish: true` makes a hub CRD the hub apiserver accepts.
+#[tokio::test]
+async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Result<()> {
+    let env = Environment::get();
+    let hub = env.hub.client().await?;
+    api::install_crds(&hub).await?;
+    let infos = env.require_members(3)?.to_vec();
+    let tools = std::env::var("FLOTILLA_TOOLS_BIN")
+        .map_err(|_| anyhow!("FLOTILLA_TOOLS_BIN is not set: run the tests with hack/test.sh"))?;
+    let read = |version: &str| -> Result<Value> {
+        let path = std::path::Path::new(&tools).join("crds").join(format!(
+            "httproutes.gateway.networking.k8s.io@{version}.yaml"
+        ));
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{} (run hack/build-tools.sh)", path.display()))?;
+        Ok(serde_saphyr::from_str(&text)?)
+    };
+    let (old, new) = (read("v1.0.0")?, read("v1.6.1")?);
+    let ns = TestNamespace::create("negotiator-routes", &[&env.hub]).await?;
+    let id = random_suffix();
+    let selector = format!("{SELECTOR_LABEL}={id}");
+    let crd_name = "httproutes.gateway.networking.k8s.io";
+    let nar = "httproutes.v1.gateway.networking.k8s.io";
+    let mut member_crds: Vec<ClusterScopedObjects> =
+        infos.iter().map(ClusterScopedObjects::new).collect();
+    let mut hub_objects = ClusterScopedObjects::new(&env.hub);
+    for objects in &mut member_crds {
+        objects.add(crd_resource(), crd_name.to_string());
+    }
+    hub_objects.add(crd_resource(), crd_name.to_string());
+    for version in ["v1", "v1beta1"] {
+        hub_objects.add(
+            nar_resource(),
+            format!("httproutes.{version}.gateway.networking.k8s.io"),
+        );
+    }
+    let _cleanup = ClusterCleanup::new(&env.hub, selector.clone());
+    let mut members = Vec::new();
+    for (i, info) in infos.iter().enumerate() {
+        let client = info.client().await?;
+        install_crd(&client, if i == 0 { &old } else { &new }).await?;
+        members.push(Member {
+            info: info.clone(),
+            client,
+            cluster: format!("e2e-{}", random_suffix()),
+        });
+    }
+    let release = format!("e2e-{id}");
+    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
+    let negotiator_kubeconfig =
+        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator").await?;
+    let negotiator_kubeconfig = negotiator_kubeconfig.to_string_lossy().into_owned();
+    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+    let common = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--lease-namespace",
+        ns.name(),
+        "--cluster-selector",
+        selector.as_str(),
+        "--kubeconfig-secret-namespace",
+        ns.name(),
+    ];
+    let mut reg = common.to_vec();
+    reg.extend(["--probe-interval", "2s"]);
+    let mut neg = common.to_vec();
+    neg[1] = negotiator_kubeconfig.as_str();
+    neg.extend([
+        "--import-interval",
+        "5s",
+        "--extra-type",
+        "gateway.networking.k8s.io/v1/HTTPRoute",
+    ]);
+    let _registration = ControllerProcess::start("flotilla-registration", &reg)?;
+    let negotiator = ControllerProcess::start("flotilla-negotiator", &neg)?;
+    for m in &members {
+        register_push(&hub, ns.name(), &m.cluster, &m.info, (SELECTOR_LABEL, &id)).await?;
+    }
+
+    wait_negotiation(&hub, nar, "negotiated over the three imports", |n| {
+        has_condition(n, conditions::SUBMITTED, "True", reasons::NEGOTIATED)?;
+        let summaries = n.status.as_ref().map_or(0, |s| s.imports.len());
+        if summaries == 3 {
+            Ok(())
+        } else {
+            Err(format!("{summaries} import summaries"))
+        }
+    })
+    .await
+    .with_context(|| tail(&negotiator.log()))?;
+    let nars: Api<NegotiatedApiResource> = Api::all(hub.clone());
+    nars.patch(
+        nar,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"publish": true}})),
+    )
+    .await?;
+    wait_negotiation(&hub, nar, "published", |n| {
+        has_condition(n, conditions::PUBLISHED, "True", reasons::PUBLISHED)
+    })
+    .await
+    .with_context(|| tail(&negotiator.log()))?;
+    let published = Api::<CustomResourceDefinition>::all(hub.clone())
+        .get(crd_name)
+        .await?;
+    ensure!(
+        published
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("api-approved.kubernetes.io")),
+        "the published CRD of a protected group carries its approval"
+    );
+    let text = serde_json::to_string(&published.spec)?;
+    ensure!(
+        text.contains("x-kubernetes-validations") && !text.contains("self.percent"),
+        "the published CRD keeps the rules of the fields it keeps, and no rule of a field v1.0.0 lacks"
+    );
     Ok(())
 }
