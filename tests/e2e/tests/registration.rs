@@ -676,6 +676,8 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
             Some(names::AGENT_LEASE_NAME),
         ),
         ("get", "flotilla.dev", "clusters", None, Some(name.as_str())),
+        // The data of the Secrets its Works place.
+        ("get", "", "secrets", Some(own.as_str()), None),
         (
             "patch",
             "flotilla.dev",
@@ -716,8 +718,10 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
         ),
         ("create", "flotilla.dev", "works", Some(own.as_str()), None),
         ("delete", "flotilla.dev", "works", Some(own.as_str()), None),
-        ("get", "", "secrets", Some(own.as_str()), None),
+        // Only `get` of the data Secret a Work names: never a list.
+        ("list", "", "secrets", Some(own.as_str()), None),
         ("list", "", "secrets", None, None),
+        ("get", "", "secrets", Some(foreign.as_str()), None),
         (
             "get",
             "flotilla.dev",
