@@ -86,7 +86,8 @@ for c in registration syncer splitter negotiator; do
   sa_kubeconfig "${NS}" "flotilla-${c}" "${kc}"
   extra=()
   case "${c}" in
-    registration) extra=(--probe-interval 5s --grace-period 20s) ;;
+    # The agent ClusterRole of the chart's release "flotilla", as its Deployment passes it.
+    registration) extra=(--probe-interval 5s --grace-period 20s --agent-cluster-role flotilla:flotilla:agent) ;;
     syncer) extra=(--resync-interval 10s) ;;
   esac
   start_proc "flotilla.${c}" "${BIN}/flotilla-${c}" --kubeconfig "${kc}" --lease-namespace "${NS}" \

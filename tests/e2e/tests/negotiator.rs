@@ -615,6 +615,95 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         has_condition(n, conditions::ENFORCED, "True", reasons::BUILT_IN)
     })
     .await?;
+
+    // A member cannot widen what is published on its own. A pull member's agent writes its
+    // imports, strategy included (here the test writes it, in that member's hub namespace, as
+    // the agent may): UpdatePublished with a wider Widget leaves the published CRD as it is,
+    // until the hub admin allows published updates on the NegotiatedAPIResource.
+    let pull = format!("e2e-{}", random_suffix());
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": pull, "labels": {SELECTOR_LABEL: id}},
+        "spec": {"syncMode": "Pull", "hubAcceptsClient": true}}))?;
+    clusters
+        .create(&kube::api::PostParams::default(), &cluster)
+        .await?;
+    let pull_ns = names::cluster_namespace(&pull);
+    let wide_import = json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "APIResourceImport",
+        "metadata": {"name": widgets, "namespace": pull_ns},
+        "spec": {"groupVersion": {"group": group, "version": "v1"},
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                           "listKind": "WidgetList"},
+                 "scope": "Namespaced",
+                 "schemaUpdateStrategy": "UpdatePublished",
+                 "openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+                     "properties": {"name": {"type": "string"}, "wide": {"type": "string"}}}}}}});
+    wait_for(
+        "the pull member's namespace, to write its import there",
+        TIMEOUT,
+        || async {
+            Ok(match api::apply(&hub, &wide_import, false).await? {
+                Ok(_) => Seen::Done(()),
+                Err(e) => Seen::not_yet(e),
+            })
+        },
+    )
+    .await?;
+    let pull_imports: Api<ApiResourceImport> = Api::namespaced(hub.clone(), &pull_ns);
+    wait_for(
+        "the negotiator to judge the wider import",
+        TIMEOUT,
+        || async {
+            let judged = pull_imports.get(&widgets).await?.status.is_some_and(|s| {
+                condition(&s.conditions, conditions::COMPATIBLE).is_some_and(|c| c.status == "True")
+            });
+            Ok(if judged {
+                Seen::Done(())
+            } else {
+                Seen::not_yet("no Compatible=True yet")
+            })
+        },
+    )
+    .await
+    .with_context(|| tail(&negotiator.log()))?;
+    flotilla_e2e::holds_for(
+        "the published Widget CRD to stay as negotiated",
+        Duration::from_secs(8),
+        || async {
+            let props = spec_properties(&published_schema(
+                &crds.get(&format!("widgets.{group}")).await?,
+            )?);
+            Ok(if props == ["name"] {
+                Ok(())
+            } else {
+                Err(format!("{props:?}"))
+            })
+        },
+    )
+    .await?;
+    nars.patch(
+        &widgets,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"allowPublishedUpdates": true}})),
+    )
+    .await?;
+    wait_for(
+        "the admin's consent to widen the published CRD",
+        TIMEOUT,
+        || async {
+            let props = spec_properties(&published_schema(
+                &crds.get(&format!("widgets.{group}")).await?,
+            )?);
+            Ok(if props == ["name", "wide"] {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{props:?}"))
+            })
+        },
+    )
+    .await
+    .with_context(|| tail(&negotiator.log()))?;
     let (code, metrics) = negotiator.get("/metrics").await?;
     ensure!(
         code == 200 && metrics.contains("flotilla_negotiator_imports{"),
