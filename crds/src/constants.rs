@@ -347,6 +347,9 @@ pub mod reasons {
     pub const NOT_PUBLISHED: &str = "NotPublished";
     /// Creating or updating the hub CRD failed.
     pub const PUBLISH_FAILED: &str = "PublishFailed";
+    /// The hub's apiserver refuses the CRD that would be published (a server-side dry run): the
+    /// message has its first errors, with their paths, and how many more there are.
+    pub const PUBLISH_REFUSED: &str = "PublishRefused";
     /// The type is built into the hub's apiserver.
     pub const BUILT_IN: &str = "BuiltIn";
     /// The hub serves the type from a CRD that Flotilla did not create.

@@ -423,6 +423,39 @@ pub fn published_crd(
     crd
 }
 
+/// How many of the apiserver's errors a refusal names.
+const REFUSAL_CAUSES: usize = 3;
+
+/// The apiserver's refusal in short: its first errors, each with its path and at most a line of
+/// message, and how many more there are; its message, cut, when it names no causes.
+fn refusal(status: &kube::core::Status) -> String {
+    let cut = |s: &str, n: usize| {
+        let line = s.lines().next().unwrap_or_default();
+        if line.chars().count() > n {
+            format!("{}…", line.chars().take(n).collect::<String>())
+        } else {
+            line.to_string()
+        }
+    };
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    if causes.is_empty() {
+        return cut(&status.message, 300);
+    }
+    let mut out: Vec<String> = causes
+        .iter()
+        .take(REFUSAL_CAUSES)
+        .map(|c| format!("{}: {}", c.field, cut(&c.message, 160)))
+        .collect();
+    if causes.len() > REFUSAL_CAUSES {
+        out.push(format!("and {} more", causes.len() - REFUSAL_CAUSES));
+    }
+    out.join("; ")
+}
+
 impl Negotiator {
     /// What the hub says about the type, and its CRD if it has one.
     async fn reference(
@@ -530,14 +563,34 @@ impl Negotiator {
             return published(reasons::PUBLISHED, done);
         }
         let crds: Api<CustomResourceDefinition> = Api::all(self.ctx.client.clone());
+        let params = PatchParams::apply(field_managers::NEGOTIATOR).force();
+        // Asked first as a dry run: what the hub refuses is said in short, with the paths.
         match crds
             .patch(
                 &crd_name,
-                &PatchParams::apply(field_managers::NEGOTIATOR).force(),
-                &Patch::Apply(desired),
+                &params.clone().dry_run(),
+                &Patch::Apply(&desired),
             )
             .await
         {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if matches!(status.code, 400 | 422) => {
+                return not_published(
+                    reasons::PUBLISH_REFUSED,
+                    format!(
+                        "the hub refuses CRD {crd_name} (server-side dry run): {}",
+                        refusal(&status)
+                    ),
+                );
+            }
+            Err(e) => {
+                return not_published(
+                    reasons::PUBLISH_FAILED,
+                    format!("checking CRD {crd_name} with a dry run: {e}"),
+                );
+            }
+        }
+        match crds.patch(&crd_name, &params, &Patch::Apply(desired)).await {
             Ok(_) => {
                 tracing::info!(crd = crd_name, "published the negotiated schema on the hub");
                 published(reasons::PUBLISHED, done)
@@ -802,6 +855,49 @@ mod tests {
             api_approved: None,
             open_api_v3_schema: json!({"type": "object"}),
         }
+    }
+
+    /// The apiserver's refusal, in short: the first causes with their paths, and how many more.
+    #[test]
+    fn a_refusal_names_its_first_causes_and_counts_the_rest() {
+        let cause = |field: &str, message: &str| kube::core::response::StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: message.into(),
+            field: field.into(),
+        };
+        let mut status =
+            kube::core::Status::failure("CustomResourceDefinition is invalid", "Invalid")
+                .with_code(422);
+        assert_eq!(refusal(&status), "CustomResourceDefinition is invalid");
+        let long = format!("compilation failed: {}\n | self.percent", "x".repeat(400));
+        status = status.with_details(kube::core::response::StatusDetails {
+            causes: vec![
+                cause("spec.validation.a", &long),
+                cause("spec.validation.b", "undefined field 'fraction'"),
+                cause("metadata.annotations", "Required value"),
+                cause("spec.validation.c", "undefined field 'cors'"),
+                cause("spec.validation.d", "undefined field 'cors'"),
+            ],
+            name: "httproutes.gateway.networking.k8s.io".into(),
+            group: "apiextensions.k8s.io".into(),
+            kind: "CustomResourceDefinition".into(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+        let short = refusal(&status);
+        assert!(
+            short.starts_with("spec.validation.a: compilation failed"),
+            "{short}"
+        );
+        assert!(
+            short.contains("spec.validation.b: undefined field 'fraction'"),
+            "{short}"
+        );
+        assert!(short.ends_with("; and 2 more"), "{short}");
+        assert!(
+            !short.contains("self.percent") && short.len() < 600,
+            "{short}"
+        );
     }
 
     /// A CRD of a protected group (`*.k8s.io`) carries the members' approval, or says it has
