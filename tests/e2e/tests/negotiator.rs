@@ -20,7 +20,6 @@ use flotilla_e2e::chart;
 use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{ClusterInfo, Environment, Seen, TestNamespace, api, random_suffix, wait_for};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -256,6 +255,64 @@ async fn wait_summary(
     .await
 }
 
+/// The controllers of a negotiation test: registration (admin) and the negotiator with the
+/// chart's identity for it (so that a missing right shows up), importing `extra_types` too, both
+/// serving the Clusters labelled `id`; and `members` registered as push-mode Clusters.
+struct Controllers {
+    negotiator: ControllerProcess,
+    _registration: ControllerProcess,
+    /// Dropped last: the chart's RBAC outlives the processes.
+    _identities: ClusterScopedObjects,
+}
+
+impl Controllers {
+    async fn start(
+        ns: &TestNamespace,
+        id: &str,
+        extra_types: &[&str],
+        members: &[Member],
+    ) -> Result<Self> {
+        let env = Environment::get();
+        let hub = env.hub.client().await?;
+        let release = format!("e2e-{id}");
+        let identities = chart::install_identities(&hub, &release, ns.name()).await?;
+        let negotiator_kubeconfig =
+            chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator")
+                .await?;
+        let negotiator_kubeconfig = negotiator_kubeconfig.to_string_lossy().into_owned();
+        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        let selector = format!("{SELECTOR_LABEL}={id}");
+        let common = [
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--lease-namespace",
+            ns.name(),
+            "--cluster-selector",
+            selector.as_str(),
+            "--kubeconfig-secret-namespace",
+            ns.name(),
+        ];
+        let mut reg = common.to_vec();
+        reg.extend(["--probe-interval", "2s"]);
+        let mut neg = common.to_vec();
+        neg[1] = negotiator_kubeconfig.as_str();
+        neg.extend(["--import-interval", "5s"]);
+        for t in extra_types {
+            neg.extend(["--extra-type", t]);
+        }
+        let registration = ControllerProcess::start("flotilla-registration", &reg)?;
+        let negotiator = ControllerProcess::start("flotilla-negotiator", &neg)?;
+        for m in members {
+            register_push(&hub, ns.name(), &m.cluster, &m.info, (SELECTOR_LABEL, id)).await?;
+        }
+        Ok(Self {
+            negotiator,
+            _registration: registration,
+            _identities: identities,
+        })
+    }
+}
+
 #[tokio::test]
 async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
     let env = Environment::get();
@@ -318,45 +375,11 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
     )
     .await?;
 
-    // The negotiator runs with the chart's identity for it, so that a missing right shows up.
-    let release = format!("e2e-{id}");
-    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
-    let negotiator_kubeconfig =
-        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator").await?;
-    let negotiator_kubeconfig = negotiator_kubeconfig.to_string_lossy().into_owned();
-    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
     let widget_type = format!("{group}/v1/Widget");
     let gadget_type = format!("{group}/v1/Gadget");
-    let common = [
-        "--kubeconfig",
-        kubeconfig.as_str(),
-        "--lease-namespace",
-        ns.name(),
-        "--cluster-selector",
-        selector.as_str(),
-        "--kubeconfig-secret-namespace",
-        ns.name(),
-    ];
-    let mut reg = common.to_vec();
-    reg.extend(["--probe-interval", "2s"]);
-    let mut neg = common.to_vec();
-    neg[1] = negotiator_kubeconfig.as_str();
-    neg.extend([
-        "--import-interval",
-        "5s",
-        "--extra-type",
-        widget_type.as_str(),
-        "--extra-type",
-        gadget_type.as_str(),
-    ]);
-    let _registration = ControllerProcess::start("flotilla-registration", &reg)?;
-    let negotiator = ControllerProcess::start("flotilla-negotiator", &neg)?;
-
-    let _secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
+    let controllers = Controllers::start(&ns, &id, &[&widget_type, &gadget_type], &members).await?;
+    let negotiator = &controllers.negotiator;
     let clusters: Api<Cluster> = Api::all(hub.clone());
-    for m in &members {
-        register_push(&hub, ns.name(), &m.cluster, &m.info, (SELECTOR_LABEL, &id)).await?;
-    }
 
     // Three imports, one negotiated schema: only what all accept (name), the conflict on size
     // named; every member accepts the negotiated schema and more.
@@ -369,7 +392,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
             (&members[1], "True", reasons::SUPERSET),
             (&members[2], "True", reasons::SUPERSET),
         ],
-        &negotiator,
+        negotiator,
     )
     .await?;
     ensure!(
@@ -489,7 +512,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         &hub,
         &widgets,
         &[(&members[2], "False", reasons::INCOMPATIBLE)],
-        &negotiator,
+        negotiator,
     )
     .await?;
     let message = compatible_message(&flipped[0]);
@@ -526,7 +549,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
             (&members[0], "False", reasons::MISSING_FIELDS),
             (&members[1], "True", reasons::SUPERSET),
         ],
-        &negotiator,
+        negotiator,
     )
     .await?;
     wait_negotiation(&hub, &gadgets, "enforced by the hub CRD", |n| {
@@ -541,7 +564,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         &hub,
         &gadgets,
         &[(&members[2], "False", reasons::SCOPE_DIFFERS)],
-        &negotiator,
+        negotiator,
     )
     .await?;
     let message = compatible_message(&differs[0]);
@@ -763,37 +786,14 @@ async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Resu
             cluster: format!("e2e-{}", random_suffix()),
         });
     }
-    let release = format!("e2e-{id}");
-    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
-    let negotiator_kubeconfig =
-        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator").await?;
-    let negotiator_kubeconfig = negotiator_kubeconfig.to_string_lossy().into_owned();
-    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-    let common = [
-        "--kubeconfig",
-        kubeconfig.as_str(),
-        "--lease-namespace",
-        ns.name(),
-        "--cluster-selector",
-        selector.as_str(),
-        "--kubeconfig-secret-namespace",
-        ns.name(),
-    ];
-    let mut reg = common.to_vec();
-    reg.extend(["--probe-interval", "2s"]);
-    let mut neg = common.to_vec();
-    neg[1] = negotiator_kubeconfig.as_str();
-    neg.extend([
-        "--import-interval",
-        "5s",
-        "--extra-type",
-        "gateway.networking.k8s.io/v1/HTTPRoute",
-    ]);
-    let _registration = ControllerProcess::start("flotilla-registration", &reg)?;
-    let negotiator = ControllerProcess::start("flotilla-negotiator", &neg)?;
-    for m in &members {
-        register_push(&hub, ns.name(), &m.cluster, &m.info, (SELECTOR_LABEL, &id)).await?;
-    }
+    let controllers = Controllers::start(
+        &ns,
+        &id,
+        &["gateway.networking.k8s.io/v1/HTTPRoute"],
+        &members,
+    )
+    .await?;
+    let negotiator = &controllers.negotiator;
 
     wait_negotiation(&hub, nar, "negotiated over the three imports", |n| {
         has_condition(n, conditions::SUBMITTED, "True", reasons::NEGOTIATED)?;

@@ -29,6 +29,25 @@ async fn member_data(fleet: &Fleet, name: &str) -> Result<Vec<Option<String>>> {
     Ok(out)
 }
 
+/// Waits until ConfigMap `name` has data `want` in every member (`None`: in none).
+async fn wait_members(fleet: &Fleet, name: &str, want: Option<&str>) -> Result<()> {
+    let expected = vec![want.map(str::to_string); fleet.members.len()];
+    wait_for(
+        &format!("ConfigMap {name} as {want:?} in every member"),
+        Duration::from_secs(60),
+        || async {
+            let data = member_data(fleet, name).await?;
+            Ok(if data == expected {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{data:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))
+}
+
 async fn set_limit(hub: &Client, ns: &str, limit: &str) -> Result<()> {
     Api::<Namespace>::all(hub.clone())
         .patch(
@@ -60,7 +79,6 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
 {
     let fleet = Fleet::start_as_chart("quota").await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
-    let all = |v: &str| vec![Some(v.to_string()); fleet.members.len()];
     let none = vec![None; fleet.members.len()];
     set_limit(hub, ns, "4").await?;
     api::apply(
@@ -73,20 +91,7 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
     )
     .await??;
     configmap(hub, ns, "first", "1").await?;
-    wait_for(
-        "the first ConfigMap in every member",
-        Duration::from_secs(60),
-        || async {
-            let data = member_data(&fleet, "first").await?;
-            Ok(if data == all("1") {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("{data:?}"))
-            })
-        },
-    )
-    .await
-    .map_err(|e| e.context(fleet.splitter.log()))?;
+    wait_members(&fleet, "first", Some("1")).await?;
 
     configmap(hub, ns, "second", "1").await?;
     let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
@@ -117,19 +122,7 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
     .map_err(|e| e.context(fleet.splitter.log()))?;
     // The first one's copies follow it; the second one goes nowhere.
     configmap(hub, ns, "first", "2").await?;
-    wait_for(
-        "the first ConfigMap's change in every member",
-        Duration::from_secs(60),
-        || async {
-            let data = member_data(&fleet, "first").await?;
-            Ok(if data == all("2") {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("{data:?}"))
-            })
-        },
-    )
-    .await?;
+    wait_members(&fleet, "first", Some("2")).await?;
     holds_for(
         "the second ConfigMap to stay off the members",
         Duration::from_secs(5),
@@ -157,19 +150,6 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
 
     // The admin raises the limit: the second one is placed.
     set_limit(hub, ns, "6").await?;
-    wait_for(
-        "the second ConfigMap in every member",
-        Duration::from_secs(60),
-        || async {
-            let data = member_data(&fleet, "second").await?;
-            Ok(if data == all("1") {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("{data:?}"))
-            })
-        },
-    )
-    .await
-    .map_err(|e| e.context(fleet.splitter.log()))?;
+    wait_members(&fleet, "second", Some("1")).await?;
     Ok(())
 }
