@@ -591,7 +591,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
         !older.is_empty(),
         "the environment has no member older than the hub ({hub_version})"
     );
-    let deployments = wait_compatible(&hub, "deployments.v1.apps", &expected, &negotiator).await?;
+    let deployments = wait_compatible(&hub, "deployments.v1.apps", &expected, negotiator).await?;
     for (import, (m, _, _)) in deployments.iter().zip(&expected) {
         let differences = import
             .status
