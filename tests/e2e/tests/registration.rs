@@ -387,11 +387,20 @@ async fn a_stopped_member_turns_unknown_and_comes_back() -> Result<()> {
         "Ready became Unknown {detected:?} after the member stopped; expected within grace {GRACE:?} + interval {INTERVAL:?} (+ slack)"
     );
     eprintln!("member outage detected after {detected:?}");
-    let reasons = s.event_reasons(&name).await?;
-    ensure!(
-        reasons.iter().any(|r| r == "Unreachable"),
-        "a Warning Event for the outage: {reasons:?}"
-    );
+    // The Event is written after the status: it may land a moment later.
+    wait_for(
+        "a Warning Event for the outage",
+        Duration::from_secs(15),
+        || async {
+            let reasons = s.event_reasons(&name).await?;
+            Ok(if reasons.iter().any(|r| r == "Unreachable") {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{reasons:?}"))
+            })
+        },
+    )
+    .await?;
 
     s.env
         .clusters_sh(&["start-member", &scratch.info.name])
