@@ -105,6 +105,7 @@ async fn allowed(
 
 #[tokio::test]
 async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
+    let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
     let hub = env.hub.client().await?;
     api::install_crds(&hub).await?;

@@ -2,6 +2,12 @@
 //! one environment `hack/test.sh` starts. Each module covers one area; each test works in its own
 //! namespace.
 
+/// The tests that run a negotiator, one at a time. A hub has one negotiator: WorkloadProfiles
+/// and NegotiatedAPIResources are cluster-wide, so two negotiators (each seeing only its test's
+/// members) would write their verdicts over each other's — a profile accepted by one test's
+/// negotiator is judged again by another's.
+pub(crate) static ONE_NEGOTIATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 mod api;
 mod chart;
 mod cluster_placements;

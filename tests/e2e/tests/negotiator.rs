@@ -315,6 +315,7 @@ impl Controllers {
 
 #[tokio::test]
 async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
+    let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
     let hub = env.hub.client().await?;
     api::install_crds(&hub).await?;
@@ -742,6 +743,7 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
 /// annotation, so `publish: true` makes a hub CRD the hub apiserver accepts.
 #[tokio::test]
 async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Result<()> {
+    let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
     let hub = env.hub.client().await?;
     api::install_crds(&hub).await?;

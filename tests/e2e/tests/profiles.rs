@@ -21,10 +21,7 @@ use serde_json::{Value, json};
 use crate::negotiator::install_crd;
 use crate::splitter::Fleet;
 
-/// The tests of this module one at a time. Each runs a negotiator of its own, and a hub has one
-/// negotiator: WorkloadProfiles and NegotiatedAPIResources are cluster-wide, so two negotiators
-/// (each seeing only its test's members) would write their verdicts over each other's.
-static ONE_NEGOTIATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::ONE_NEGOTIATOR;
 
 /// A profile Flotilla ships, from `deploy/profiles/`.
 fn shipped(file: &str) -> Result<Value> {

@@ -83,6 +83,7 @@ async fn place_widgets(fleet: &Fleet, group: &str) -> Result<ApiResource> {
 
 #[tokio::test]
 async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Result<()> {
+    let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
     let fleet = Fleet::start("split-api").await?;
     let group = format!("w{}.e2e.flotilla.dev", random_suffix());
     let full = crd(
