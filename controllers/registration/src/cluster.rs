@@ -585,28 +585,31 @@ async fn apply_agent_rbac(
     let ns = names::cluster_namespace(&name);
     let rbac_v1 = "rbac.authorization.k8s.io/v1";
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), &ns);
-    // Earlier versions bound a Role of their own; a binding's roleRef cannot change.
-    if let Some(old) = bindings.get_opt(rbac::AGENT_ROLE).await?
-        && (old.role_ref.kind != "ClusterRole" || old.role_ref.name != agent_cluster_role)
+    let binding = Patch::Apply(typed(
+        rbac::agent_role_binding(&name, uid, agent_cluster_role),
+        rbac_v1,
+        "RoleBinding",
+    ));
+    match bindings
+        .patch(rbac::AGENT_ROLE, &apply_params(), &binding)
+        .await
     {
-        delete_if_present(&bindings, rbac::AGENT_ROLE).await?;
-        delete_if_present(
-            &Api::<Role>::namespaced(client.clone(), &ns),
-            rbac::AGENT_ROLE,
-        )
-        .await?;
+        Ok(_) => {}
+        // Earlier versions bound a Role of their own, and a binding's roleRef cannot change
+        // (the apiserver says Invalid): the binding and that Role are made again.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            delete_if_present(&bindings, rbac::AGENT_ROLE).await?;
+            delete_if_present(
+                &Api::<Role>::namespaced(client.clone(), &ns),
+                rbac::AGENT_ROLE,
+            )
+            .await?;
+            bindings
+                .patch(rbac::AGENT_ROLE, &apply_params(), &binding)
+                .await?;
+        }
+        Err(e) => return Err(e.into()),
     }
-    bindings
-        .patch(
-            rbac::AGENT_ROLE,
-            &apply_params(),
-            &Patch::Apply(typed(
-                rbac::agent_role_binding(&name, uid, agent_cluster_role),
-                rbac_v1,
-                "RoleBinding",
-            )),
-        )
-        .await?;
     let cluster_role = rbac::agent_cluster_role(&name);
     Api::<ClusterRole>::all(client.clone())
         .patch(
