@@ -31,7 +31,7 @@ pub enum RuleCheck {
 /// What an expression is, as far as the schema goes.
 #[derive(Clone, Copy)]
 enum Resolved<'a> {
-    /// A node of the object, with the path it was reached by.
+    /// A node of the object (the path it was reached by travels next to it).
     Node(&'a Schema),
     /// Part of the object whose fields the schema leaves open (preserved unknown fields, a map
     /// of anything): any selection fits.

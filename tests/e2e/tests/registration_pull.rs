@@ -145,6 +145,28 @@ impl Fixture {
         Ok(list)
     }
 
+    /// Waits until certificate request `name` is in `state` (see [`request_state`]), then
+    /// deletes it.
+    async fn wait_request(&self, name: &str, state: &str) -> Result<()> {
+        let api: Api<CertificateSigningRequest> = Api::all(self.hub.clone());
+        wait_for(
+            &format!("certificate request {name} to be {state}"),
+            Duration::from_secs(30),
+            || async {
+                let seen = request_state(&api.get(name).await?);
+                Ok(if seen == state {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(seen)
+                })
+            },
+        )
+        .await
+        .with_context(|| format!("hub log:\n{}", self.hub_controller.log()))?;
+        api.delete(name, &DeleteParams::default()).await?;
+        Ok(())
+    }
+
     /// The kubeconfig the agent stored in the member, if any.
     async fn stored_kubeconfig(&self) -> Result<Option<String>> {
         let secrets: Api<Secret> =
@@ -769,22 +791,8 @@ async fn accepted_agent_heartbeats_with_least_privilege_until_acceptance_is_revo
         Some(3600),
     )
     .await??;
-    let csrs: Api<CertificateSigningRequest> = Api::all(f.hub.clone());
-    wait_for(
-        "a second request of the bootstrap identity to be denied",
-        Duration::from_secs(30),
-        || async {
-            let state = request_state(&csrs.get(&again).await?);
-            Ok(if state == "Denied/BootstrapUsed" {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(state)
-            })
-        },
-    )
-    .await
-    .with_context(|| format!("hub log:\n{}", f.hub_controller.log()))?;
-    csrs.delete(&again, &DeleteParams::default()).await?;
+    // A second request of the bootstrap identity is denied.
+    f.wait_request(&again, "Denied/BootstrapUsed").await?;
     wait_for(
         "the bootstrap identity to lose its read of the Cluster",
         Duration::from_secs(30),
@@ -912,22 +920,8 @@ async fn deleting_the_cluster_revokes_the_agents_access() -> Result<()> {
     )
     .await?
     .context("any agent certificate may send certificate requests")?;
-    let api: Api<CertificateSigningRequest> = Api::all(f.hub.clone());
-    wait_for(
-        "the old certificate's renewal into the new Cluster to be denied",
-        Duration::from_secs(30),
-        || async {
-            let state = request_state(&api.get(&renewal).await?);
-            Ok(if state == "Denied/RequesterMismatch" {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(state)
-            })
-        },
-    )
-    .await
-    .with_context(|| format!("hub log:\n{}", f.hub_controller.log()))?;
-    api.delete(&renewal, &DeleteParams::default()).await?;
+    // The old certificate's renewal into the new Cluster is denied.
+    f.wait_request(&renewal, "Denied/RequesterMismatch").await?;
     f.clusters()
         .delete(&me.cluster, &DeleteParams::default())
         .await?;
