@@ -44,6 +44,11 @@ member_row() { # N (4 stands for every later member)
     "${services}" "${pods_cidr}" "${count} x cpu ${cpu}, mem ${mem}, pods ${pods}" "${region}"
 }
 
+# Clusters of the newest version also enable NEWEST_FEATURE_GATES: a field that only they serve
+# (VolumeBindMountOptions: a container's volumeMounts[].bindMountOptions) is then usable on the
+# hub, as fields of a newer minor are in real fleets, and the older member does not have it.
+NEWEST_FEATURE_GATES="VolumeBindMountOptions=true"
+
 usage() {
   cat <<EOF
 Usage: hack/clusters.sh [--run-dir DIR] [--port-base PORT] [--member-version NAME=VERSION]...
@@ -89,6 +94,8 @@ $(for i in 1 2 3 4; do member_row "${i}"; done)
   Every cluster has its own serving CA, client CA (signer of its CSRs), service-account issuer
   and tokens: no credential or certificate of one cluster is trusted by another. Zones are
   <region>-a, -b, ... one per node (topology.kubernetes.io/region and zone on the Nodes).
+  Clusters on ${KUBERNETES_VERSION} enable the feature gates ${NEWEST_FEATURE_GATES}, so a field
+  the older minor lacks (volumeMounts[].bindMountOptions) can be used on the hub.
 
 Tools come from hack/build-tools.sh (run it first, or use hack/test.sh which does).
 EOF
@@ -348,8 +355,10 @@ wait_etcd() {
 # containers allowed, the Node authorizer and NodeRestriction, bootstrap tokens); priority and
 # fairness and profiling are off to save the two cores (profiling on request).
 start_apiserver() { # name
-  local name="$1" dir="${CLUSTERS}/$1" profiling="${MEMBER_PROFILING}"
+  local name="$1" dir="${CLUSTERS}/$1" profiling="${MEMBER_PROFILING}" gates=()
   [[ "$(cluster_role "${name}")" != hub ]] || profiling="${HUB_PROFILING}"
+  [[ "$(cluster_version "${name}")" != "${KUBERNETES_VERSION}" ]] \
+    || gates=(--feature-gates "${NEWEST_FEATURE_GATES}")
   start_proc "${name}.apiserver" "$(cluster_bin "${name}")/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$(etcd_port)" --etcd-prefix "/${name}/registry" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$(cluster_port "${name}")" \
@@ -361,7 +370,7 @@ start_apiserver() { # name
     --service-account-issuer "https://${name}.clusters.flotilla.local" \
     --service-account-key-file "${dir}/sa.pub" --service-account-signing-key-file "${dir}/sa.key" \
     --service-cluster-ip-range "$(service_cidr "$(cluster_index "${name}")")" \
-    --enable-priority-and-fairness=false --profiling="${profiling}"
+    --enable-priority-and-fairness=false --profiling="${profiling}" "${gates[@]}"
 }
 
 wait_apiserver() { # name

@@ -350,6 +350,10 @@ pub mod reasons {
     /// The hub's apiserver refuses the CRD that would be published (a server-side dry run): the
     /// message has its first errors, with their paths, and how many more there are.
     pub const PUBLISH_REFUSED: &str = "PublishRefused";
+    /// Another version of the type is published, this one is not: not every member that serves
+    /// the published version serves it, or its fields differ from the storage version's (the
+    /// hub can only convert between versions with None). The message says which.
+    pub const VERSION_LEFT_OUT: &str = "VersionLeftOut";
     /// The type is built into the hub's apiserver.
     pub const BUILT_IN: &str = "BuiltIn";
     /// The hub serves the type from a CRD that Flotilla did not create.

@@ -199,14 +199,23 @@ impl MemberReader {
         let crds = self.crds.state();
         let mut out = Vec::new();
         let mut builtin = Vec::new();
+        let mut read_custom = BTreeSet::new();
         for t in types {
-            match schemas::find_crd(crds.iter().map(|c| &**c), t) {
-                Some(crd) => out.push((
-                    t.clone(),
-                    schemas::crd_spec(crd, &t.version)
-                        .map_err(|e| ImportError::Schema(Arc::new(e))),
-                )),
-                None => builtin.push(t.clone()),
+            let Some(crd) = schemas::find_crd(crds.iter().map(|c| &**c), t) else {
+                builtin.push(t.clone());
+                continue;
+            };
+            // Every version the CRD lists, not only the one asked for: the hub publishes every
+            // version all members serve, so that clients of each keep working.
+            let versions = std::iter::once(t.version.clone())
+                .chain(crd.spec.versions.iter().map(|v| v.name.clone()));
+            for version in versions {
+                let t = ResourceType::new(&t.group, &version, &t.kind);
+                if read_custom.insert(t.clone()) {
+                    let spec = schemas::crd_spec(crd, &version)
+                        .map_err(|e| ImportError::Schema(Arc::new(e)));
+                    out.push((t, spec));
+                }
             }
         }
         let stale = {

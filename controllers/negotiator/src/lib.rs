@@ -6,6 +6,7 @@
 //! | [`hub_importer`] | on the hub: the importer of every push-mode member, one Cluster at a time |
 //! | [`pull`] | `flotilla-negotiator importer`: the importer inside a pull-mode member |
 //! | [`negotiation`] | NegotiatedAPIResources: LCD, enforcement, publishing, import verdicts |
+//! | [`publish`] | pure: the versions a published hub CRD serves, its storage version, what it leaves out |
 //! | [`cluster_status`] | each Cluster's `status.resources` summary |
 //! | [`profiles`] | each WorkloadProfile's `Accepted`: its paths checked against the negotiated schema |
 //! | [`verdict`] | pure: the negotiation of one type and the verdicts it gives |
@@ -22,6 +23,7 @@ pub mod lcd;
 pub mod metrics;
 pub mod negotiation;
 pub mod profiles;
+pub mod publish;
 pub mod pull;
 pub mod schemas;
 pub mod types;

@@ -10,7 +10,7 @@
 //! per-import summary into the status, and each import's `Compatible` condition and differences.
 //! Every write is skipped when it would change nothing; a changed verdict is an Event.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 use crate::NegotiatorArgs;
 use crate::importer::fetch_openapi;
 use crate::metrics::NegotiatorMetrics;
+use crate::publish::{self, NegotiatedVersion};
 use crate::schemas::{self, SchemaReadError};
 use crate::types::ResourceType;
 use crate::verdict::{self, ImportInput, ImportVerdict, Reference};
@@ -208,6 +209,8 @@ struct Negotiator {
     metrics: NegotiatorMetrics,
     limits: Limits,
     hub_openapi: HubOpenApi,
+    /// Every NegotiatedAPIResource (the other versions of a type, for its publication).
+    negotiations: Store<NegotiatedApiResource>,
 }
 
 /// The NegotiatedAPIResources hub CRD `crd` concerns: one per version.
@@ -258,6 +261,7 @@ pub async fn run(
         shared,
         metrics,
         hub_openapi: HubOpenApi::default(),
+        negotiations: controller.store(),
     });
     controller
         .reconcile_on(imports_changed)
@@ -498,7 +502,34 @@ impl Negotiator {
         Ok((Reference::None, None))
     }
 
+    /// The type's NegotiatedAPIResources of other versions than `negotiation`'s.
+    fn siblings(&self, negotiation: &NegotiatedApiResource) -> Vec<Arc<NegotiatedApiResource>> {
+        let me = &negotiation.spec.resource;
+        let mut siblings: Vec<_> = self
+            .negotiations
+            .state()
+            .into_iter()
+            .filter(|n| {
+                let r = &n.spec.resource;
+                r.group_version.group == me.group_version.group
+                    && r.names.plural == me.names.plural
+                    && r.group_version.version != me.group_version.version
+            })
+            .collect();
+        siblings.sort_by_key(|n| {
+            std::cmp::Reverse(
+                kube::core::Version::parse(&n.spec.resource.group_version.version).priority(),
+            )
+        });
+        siblings
+    }
+
     /// Creates or updates the published hub CRD when asked; the `Published` condition.
+    ///
+    /// A type is published when the NegotiatedAPIResource of one of its versions says
+    /// `publish: true` (the most stable such version is the publisher): the CRD then serves every
+    /// version that the publisher's members all serve ([`crate::publish`]).
+    #[allow(clippy::too_many_arguments)]
     async fn publish(
         &self,
         negotiation: &NegotiatedApiResource,
@@ -506,8 +537,10 @@ impl Negotiator {
         hub_crd: Option<&CustomResourceDefinition>,
         resource: &ApiResourceSpec,
         schema: Option<&Value>,
+        clusters: BTreeSet<String>,
     ) -> Verdict {
         let crd_name = format!("{}.{}", resource.names.plural, resource.group_version.group);
+        let version = &resource.group_version.version;
         let published =
             |reason, message: String| Verdict::new(conditions::PUBLISHED, "True", reason, message);
         let not_published =
@@ -519,9 +552,15 @@ impl Negotiator {
             );
         }
         let ours = hub_crd.filter(|c| is_published_by_flotilla(c));
-        if !negotiation.spec.publish {
+        let siblings = self.siblings(negotiation);
+        let publisher = if negotiation.spec.publish {
+            None
+        } else {
+            siblings.iter().find(|n| n.spec.publish)
+        };
+        if !negotiation.spec.publish && publisher.is_none() {
             return match ours {
-                Some(_) => published(
+                Some(c) if c.spec.versions.iter().any(|v| &v.name == version) => published(
                     reasons::PUBLISHED,
                     format!(
                         "CRD {crd_name} was published earlier and stays although spec.publish is \
@@ -529,7 +568,7 @@ impl Negotiator {
                          is what you want"
                     ),
                 ),
-                None => not_published(reasons::NOT_PUBLISHED, "spec.publish is false".into()),
+                _ => not_published(reasons::NOT_PUBLISHED, "spec.publish is false".into()),
             };
         }
         if resource.group_version.group.is_empty() {
@@ -543,8 +582,7 @@ impl Negotiator {
                 reasons::PUBLISH_FAILED,
                 format!(
                     "CRD {crd_name} exists on the hub, was not created by Flotilla and does not \
-                     serve version {}: it is left alone",
-                    resource.group_version.version
+                     serve version {version}: it is left alone"
                 ),
             );
         }
@@ -554,9 +592,70 @@ impl Negotiator {
                 "there is no negotiated schema to publish".into(),
             );
         };
-        let desired = published_crd(resource, schema, ours);
+        let mut mine = resource.clone();
+        mine.open_api_v3_schema = schema.clone();
+        let negotiated = |n: &NegotiatedApiResource| {
+            find_condition(
+                n.status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or_default(),
+                conditions::SUBMITTED,
+            )
+            .is_some_and(|c| c.status == "True")
+        };
+        let clusters_of = |n: &NegotiatedApiResource| -> BTreeSet<String> {
+            n.status
+                .iter()
+                .flat_map(|s| &s.imports)
+                .map(|i| i.cluster.clone())
+                .collect()
+        };
+        let me = NegotiatedVersion {
+            resource: &mine,
+            clusters,
+        };
+        let others: Vec<NegotiatedVersion<'_>> = siblings
+            .iter()
+            .filter(|n| negotiated(n))
+            .map(|n| NegotiatedVersion {
+                resource: &n.spec.resource,
+                clusters: clusters_of(n),
+            })
+            .collect();
+        let plan = match publisher {
+            None => publish::plan(&me, &others, ours, &self.limits),
+            Some(p) => {
+                let publisher = NegotiatedVersion {
+                    resource: &p.spec.resource,
+                    clusters: clusters_of(p),
+                };
+                let mut rest: Vec<NegotiatedVersion<'_>> = others
+                    .into_iter()
+                    .filter(|o| {
+                        o.resource.group_version.version != p.spec.resource.group_version.version
+                    })
+                    .collect();
+                rest.push(me);
+                publish::plan(&publisher, &rest, ours, &self.limits)
+            }
+        };
+        if let Some(left) = plan.left_out.iter().find(|l| &l.version == version) {
+            return not_published(
+                reasons::VERSION_LEFT_OUT,
+                format!(
+                    "the hub's CRD {crd_name} {}; this version is not published: {}",
+                    plan.served_and_storage(),
+                    left.why
+                ),
+            );
+        }
+        let done = format!(
+            "the hub's CRD {crd_name}, made from the negotiated schemas, {}",
+            plan.describe()
+        );
+        let desired = plan.crd;
         let current = ours.and_then(|c| serde_json::to_value(&c.spec).ok());
-        let done = format!("the hub serves CRD {crd_name} made from the negotiated schema");
         if current.is_some_and(|c| {
             schemas::normalized(&c["versions"]) == schemas::normalized(&desired["spec"]["versions"])
         }) {
@@ -721,6 +820,11 @@ async fn reconcile_inner(
             hub_crd.as_ref(),
             &resource,
             outcome.schema.as_ref(),
+            imports
+                .iter()
+                .filter_map(|i| i.cluster_name())
+                .map(str::to_string)
+                .collect(),
         )
         .await;
 

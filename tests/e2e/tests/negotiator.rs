@@ -44,14 +44,14 @@ pub(crate) fn crd(group: &str, kind: &str, properties: Value) -> Value {
     })
 }
 
-fn crd_resource() -> ApiResource {
+pub(crate) fn crd_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
         "customresourcedefinitions",
     )
 }
 
-fn nar_resource() -> ApiResource {
+pub(crate) fn nar_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("flotilla.dev", "v1alpha1", "NegotiatedAPIResource"),
         "negotiatedapiresources",
@@ -185,7 +185,7 @@ fn tail(log: &str) -> String {
 }
 
 /// Waits until NegotiatedAPIResource `name` satisfies `check` (which says what it saw).
-async fn wait_negotiation<F>(
+pub(crate) async fn wait_negotiation<F>(
     hub: &Client,
     name: &str,
     what: &str,
@@ -211,7 +211,7 @@ where
     .await
 }
 
-fn has_condition(
+pub(crate) fn has_condition(
     n: &NegotiatedApiResource,
     type_: &str,
     status: &str,
@@ -737,6 +737,18 @@ async fn members_that_disagree_negotiate_one_schema() -> Result<()> {
     Ok(())
 }
 
+/// Gateway API's HTTPRoute CRD of release `version`, from the tool cache (`hack/build-tools.sh`).
+pub(crate) fn real_httproutes(version: &str) -> Result<Value> {
+    let tools = std::env::var("FLOTILLA_TOOLS_BIN")
+        .map_err(|_| anyhow!("FLOTILLA_TOOLS_BIN is not set: run the tests with hack/test.sh"))?;
+    let path = std::path::Path::new(&tools).join("crds").join(format!(
+        "httproutes.gateway.networking.k8s.io@{version}.yaml"
+    ));
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{} (run hack/build-tools.sh)", path.display()))?;
+    Ok(serde_saphyr::from_str(&text)?)
+}
+
 /// A real CRD of two releases: Gateway API's HTTPRoute v1.0.0 in one member and v1.6.1 in the
 /// others (both from the tool cache, `hack/build-tools.sh`). The least common denominator keeps
 /// only the CEL rules whose fields it keeps and carries the protected group's approval
@@ -748,17 +760,7 @@ async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Resu
     let hub = env.hub.client().await?;
     api::install_crds(&hub).await?;
     let infos = env.require_members(3)?.to_vec();
-    let tools = std::env::var("FLOTILLA_TOOLS_BIN")
-        .map_err(|_| anyhow!("FLOTILLA_TOOLS_BIN is not set: run the tests with hack/test.sh"))?;
-    let read = |version: &str| -> Result<Value> {
-        let path = std::path::Path::new(&tools).join("crds").join(format!(
-            "httproutes.gateway.networking.k8s.io@{version}.yaml"
-        ));
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("{} (run hack/build-tools.sh)", path.display()))?;
-        Ok(serde_saphyr::from_str(&text)?)
-    };
-    let (old, new) = (read("v1.0.0")?, read("v1.6.1")?);
+    let (old, new) = (real_httproutes("v1.0.0")?, real_httproutes("v1.6.1")?);
     let ns = TestNamespace::create("negotiator-routes", &[&env.hub]).await?;
     let id = random_suffix();
     let selector = format!("{SELECTOR_LABEL}={id}");
@@ -836,5 +838,31 @@ async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Resu
         text.contains("x-kubernetes-validations") && !text.contains("self.percent"),
         "the published CRD keeps the rules of the fields it keeps, and no rule of a field v1.0.0 lacks"
     );
+    // Every version all members serve is published: v1 and v1beta1 (the same fields, so the
+    // hub's None conversion loses nothing); v1 stores, the most stable, although v1.0.0 stores
+    // v1beta1.
+    let mut versions: Vec<(String, bool, bool)> = published
+        .spec
+        .versions
+        .iter()
+        .map(|v| (v.name.clone(), v.served, v.storage))
+        .collect();
+    versions.sort();
+    ensure!(
+        versions
+            == [
+                ("v1".to_string(), true, true),
+                ("v1beta1".to_string(), true, false)
+            ],
+        "the published CRD serves v1 (storage) and v1beta1: {versions:?}"
+    );
+    wait_negotiation(
+        &hub,
+        "httproutes.v1beta1.gateway.networking.k8s.io",
+        "v1beta1 published with v1",
+        |n| has_condition(n, conditions::PUBLISHED, "True", reasons::PUBLISHED),
+    )
+    .await
+    .with_context(|| tail(&negotiator.log()))?;
     Ok(())
 }
