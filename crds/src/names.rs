@@ -16,6 +16,11 @@ pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
 /// Name of the Lease a pull-mode agent renews in `flotilla-cluster-<name>`.
 pub const AGENT_LEASE_NAME: &str = "flotilla-agent";
 
+/// Name of the ConfigMap in `flotilla-cluster-<name>` that lists the types a pull-mode member's
+/// importer imports: the negotiator on the hub writes it, the importer reads it with the agent's
+/// credential (which may `get` that one ConfigMap of its namespace).
+pub const IMPORT_TYPES_CONFIGMAP: &str = "flotilla-import-types";
+
 /// Group of every pull-mode agent's client certificate.
 pub const AGENT_GROUP: &str = "system:flotilla:agents";
 

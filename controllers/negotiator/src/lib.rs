@@ -5,6 +5,7 @@
 //! | [`importer`] | reads a member's schemas (CRDs, OpenAPI v3) and writes its APIResourceImports |
 //! | [`hub_importer`] | on the hub: the importer of every push-mode member, one Cluster at a time |
 //! | [`pull`] | `flotilla-negotiator importer`: the importer inside a pull-mode member |
+//! | [`import_types`] | on the hub: the list of types each pull-mode member's importer imports |
 //! | [`negotiation`] | NegotiatedAPIResources: LCD, enforcement, publishing, import verdicts |
 //! | [`publish`] | pure: the versions a published hub CRD serves, its storage version, what it leaves out |
 //! | [`cluster_status`] | each Cluster's `status.resources` summary |
@@ -18,6 +19,7 @@
 pub mod cluster_status;
 pub mod compat;
 pub mod hub_importer;
+pub mod import_types;
 pub mod importer;
 pub mod lcd;
 pub mod metrics;
@@ -127,8 +129,8 @@ pub struct NegotiatorArgs {
 }
 
 /// Runs the negotiator's controllers until `ctx.shutdown`: the importer of push-mode members,
-/// the negotiation of every imported type, the Clusters' compatibility summaries, and the check
-/// of every WorkloadProfile.
+/// the lists of types of pull-mode members' importers, the negotiation of every imported type,
+/// the Clusters' compatibility summaries, and the check of every WorkloadProfile.
 pub async fn run(ctx: Context, args: NegotiatorArgs) -> anyhow::Result<()> {
     let metrics =
         metrics::NegotiatorMetrics::register(ctx.metrics.registry(), ctx.metrics.prefix())?;
@@ -141,6 +143,7 @@ pub async fn run(ctx: Context, args: NegotiatorArgs) -> anyhow::Result<()> {
             metrics.clone(),
         ))
     });
+    let import_types = tokio::spawn(import_types::run(ctx.clone(), args.clone(), shared.clone()));
     let negotiation = tokio::spawn(negotiation::run(
         ctx.clone(),
         args.clone(),
@@ -155,7 +158,12 @@ pub async fn run(ctx: Context, args: NegotiatorArgs) -> anyhow::Result<()> {
     ));
     let profiles = tokio::spawn(profiles::run(ctx.clone()));
     shared.mark_ready_when_synced(&ctx).await;
-    let mut results = vec![negotiation.await, status.await, profiles.await];
+    let mut results = vec![
+        import_types.await,
+        negotiation.await,
+        status.await,
+        profiles.await,
+    ];
     if let Some(importer) = importer {
         results.push(importer.await);
     }

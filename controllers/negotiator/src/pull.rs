@@ -4,19 +4,27 @@
 //! account) and writes the member's APIResourceImports into `flotilla-cluster-<name>` on the hub
 //! with the credential the registration agent keeps in a member Secret
 //! (`--hub-credential-secret`), reconnecting when the agent rotates it. The agent's hub rights
-//! cover its own namespace only: the types imported are the defaults and `--extra-type`, plus
-//! those Placements select if the credential may list Placements.
+//! cover its own namespace only (it may not read the hub's Placements), so the hub lists the
+//! types for it: the types imported are the defaults, `--extra-type`, and those of the list the
+//! negotiator keeps in the ConfigMap `flotilla-import-types` of that namespace (the hub's
+//! defaults and `--extra-type`, and every type a Placement selects; see
+//! [`crate::import_types`]), read on every pass.
+//!
+//! A list that cannot be read is not an empty list: the last one read is kept; without one, the
+//! defaults and `--extra-type` are imported. Either way no import is removed because a type is
+//! not on the list — the writer only removes the import of a type it asked the member about and
+//! the member said it does not serve.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use flotilla_api::{Placement, names};
-use flotilla_runtime::Context;
+use flotilla_api::names;
 use flotilla_runtime::member_client::client_from_secret;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::ListParams;
+use flotilla_runtime::{Context, ErrorCategory};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::Notify;
@@ -24,7 +32,7 @@ use tokio::sync::Notify;
 use crate::ImportArgs;
 use crate::importer::{ImportWriter, MemberReader};
 use crate::metrics::NegotiatorMetrics;
-use crate::types;
+use crate::types::{self, ResourceType};
 
 /// How often the member is read again (from caches, unless something changed) and the
 /// credential Secret checked for a rotation.
@@ -89,6 +97,85 @@ async fn hub_client(
     }
 }
 
+/// What was last read of the hub's list of types for this member (the ConfigMap
+/// `flotilla-import-types` in its namespace).
+#[derive(Default)]
+struct HubList {
+    /// The types of the last list read; empty when there is none (or the hub removed it).
+    types: BTreeSet<ResourceType>,
+    /// What the last read saw, to log each change once, not every pass.
+    seen: Option<Seen>,
+}
+
+/// What one read of the hub's list saw.
+#[derive(PartialEq)]
+enum Seen {
+    /// A list, with these lines that are not a type.
+    Listed {
+        invalid: Vec<String>,
+    },
+    Missing,
+    /// Not read, for a reason of this category (Forbidden, Unreachable, ...).
+    Unreadable(&'static str),
+}
+
+impl HubList {
+    /// Reads the list again and returns the types to import besides the defaults and
+    /// `--extra-type`. When the ConfigMap cannot be read, the last list read is kept.
+    async fn read(&mut self, api: &Api<ConfigMap>, namespace: &str) -> &BTreeSet<ResourceType> {
+        let configmap = format!("{namespace}/{}", names::IMPORT_TYPES_CONFIGMAP);
+        let seen = match api.get_opt(names::IMPORT_TYPES_CONFIGMAP).await {
+            Ok(Some(cm)) => {
+                let text = cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(types::LIST_KEY))
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                let (listed, invalid) = types::parse_list(text);
+                let seen = Seen::Listed { invalid };
+                if self.seen.as_ref() != Some(&seen) || listed != self.types {
+                    if let Seen::Listed { invalid } = &seen
+                        && !invalid.is_empty()
+                    {
+                        tracing::warn!(
+                            configmap,
+                            ?invalid,
+                            "lines of the hub's list of types are not <apiVersion>/<Kind>; importing the others"
+                        );
+                    }
+                    tracing::info!(
+                        configmap,
+                        types = listed.len(),
+                        "importing the types of the hub's list besides the defaults and --extra-type"
+                    );
+                }
+                self.types = listed;
+                seen
+            }
+            Ok(None) => {
+                if self.seen != Some(Seen::Missing) {
+                    tracing::warn!(
+                        configmap,
+                        "the hub keeps no list of types for this member (is the negotiator running there?): importing the defaults and --extra-type; no import is removed"
+                    );
+                }
+                self.types.clear();
+                Seen::Missing
+            }
+            Err(e) => {
+                let seen = Seen::Unreadable(e.category());
+                if self.seen.as_ref() != Some(&seen) {
+                    tracing::warn!(configmap, error = %e, kept = self.types.len(), "cannot read the hub's list of types: importing the defaults, --extra-type and the types of the last list read; no import is removed");
+                }
+                seen
+            }
+        };
+        self.seen = Some(seen);
+        &self.types
+    }
+}
+
 /// Runs the pull-mode importer until `ctx.shutdown`.
 pub async fn run(ctx: Context, args: PullImporterArgs) -> anyhow::Result<()> {
     let cluster = args.cluster_name.clone();
@@ -105,6 +192,7 @@ pub async fn run(ctx: Context, args: PullImporterArgs) -> anyhow::Result<()> {
     };
     let reader = MemberReader::start(&cluster, own, move || notify.notify_one());
     let namespace = names::cluster_namespace(&cluster);
+    let mut hub_list = HubList::default();
     while let Some((hub, credential)) = hub_client(&ctx, &secrets, &args).await {
         tracing::info!(
             cluster,
@@ -133,26 +221,11 @@ pub async fn run(ctx: Context, args: PullImporterArgs) -> anyhow::Result<()> {
             metrics: &metrics,
             status_forbidden: Default::default(),
         };
-        let mut may_list_placements = true;
+        let lists: Api<ConfigMap> = Api::namespaced(hub.clone(), &namespace);
         let mut last_check = Instant::now();
         loop {
-            let mut placements = Vec::new();
-            if may_list_placements {
-                match Api::<Placement>::all(hub.clone())
-                    .list(&ListParams::default())
-                    .await
-                {
-                    Ok(list) => placements = list.items,
-                    Err(kube::Error::Api(s)) if s.code == 403 => {
-                        tracing::info!(
-                            "the hub credential may not list Placements: importing the default and --extra-type types only"
-                        );
-                        may_list_placements = false;
-                    }
-                    Err(e) => tracing::warn!(error = %e, "listing Placements on the hub failed"),
-                }
-            }
-            let wanted = types::wanted(&placements, &args.import.extra_types);
+            let mut wanted = types::wanted([], &args.import.extra_types);
+            wanted.extend(hub_list.read(&lists, &namespace).await.iter().cloned());
             let version = ctx
                 .client
                 .apiserver_version()

@@ -2,7 +2,9 @@
 //!
 //! The defaults (Deployments, ConfigMaps, Secrets, Services, ServiceAccounts: what the splitter
 //! places when a Placement names no type), every type some Placement's resource selectors name,
-//! and the types given with `--extra-type`.
+//! and the types given with `--extra-type`. A pull-mode member's importer cannot list the hub's
+//! Placements: the negotiator writes the same set for it as a list ([`to_list`], [`parse_list`])
+//! in the ConfigMap `flotilla-import-types` of the member's hub namespace.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -50,6 +52,12 @@ impl ResourceType {
         } else {
             format!("{}/{}", self.group, self.version)
         }
+    }
+
+    /// `<apiVersion>/<Kind>`, e.g. `apps/v1/Deployment` or `v1/Pod`: what `--extra-type` and
+    /// the hub's list take (and [`FromStr`] parses).
+    pub fn flag(&self) -> String {
+        format!("{}/{}", self.api_version(), self.kind)
     }
 
     pub fn gvk(&self) -> GroupVersionKind {
@@ -113,6 +121,37 @@ pub fn wanted<'a>(
     types
 }
 
+/// The key of the list in the ConfigMap `flotilla-import-types` (see [`to_list`]).
+pub const LIST_KEY: &str = "types";
+
+/// The list of `types` the negotiator writes for a pull-mode member's importer: one
+/// `<apiVersion>/<Kind>` per line (as `--extra-type` takes them), sorted by group, version and
+/// kind (the core group first), each line ending with a newline. The same set always gives the
+/// same text, so an unchanged list is never written again.
+pub fn to_list(types: &BTreeSet<ResourceType>) -> String {
+    types.iter().map(|t| t.flag() + "\n").collect()
+}
+
+/// Reads a list written by [`to_list`]: its types, and the lines that are not a type (blank
+/// lines and lines starting with `#` are skipped). A line that cannot be read is reported, and
+/// the other types are still imported.
+pub fn parse_list(text: &str) -> (BTreeSet<ResourceType>, Vec<String>) {
+    let mut types = BTreeSet::new();
+    let mut invalid = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.parse() {
+            Ok(t) => {
+                types.insert(t);
+            }
+            Err(_) => invalid.push(line.to_string()),
+        }
+    }
+    (types, invalid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +192,40 @@ mod tests {
             ResourceType::new("apps", "v1", "Deployment").default_plural(),
             Some("deployments")
         );
+    }
+
+    #[test]
+    fn the_hub_list_is_sorted_one_type_a_line_and_reads_back() {
+        let extra = [
+            ResourceType::new("example.com", "v1alpha1", "Widget"),
+            ResourceType::new("batch", "v1", "Job"),
+        ];
+        let types = wanted([], &extra);
+        let list = to_list(&types);
+        assert_eq!(
+            list,
+            "v1/ConfigMap\nv1/Secret\nv1/Service\nv1/ServiceAccount\napps/v1/Deployment\n\
+             batch/v1/Job\nexample.com/v1alpha1/Widget\n"
+        );
+        assert_eq!(
+            list,
+            to_list(&wanted([], &[extra[1].clone(), extra[0].clone()]))
+        );
+        assert_eq!(parse_list(&list), (types, vec![]));
+    }
+
+    #[test]
+    fn a_hub_list_line_that_is_not_a_type_is_reported_and_the_rest_read() {
+        let (types, invalid) = parse_list("# comment\n\n  batch/v1/Job  \nWidget\nv1/Pod");
+        assert_eq!(
+            types,
+            [
+                ResourceType::new("batch", "v1", "Job"),
+                ResourceType::new("", "v1", "Pod")
+            ]
+            .into()
+        );
+        assert_eq!(invalid, ["Widget"]);
+        assert_eq!(parse_list(""), (BTreeSet::new(), vec![]));
     }
 }
