@@ -263,6 +263,25 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         },
     )
     .await?;
+    // ... and lists, in the pull member's namespace, the types its importer imports (it may not
+    // read Placements): its RBAC and admission policy let it write that one ConfigMap there.
+    let lists: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(hub.clone(), &names::cluster_namespace(&pull));
+    wait_for(
+        &format!("the negotiator ServiceAccount to list the types {pull} imports"),
+        Duration::from_secs(30),
+        || async {
+            let list = lists
+                .get_opt(names::IMPORT_TYPES_CONFIGMAP)
+                .await?
+                .and_then(|cm| cm.data?.remove("types"));
+            Ok(match list {
+                Some(l) if l.lines().any(|t| t == "apps/v1/Deployment") => Seen::Done(()),
+                other => Seen::not_yet(format!("{other:?}; log:\n{}", negotiator.log())),
+            })
+        },
+    )
+    .await?;
     for name in [&push, &pull] {
         clusters.delete(name, &DeleteParams::default()).await?;
     }
@@ -307,6 +326,8 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         ("syncer", "delete", "flotilla.dev", "clusters", None),
         ("splitter", "create", "flotilla.dev", "clusters", None),
         ("negotiator", "get", "", "secrets", Some("kube-system")),
+        ("negotiator", "list", "", "configmaps", None),
+        ("negotiator", "get", "", "configmaps", Some("kube-system")),
         (
             "negotiator",
             "delete",
@@ -569,7 +590,8 @@ fn refusal<T: std::fmt::Debug>(result: std::result::Result<T, kube::Error>) -> (
 /// cannot bind anything outside the agents' own bindings, delete a tenant's namespace or write a
 /// Lease in kube-system; the syncer cannot read Secrets outside the release namespace or make
 /// Works; the splitter cannot run a Pod (only dry-run one), make Clusters, or write or delete a
-/// tenant's Secrets; the negotiator cannot delete CRDs.
+/// tenant's Secrets; the negotiator cannot delete CRDs, nor write a ConfigMap but its list of
+/// types in a member's namespace.
 #[tokio::test]
 async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     use k8s_openapi::api::certificates::v1::{
@@ -894,6 +916,52 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     pods.create(&dry_run, &pod)
         .await
         .context("the splitter may dry-run a Pod")?;
+    // The negotiator may create ConfigMaps (RBAC cannot restrict create by name): its policy
+    // refuses any but its list of types, flotilla-import-types, in a flotilla-cluster-* namespace.
+    let config_map = |namespace: &str, name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": namespace},
+               "data": {"types": "v1/Pod\n"}})
+    };
+    wait_for(
+        "the negotiator's policy to refuse its list of types in a tenant's namespace",
+        Duration::from_secs(30),
+        || async {
+            let (code, message) = refusal(
+                api::apply(
+                    &clients["negotiator"],
+                    &config_map(tenant.name(), names::IMPORT_TYPES_CONFIGMAP),
+                    false,
+                )
+                .await?,
+            );
+            Ok(
+                if code == 403 && message.contains("only write the ConfigMap flotilla-import-types")
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{code} {message}"))
+                },
+            )
+        },
+    )
+    .await?;
+    for (what, object) in [
+        (
+            "create a ConfigMap in a tenant's namespace",
+            config_map(tenant.name(), "settings"),
+        ),
+        (
+            "create another ConfigMap in a member's namespace",
+            config_map(&member_ns, "settings"),
+        ),
+    ] {
+        let (code, message) = refusal(api::create(&clients["negotiator"], &object, false).await?);
+        ensure!(
+            code == 403,
+            "the negotiator must not {what}: {code} {message}"
+        );
+    }
     let (code, message) = refusal(
         Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
             clients["negotiator"].clone(),
