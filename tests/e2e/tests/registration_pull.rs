@@ -1011,3 +1011,190 @@ fn failed_heartbeats(metrics: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// A pull-mode member's importer imports the custom types Placements select, though the agent's
+/// credential it imports with may not read Placements: the negotiator on the hub lists the types
+/// in the member's namespace (the ConfigMap `flotilla-import-types`), and the agent's credential
+/// may read that one ConfigMap — no other, and not list them.
+#[tokio::test]
+async fn a_pull_members_importer_imports_the_custom_types_placements_select() -> Result<()> {
+    use flotilla_api::ApiResourceImport;
+    use flotilla_e2e::api::ClusterScopedObjects;
+    use flotilla_e2e::bootstrap::{MEMBER_IMPORTER, MemberIdentity};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::ApiResource;
+
+    let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
+    let f = Fixture::new("pull-types").await?;
+    let (me, agent, agent_hub) = join(&f, &[]).await?;
+    let own_ns = names::cluster_namespace(&me.cluster);
+    let member = f.member.client().await?;
+
+    // A custom type only this member serves.
+    let group = format!("e2e-{}.example.com", random_suffix());
+    let crd_name = format!("gadgets.{group}");
+    let mut member_objects = ClusterScopedObjects::new(&f.member);
+    member_objects.add(
+        ApiResource::erase::<CustomResourceDefinition>(&()),
+        crd_name.clone(),
+    );
+    api::apply(
+        &member,
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": crd_name},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                         "versions": [{"name": "v1", "served": true, "storage": true,
+                                       "schema": {"openAPIV3Schema": {"type": "object",
+                                           "properties": {"spec": {"type": "object",
+                                               "properties": {"size": {"type": "integer"}}}}}}}]}}),
+        false,
+    )
+    .await?
+    .context("installing the member's CRD")?;
+
+    // The importer runs in the member with the identity of deploy/agent/importer.yaml, and
+    // reaches the hub with the agent's credential only. No negotiator runs yet: the hub keeps no
+    // list for the member, and the importer imports the defaults.
+    let identity = MemberIdentity::install(
+        &f.member,
+        MEMBER_IMPORTER,
+        f.member_ns.name(),
+        CREDENTIAL_SECRET,
+    )
+    .await?;
+    let importer_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
+    let importer = ControllerProcess::start_subcommand(
+        "flotilla-negotiator",
+        &["importer"],
+        &[
+            "--kubeconfig",
+            &importer_kubeconfig,
+            "--lease-namespace",
+            f.member_ns.name(),
+            "--cluster-name",
+            &me.cluster,
+            "--hub-credential-namespace",
+            f.member_ns.name(),
+            "--hub-credential-secret",
+            CREDENTIAL_SECRET,
+            "--import-interval",
+            "5s",
+        ],
+    )?;
+    let imports: Api<ApiResourceImport> = Api::namespaced(f.hub.clone(), &own_ns);
+    let gadgets = format!("gadgets.v1.{group}");
+    wait_for(
+        "the member's Deployment schema imported by the pull-mode importer",
+        Duration::from_secs(60),
+        || async {
+            Ok(match imports.get_opt("deployments.v1.apps").await? {
+                Some(_) => Seen::Done(()),
+                None => Seen::not_yet("no import"),
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("importer log:\n{}", importer.log()))?;
+    ensure!(
+        imports.get_opt(&gadgets).await?.is_none(),
+        "no Placement selects the custom type yet: it is not imported"
+    );
+
+    // A tenant's Placement selects the custom type, and the hub's negotiator (of this test's
+    // Clusters) lists it for the member.
+    let tenant = TestNamespace::create("pull-types", &[&f.env.hub]).await?;
+    api::apply(
+        &f.hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "gadgets", "namespace": tenant.name()},
+                "spec": {"resourceSelectors": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget"}]}}),
+        false,
+    )
+    .await?
+    .context("creating the Placement")?;
+    let hub_kubeconfig = f.env.hub.kubeconfig.to_string_lossy().into_owned();
+    let negotiator = ControllerProcess::start(
+        "flotilla-negotiator",
+        &[
+            "--kubeconfig",
+            &hub_kubeconfig,
+            "--lease-namespace",
+            f._hub_ns.name(),
+            "--cluster-selector",
+            &format!("{SELECTOR_LABEL}={}", f.selector),
+            "--import-push-members=false",
+        ],
+    )?;
+    wait_for(
+        "the custom type a Placement selects imported from the pull-mode member",
+        Duration::from_secs(90),
+        || async {
+            Ok(match imports.get_opt(&gadgets).await? {
+                Some(i) if i.spec.resource.names.kind == "Gadget" => Seen::Done(()),
+                other => Seen::not_yet(format!("{:?}", other.map(|i| i.spec.resource.names))),
+            })
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "importer log:\n{}\nnegotiator log:\n{}",
+            importer.log(),
+            negotiator.log()
+        )
+    })?;
+
+    // The list: one <apiVersion>/<Kind> a line, the defaults and the Placement's type.
+    let lists: Api<ConfigMap> = Api::namespaced(f.hub.clone(), &own_ns);
+    let list = lists
+        .get(names::IMPORT_TYPES_CONFIGMAP)
+        .await?
+        .data
+        .and_then(|mut d| d.remove("types"))
+        .unwrap_or_default();
+    for line in [
+        "apps/v1/Deployment",
+        "v1/ConfigMap",
+        &format!("{group}/v1/Gadget"),
+    ] {
+        ensure!(
+            list.lines().any(|l| l == line),
+            "the hub's list must name {line}:\n{list}"
+        );
+    }
+    // The defaults stay imported.
+    ensure!(
+        imports.get_opt("deployments.v1.apps").await?.is_some(),
+        "the Deployment import must stay"
+    );
+
+    // The agent's credential reads its list, and no other ConfigMap: not by name, not by listing.
+    let agent_lists: Api<ConfigMap> = Api::namespaced(agent_hub.clone(), &own_ns);
+    agent_lists
+        .get(names::IMPORT_TYPES_CONFIGMAP)
+        .await
+        .context("the agent's credential must read its list of types")?;
+    let r = agent_lists.get("kube-root-ca.crt").await;
+    ensure!(
+        status_of(&r) == Some(403),
+        "another ConfigMap of its namespace must be forbidden: {r:?}"
+    );
+    let r = agent_lists.list(&ListParams::default()).await;
+    ensure!(
+        status_of(&r) == Some(403),
+        "listing ConfigMaps must be forbidden: {r:?}"
+    );
+    let r = Api::<flotilla_api::Placement>::all(agent_hub.clone())
+        .list(&ListParams::default())
+        .await;
+    ensure!(
+        status_of(&r) == Some(403),
+        "listing Placements must be forbidden: {r:?}"
+    );
+    drop(negotiator);
+    drop(importer);
+    drop(agent);
+    Ok(())
+}
