@@ -213,6 +213,41 @@ fetch_crd() {
   report "${name}" "${t0}"
 }
 
+# Consecutive releases of a project's CRDs, for the corpus of real schemas:
+# fetch_crd_releases PROJECT MODULE DIR-IN-MODULE "VERSION..." copies every file of the module's
+# directory that is a CustomResourceDefinition (other manifests there are skipped) into
+# crds/releases/<project>/<version>/, one directory per release with a .ready marker. The modules
+# go into a module cache of their own that is removed after each release, so only the CRDs stay on
+# disk (a module is 3-9 MB zipped, 30-90 MB unpacked).
+fetch_crd_releases() {
+  local project="$1" module="$2" path="$3" versions="$4" v t0 dir dest f n
+  local modcache="${WORK}/crd-releases-modcache"
+  for v in ${versions}; do
+    dest="${TOOLS_BIN}/crds/releases/${project}/${v}"
+    if [[ -f "${dest}/.ready" ]]; then skip "${project} ${v} CRDs"; continue; fi
+    t0="$(now)"
+    rm -rf "${modcache}"
+    (cd "${WORK}" && GOMODCACHE="${modcache}" GOFLAGS=-modcacherw \
+      go_or_die "${module}@${v}" go mod download "${module}@${v}")
+    dir="$(cd "${WORK}" && GOMODCACHE="${modcache}" GOFLAGS=-modcacherw go mod download -json "${module}@${v}" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -d "${dir}/${path}" ]] || die "${module}@${v} has no ${path}/"
+    rm -rf "${dest}.tmp"; mkdir -p "${dest}.tmp"
+    n=0
+    for f in "${dir}/${path}"/*.yaml; do
+      grep -q '^kind: CustomResourceDefinition' "${f}" || continue
+      cp "${f}" "${dest}.tmp/"
+      n=$(( n + 1 ))
+    done
+    [[ ${n} -gt 0 ]] || die "${module}@${v} has no CustomResourceDefinition in ${path}/"
+    chmod u+w "${dest}.tmp"/*.yaml
+    touch "${dest}.tmp/.ready"
+    rm -rf "${dest}"; mv "${dest}.tmp" "${dest}"
+    rm -rf "${modcache}"
+    report "${project} ${v} (${n} CRDs)" "${t0}"
+  done
+}
+
 T0="$(now)"
 log "tool cache: ${TOOLS_BIN}"
 build_etcd
@@ -227,6 +262,10 @@ for v in "${GATEWAY_API_OLD_VERSION}" "${GATEWAY_API_VERSION}"; do
   fetch_crd sigs.k8s.io/gateway-api "${v}" config/crd/standard/gateway.networking.k8s.io_httproutes.yaml \
     "httproutes.gateway.networking.k8s.io@${v}.yaml" ".gateway-api-${v}"
 done
+fetch_crd_releases gateway-api sigs.k8s.io/gateway-api config/crd/standard "${GATEWAY_API_RELEASES}"
+fetch_crd_releases prometheus-operator github.com/prometheus-operator/prometheus-operator \
+  example/prometheus-operator-crd "${PROMETHEUS_OPERATOR_RELEASES}"
+fetch_crd_releases argo-rollouts github.com/argoproj/argo-rollouts manifests/crds "${ARGO_ROLLOUTS_RELEASES}"
 build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl
 build_k8s "${KUBERNETES_OLDER_VERSION}" "${K8S_SERVER_TOOLS[@]}"
 log "all tools ready in $(( $(now) - T0 ))s"
