@@ -61,7 +61,9 @@ pub struct Shared {
     /// Every Placement on the hub (for the types to import).
     pub placements: Store<Placement>,
     import_changes: Taken<mpsc::UnboundedReceiver<Arc<ApiResourceImport>>>,
-    placement_changes: Taken<mpsc::UnboundedReceiver<()>>,
+    /// Ticks of Placement changes (bounded: pending ticks coalesce, and nothing piles up when no
+    /// importer takes them, as with `--import-push-members=false`).
+    placement_changes: Taken<mpsc::Receiver<()>>,
 }
 
 impl Shared {
@@ -80,13 +82,18 @@ impl Shared {
                 let _ = to_negotiation.unbounded_send(Arc::new(import.clone()));
             },
         );
-        let (to_importer, placements_rx) = mpsc::unbounded();
+        let (to_importer, placements_rx) = mpsc::channel(1);
+        let to_importer = Mutex::new(to_importer);
         let placements = flotilla_runtime::cache::spawn_store_with(
             ctx,
             Api::<Placement>::all(client),
             watcher::Config::default(),
             move |_: &Placement| {
-                let _ = to_importer.unbounded_send(());
+                // Full: a tick is pending already.
+                let _ = to_importer
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .try_send(());
             },
         );
         Self {
@@ -139,8 +146,8 @@ impl Shared {
     }
 
     /// A tick for every Placement change, for the importer (taken once).
-    pub fn take_placement_changes(&self) -> mpsc::UnboundedReceiver<()> {
-        take(&self.placement_changes).unwrap_or_else(|| mpsc::unbounded().1)
+    pub fn take_placement_changes(&self) -> mpsc::Receiver<()> {
+        take(&self.placement_changes).unwrap_or_else(|| mpsc::channel(1).1)
     }
 }
 

@@ -365,6 +365,23 @@ pub struct MemberIdentity {
     /// A kubeconfig of the member with a token of the ServiceAccount.
     pub kubeconfig: PathBuf,
     _objects: api::ClusterScopedObjects,
+    /// Held until the objects are gone: a component's ClusterRoleBinding names one namespace's
+    /// ServiceAccount, so two tests of the same member and component take turns.
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// One lock per member and component file (see [`MemberIdentity`]).
+fn turn(member: &str, file: &'static str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    type Turns =
+        std::collections::HashMap<(String, &'static str), std::sync::Arc<tokio::sync::Mutex<()>>>;
+    static TURNS: std::sync::LazyLock<std::sync::Mutex<Turns>> =
+        std::sync::LazyLock::new(Default::default);
+    TURNS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry((member.to_string(), file))
+        .or_default()
+        .clone()
 }
 
 impl MemberIdentity {
@@ -380,6 +397,7 @@ impl MemberIdentity {
         namespace: &str,
         credential_secret: &str,
     ) -> Result<Self> {
+        let turn = turn(&member.name, component.file).lock_owned().await;
         let client = member.client().await?;
         let path = crate::repo_root().join("deploy/agent").join(component.file);
         let text = std::fs::read_to_string(&path)
@@ -441,6 +459,7 @@ impl MemberIdentity {
         Ok(Self {
             kubeconfig: crate::chart::cluster_kubeconfig_with_token(member, &token)?,
             _objects: objects,
+            _turn: turn,
         })
     }
 }
