@@ -544,51 +544,103 @@ impl Comparer {
         }
     }
 
-    /// `x-kubernetes-validations` (CEL). A removed rule is safe. A new rule may reject stored
-    /// objects and cannot be decided statically: Unknown (kcp ignored rules). A rule whose
-    /// message changed is safe; any other change to a rule's entry is Unknown.
+    /// `x-kubernetes-validations` (CEL; kcp ignored rules). A new rule is paired with an old one
+    /// with the same text, else with one that parses to the same expression (only whitespace,
+    /// parentheses or quotes differ). Then:
+    /// - a removed rule is safe;
+    /// - a paired rule whose `message`, `messageExpression`, `reason` or `fieldPath` changed, or
+    ///   that was only reformatted, is safe: what is accepted does not change, only the error
+    ///   reported; any other change to its entry (e.g. `optionalOldSelf`) is Unknown;
+    /// - an added rule is safe when every value the old schema accepts at the node passes it
+    ///   (it reads only fields the old node lacks, each behind `has()`, see
+    ///   [`crate::cel::added_rule`]), and Unknown otherwise, with the reason. A rule on a node
+    ///   the old schema does not have is never compared: objects valid under the old schema do
+    ///   not have that node, so the rule never runs on them (the node's `PropertyAdded` says it).
     fn validations(&mut self, path: &Path, old: &Schema, new: &Schema) {
         let rule = |v: &Value| v.get("rule").map(show).unwrap_or_else(|| show(v));
-        let only_messages = |a: &Value, b: &Value| {
+        let text = |v: &Value| v.get("rule").and_then(Value::as_str).map(str::to_string);
+        let mut paired = vec![false; old.validations.len()];
+        for n in &new.validations {
+            let same_text = old
+                .validations
+                .iter()
+                .enumerate()
+                .position(|(i, o)| !paired[i] && rule(o) == rule(n));
+            let same_expression = || {
+                old.validations.iter().enumerate().position(|(i, o)| {
+                    !paired[i]
+                        && match (text(o), text(n)) {
+                            (Some(a), Some(b)) => crate::cel::same_expression(&a, &b),
+                            _ => false,
+                        }
+                })
+            };
+            let Some(i) = same_text.or_else(same_expression) else {
+                self.added_rule(path, old, n);
+                continue;
+            };
+            paired[i] = true;
+            let o = &old.validations[i];
+            if json_eq(o, n) {
+                continue;
+            }
+            let field = |v: &Value, key: &str| v.get(key).cloned();
+            let mut differences = Vec::new();
+            if rule(o) != rule(n) {
+                differences.push(format!(
+                    "reformatted from {} (the same expression)",
+                    rule(o)
+                ));
+            }
+            for key in ["message", "messageExpression", "reason", "fieldPath"] {
+                let (a, b) = (field(o, key), field(n, key));
+                if a != b {
+                    let shown = |v: Option<Value>| v.as_ref().map(show).unwrap_or("none".into());
+                    differences.push(format!("{key} changed from {} to {}", shown(a), shown(b)));
+                }
+            }
             let strip = |v: &Value| {
                 let mut v = v.clone();
                 if let Some(m) = v.as_object_mut() {
-                    m.remove("message");
-                    m.remove("messageExpression");
-                    m.remove("reason");
+                    for key in [
+                        "rule",
+                        "message",
+                        "messageExpression",
+                        "reason",
+                        "fieldPath",
+                    ] {
+                        m.remove(key);
+                    }
                 }
                 v
             };
-            json_eq(&strip(a), &strip(b))
-        };
-        for n in &new.validations {
-            match old.validations.iter().find(|o| rule(o) == rule(n)) {
-                None => self.push(
-                    path,
-                    ChangeKind::ValidationRuleAdded,
-                    Verdict::Unknown,
-                    format!(
-                        "validation rule {} added: cannot decide whether stored objects pass it",
-                        rule(n)
-                    ),
-                ),
-                Some(o) if json_eq(o, n) => {}
-                Some(o) if only_messages(o, n) => self.push(
+            if json_eq(&strip(o), &strip(n)) {
+                self.push(
                     path,
                     ChangeKind::ValidationRuleChanged,
                     Verdict::Safe,
-                    format!("message of validation rule {} changed", rule(n)),
-                ),
-                Some(_) => self.push(
+                    format!(
+                        "validation rule {}: {}; what is accepted does not change, only the error reported",
+                        rule(n),
+                        differences.join("; ")
+                    ),
+                );
+            } else {
+                self.push(
                     path,
                     ChangeKind::ValidationRuleChanged,
                     Verdict::Unknown,
-                    format!("validation rule {} changed: {}", rule(n), show(n)),
-                ),
+                    format!(
+                        "validation rule {} changed from {} to {}: cannot decide",
+                        rule(n),
+                        show(o),
+                        show(n)
+                    ),
+                );
             }
         }
-        for o in &old.validations {
-            if !new.validations.iter().any(|n| rule(n) == rule(o)) {
+        for (o, paired) in old.validations.iter().zip(paired) {
+            if !paired {
                 self.push(
                     path,
                     ChangeKind::ValidationRuleRemoved,
@@ -596,6 +648,34 @@ impl Comparer {
                     format!("validation rule {} removed", rule(o)),
                 );
             }
+        }
+    }
+
+    /// A rule in `new` that `old`'s node does not have (see [`Comparer::validations`]).
+    fn added_rule(&mut self, path: &Path, old: &Schema, n: &Value) {
+        use crate::cel::{AddedRule, added_rule};
+        let shown = n.get("rule").map(show).unwrap_or_else(|| show(n));
+        let transition = n.get("optionalOldSelf").and_then(Value::as_bool) == Some(true);
+        let verdict = match n.get("rule").and_then(Value::as_str) {
+            Some(text) if !transition => added_rule(text, old, path.depth() == 0),
+            Some(_) => AddedRule::Unknown("it is a transition rule (optionalOldSelf)".into()),
+            None => AddedRule::Unknown("it has no rule text".into()),
+        };
+        match verdict {
+            AddedRule::Holds => self.push(
+                path,
+                ChangeKind::ValidationRuleAdded,
+                Verdict::Safe,
+                format!(
+                    "validation rule {shown} added: it is true whenever the fields the old schema lacks are unset (it reads them only behind has()), so every object valid under the old schema passes it"
+                ),
+            ),
+            AddedRule::Unknown(why) => self.push(
+                path,
+                ChangeKind::ValidationRuleAdded,
+                Verdict::Unknown,
+                format!("validation rule {shown} added: {why}"),
+            ),
         }
     }
 

@@ -10,11 +10,16 @@
 //!   prunes it);
 //! - type, `enum`, bounds, `multipleOf`, `pattern`, `uniqueItems`, `required`,
 //!   `x-kubernetes-list-type: set|map` uniqueness, `int32` range, `allOf`/`anyOf`/`oneOf`/`not`
-//!   are evaluated.
+//!   are evaluated;
+//! - CEL rules (`x-kubernetes-validations`) are evaluated at every node of the object that has
+//!   them, `self` bound to the node's value (see [`crate::cel`]): a rule that is false is a
+//!   [`ProblemKind::RuleViolated`] with the rule's message, at the node's path plus the rule's
+//!   `fieldPath`. A transition rule (`oldSelf`), a rule that does not compile or fails at run
+//!   time (a Kubernetes library function this crate lacks, a field read without `has()`), and
+//!   rules beyond the per-object bounds are [`ProblemKind::Undecidable`], never a violation.
 //!
-//! Not evaluated: CEL rules (`x-kubernetes-validations`; [`compare`](crate::compare) reports
-//! their differences) and string formats other than the integer ones. A `pattern` that does not
-//! compile as a regular expression is reported as [`ProblemKind::Undecidable`], never passed.
+//! Not evaluated: string formats other than the integer ones. A `pattern` that does not compile
+//! as a regular expression is reported as [`ProblemKind::Undecidable`], never passed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -22,6 +27,7 @@ use regex::{Regex, RegexBuilder};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cel::{Evaluator, Outcome};
 use crate::path::Path;
 use crate::schema::{AdditionalProperties, Bound, Schema, Shape, Type, contains};
 use crate::{Limits, SchemaError};
@@ -43,8 +49,10 @@ pub enum ProblemKind {
     Duplicate,
     /// `allOf`/`anyOf`/`oneOf`/`not` not satisfied.
     Junctor,
+    /// A CEL rule of `x-kubernetes-validations` evaluates to false on the value.
+    RuleViolated,
     /// Cannot be evaluated (e.g. a pattern that does not compile, nesting deeper than the
-    /// limit).
+    /// limit, a CEL rule that reads `oldSelf` or calls a function this crate does not have).
     Undecidable,
 }
 
@@ -70,6 +78,7 @@ pub fn check_parsed(object: &Value, schema: &Schema) -> Vec<ObjectProblem> {
     let mut checker = Checker {
         regexes: HashMap::new(),
         max_depth: Limits::default().max_depth * 2,
+        rules: Evaluator::default(),
     };
     let mut problems = Vec::new();
     checker.value(object, schema, &Path::root(), 0, false, &mut problems);
@@ -79,6 +88,7 @@ pub fn check_parsed(object: &Value, schema: &Schema) -> Vec<ObjectProblem> {
 struct Checker {
     regexes: HashMap<String, Option<Regex>>,
     max_depth: usize,
+    rules: Evaluator,
 }
 
 fn problem(path: &Path, kind: ProblemKind, message: impl Into<String>) -> ObjectProblem {
@@ -190,6 +200,42 @@ impl Checker {
             _ => {}
         }
         self.junctors(v, s, path, depth, out);
+        if !in_junctor && !s.validations.is_empty() {
+            self.rules(v, s, path, depth, out);
+        }
+    }
+
+    /// The node's CEL rules, with `self` bound to its value (see [`crate::cel`]).
+    fn rules(
+        &mut self,
+        v: &Value,
+        s: &Schema,
+        path: &Path,
+        depth: usize,
+        out: &mut Vec<ObjectProblem>,
+    ) {
+        let at_root = depth == 0 || s.embedded_resource;
+        for outcome in self.rules.evaluate(&s.validations, v, s, at_root) {
+            match outcome {
+                Outcome::Holds => {}
+                Outcome::Violated {
+                    message,
+                    field_path,
+                } => {
+                    let path = match (path.depth(), field_path) {
+                        (_, None) => path.to_string(),
+                        (0, Some(field)) => field,
+                        (_, Some(field)) => format!("{path}{field}"),
+                    };
+                    out.push(ObjectProblem {
+                        path,
+                        kind: ProblemKind::RuleViolated,
+                        message,
+                    });
+                }
+                Outcome::Undecidable(why) => out.push(problem(path, ProblemKind::Undecidable, why)),
+            }
+        }
     }
 
     fn number(

@@ -81,3 +81,95 @@ fn a_pattern_that_cannot_be_evaluated_is_not_a_pass() {
     let problems = check_object(&json!({"a": "xy"}), &schema).expect("valid schema");
     assert_eq!(problems[0].kind, ProblemKind::Undecidable);
 }
+
+/// A member whose schema has CEL rules: on `spec`, on list items and on a field.
+fn with_rules() -> Value {
+    json!({"type": "object",
+        "x-kubernetes-validations": [{"rule": "self.kind == 'Widget'", "message": "only widgets", "fieldPath": ".kind"}],
+        "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+        "spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
+                 "message": "min must not exceed max", "fieldPath": ".min"},
+                {"rule": "!has(self.items) || self.items.size() <= 3",
+                 "messageExpression": "'at most 3 items, got ' + string(self.items.size())"}],
+            "properties": {
+                "min": {"type": "integer"}, "max": {"type": "integer"},
+                "name": {"type": "string", "x-kubernetes-validations": [{"rule": "self == self.lowerAscii()"}]},
+                "items": {"type": "array", "items": {"type": "object",
+                    "x-kubernetes-validations": [{"rule": "self.name.matches('^[a-z]+$')", "message": "lower-case letters only"}],
+                    "properties": {"name": {"type": "string"}}}},
+                "stamp": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "immutable"}]},
+                "size": {"type": "string", "x-kubernetes-validations": [{"rule": "quantity(self).isLessThan(quantity('1Gi'))"}]},
+                "opt": {"type": "object", "properties": {"a": {"type": "string"}},
+                    "x-kubernetes-validations": [{"rule": "self.a != ''"}]}
+            }}
+    }})
+}
+
+fn widget(spec: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": spec})
+}
+
+#[test]
+fn cel_rules_that_hold_are_no_problem() {
+    let object = widget(json!({"min": 1, "max": 2, "name": "web",
+        "items": [{"name": "a"}, {"name": "b"}]}));
+    let problems = check_object(&object, &with_rules()).expect("valid schema");
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn a_violated_cel_rule_is_reported_with_its_message_and_field_path() {
+    let object = widget(json!({"min": 3, "max": 2, "name": "Web",
+        "items": [{"name": "a"}, {"name": "B"}, {"name": "c"}, {"name": "d"}]}));
+    let problems = check_object(&object, &with_rules()).expect("valid schema");
+    let found = |path: &str, message: &str| {
+        assert!(
+            problems.iter().any(|p| p.path == path
+                && p.kind == ProblemKind::RuleViolated
+                && p.message == message),
+            "expected {message:?} at {path}: {problems:#?}"
+        );
+    };
+    found(".spec.min", "min must not exceed max");
+    found(".spec", "at most 3 items, got 4");
+    found(".spec.name", "failed rule: self == self.lowerAscii()");
+    // Rules of list items are evaluated per item, with its index.
+    found(".spec.items[1]", "lower-case letters only");
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    // At the root, the path is the rule's fieldPath.
+    let problems = check_object(&json!({"kind": "Gadget"}), &with_rules()).expect("valid");
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].path, ".kind");
+    assert_eq!(problems[0].kind, ProblemKind::RuleViolated);
+    assert_eq!(problems[0].message, "only widgets");
+}
+
+#[rstest]
+#[case::transition_rule(json!({"stamp": "x"}), ".spec.stamp", "transition rule")]
+#[case::unknown_function(json!({"size": "1Mi"}), ".spec.size", "it uses quantity, which this check does not implement")]
+#[case::field_without_has(json!({"opt": {}}), ".spec.opt", "No such key")]
+fn a_cel_rule_that_cannot_be_evaluated_is_undecidable(
+    #[case] spec: Value,
+    #[case] path: &str,
+    #[case] why: &str,
+) {
+    let problems = check_object(&widget(spec), &with_rules()).expect("valid schema");
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].path, path);
+    assert_eq!(problems[0].kind, ProblemKind::Undecidable);
+    assert!(problems[0].message.contains(why), "{}", problems[0].message);
+}
+
+#[test]
+fn cel_rule_evaluations_are_capped_per_object() {
+    let schema = json!({"type": "object", "properties": {"tags": {"type": "array",
+        "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() > 0"}]}}}});
+    let tags: Vec<String> = (0..6000).map(|i| format!("t{i}")).collect();
+    let problems = check_object(&json!({"tags": tags}), &schema).expect("valid schema");
+    assert_eq!(problems.len(), 1000, "one per rule beyond the cap");
+    assert!(problems.iter().all(|p| p.kind == ProblemKind::Undecidable));
+    assert_eq!(problems[0].path, ".tags[5000]");
+}

@@ -96,8 +96,19 @@ fn with_field(field: Value) -> Value {
 #[case::any_of_branch_replaced(with_field(json!({"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}]})), with_field(json!({"type": "object", "anyOf": [{"required": ["a"]}]})), Verdict::Unknown, ".f", "AnyOfChanged")]
 #[case::one_of_changed(with_field(json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})), with_field(json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["c"]}]})), Verdict::Unknown, ".f", "OneOfChanged")]
 #[case::not_added(with_field(json!({"type": "string"})), with_field(json!({"type": "string", "not": {"enum": ["x"]}})), Verdict::Narrowing, ".f", "NotChanged")]
-// CEL rules (kcp ignored them): a new rule cannot be decided.
+// CEL rules (kcp ignored them): a new rule that reads what the old schema accepts cannot be
+// decided; one that reads only new fields behind has(), or sits on a new node, is safe.
 #[case::cel_rule_added(with_field(json!({"type": "integer"})), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]})), Verdict::Unknown, ".f", "ValidationRuleAdded")]
+#[case::cel_rule_changed(with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]})), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1"}]})), Verdict::Unknown, ".f", "ValidationRuleAdded")]
+#[case::cel_rule_reformatted(with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0 && self < 9"}]})), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "(self>0) &&\n (self<9)"}]})), Verdict::Safe, ".f", "ValidationRuleChanged")]
+#[case::cel_reason_and_field_path_changed(json!({"type": "object", "properties": {"a": {"type": "integer"}}, "x-kubernetes-validations": [{"rule": "self.a > 0"}]}), json!({"type": "object", "properties": {"a": {"type": "integer"}}, "x-kubernetes-validations": [{"rule": "self.a > 0", "reason": "FieldValueForbidden", "fieldPath": ".a"}]}), Verdict::Safe, ".", "ValidationRuleChanged")]
+#[case::cel_message_expression_changed(with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]})), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0", "messageExpression": "'got ' + string(self)"}]})), Verdict::Safe, ".f", "ValidationRuleChanged")]
+#[case::cel_optional_old_self_changed(with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self >= oldSelf"}]})), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self >= oldSelf", "optionalOldSelf": true}]})), Verdict::Unknown, ".f", "ValidationRuleChanged")]
+#[case::cel_rule_on_new_node(json!({"type": "object"}), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]})), Verdict::Safe, ".f", "PropertyAdded")]
+#[case::cel_rule_guarded_new_field(json!({"type": "object", "properties": {"a": {"type": "integer"}}}), json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "x-kubernetes-validations": [{"rule": "!has(self.b) || self.b >= self.a"}]}), Verdict::Safe, ".", "ValidationRuleAdded")]
+#[case::cel_rule_ternary_guarded_new_field(json!({"type": "object", "properties": {"a": {"type": "integer"}}}), json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "x-kubernetes-validations": [{"rule": "has(self.b) ? self.b > 0 : true"}]}), Verdict::Safe, ".", "ValidationRuleAdded")]
+#[case::cel_rule_unguarded_new_field(json!({"type": "object", "properties": {"a": {"type": "integer"}}}), json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "x-kubernetes-validations": [{"rule": "self.b > 0"}]}), Verdict::Unknown, ".", "ValidationRuleAdded")]
+#[case::cel_rule_on_existing_field(json!({"type": "object", "properties": {"a": {"type": "integer"}}}), json!({"type": "object", "properties": {"a": {"type": "integer"}}, "x-kubernetes-validations": [{"rule": "!has(self.a) || self.a > 0"}]}), Verdict::Unknown, ".", "ValidationRuleAdded")]
 #[case::cel_rule_removed(with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]})), with_field(json!({"type": "integer"})), Verdict::Safe, ".f", "ValidationRuleRemoved")]
 #[case::cel_message_changed(with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0", "message": "a"}]})), with_field(json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0", "message": "b"}]})), Verdict::Safe, ".f", "ValidationRuleChanged")]
 // What is not understood is Unknown, never a silent pass.
@@ -180,4 +191,59 @@ fn every_difference_is_listed() {
         ]
     );
     assert_eq!(c.verdict(), Verdict::Breaking);
+}
+
+/// An added rule that stays unknown says which field it reads that the old schema has.
+#[test]
+fn an_unknown_added_rule_names_the_field_the_old_schema_has() {
+    let old = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let mut new = old.clone();
+    new["properties"]["b"] = json!({"type": "integer"});
+    new["x-kubernetes-validations"] = json!([{"rule": "!has(self.b) || self.a > 0 && self.b > 0"}]);
+    let c = compare(&old, &new).expect("valid");
+    let added = c
+        .changes
+        .iter()
+        .find(|ch| ch.kind.to_string() == "ValidationRuleAdded")
+        .expect("the rule is reported");
+    assert_eq!(added.verdict, Verdict::Safe, "{added:#?}");
+    new["x-kubernetes-validations"] = json!([{"rule": "self.a > 0 || !has(self.b)"}]);
+    let c = compare(&old, &new).expect("valid");
+    let added = c
+        .changes
+        .iter()
+        .find(|ch| ch.kind.to_string() == "ValidationRuleAdded")
+        .expect("the rule is reported");
+    assert_eq!(added.verdict, Verdict::Safe, "{added:#?}");
+    new["x-kubernetes-validations"] = json!([{"rule": "self.a > 0"}]);
+    let c = compare(&old, &new).expect("valid");
+    let added = c
+        .changes
+        .iter()
+        .find(|ch| ch.kind.to_string() == "ValidationRuleAdded")
+        .expect("the rule is reported");
+    assert_eq!(added.verdict, Verdict::Unknown);
+    assert!(
+        added
+            .message
+            .contains("self.a, which the old schema already has"),
+        "{}",
+        added.message
+    );
+}
+
+/// A reason or fieldPath change says that acceptance does not change.
+#[test]
+fn a_reason_change_says_acceptance_is_the_same() {
+    let old = json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]});
+    let new = json!({"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0", "reason": "FieldValueForbidden"}]});
+    let c = compare(&old, &new).expect("valid");
+    assert_eq!(c.verdict(), Verdict::Safe);
+    assert!(
+        c.changes[0]
+            .message
+            .contains("what is accepted does not change"),
+        "{}",
+        c.changes[0].message
+    );
 }

@@ -3,7 +3,9 @@
 //! says whether the member accepts everything the hub accepts (`Compatible=True`). When it does
 //! not, the object itself is checked against the member's schema: an object that uses only
 //! fields the member has still goes there; one that sets a field the member lacks or cannot
-//! accept does not, and the reason names the paths.
+//! accept, or that fails one of the member's CEL rules, does not, and the reason names the paths
+//! (with the rule's message). What cannot be decided (a transition rule, a Kubernetes CEL
+//! function the checker lacks) never excludes an object.
 
 use flotilla_api::{ApiResourceImport, conditions, reasons};
 use flotilla_schema::{ProblemKind, Schema, check_parsed};
@@ -90,6 +92,17 @@ mod tests {
     use serde_json::json;
 
     fn import(compatible: Option<(&str, &str)>) -> ApiResourceImport {
+        import_with(
+            compatible,
+            json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}
+            }}),
+        )
+    }
+
+    fn import_with(compatible: Option<(&str, &str)>, schema: Value) -> ApiResourceImport {
         let conditions: Vec<Value> = compatible
             .map(|(status, reason)| {
                 vec![
@@ -105,11 +118,7 @@ mod tests {
                 "groupVersion": {"group": "example.com", "version": "v1"},
                 "names": {"plural": "widgets", "kind": "Widget"},
                 "scope": "Namespaced",
-                "openAPIV3Schema": {"type": "object", "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}
-                }}
+                "openAPIV3Schema": schema
             },
             "status": {"conditions": conditions}
         }))
@@ -158,6 +167,36 @@ mod tests {
         );
         assert_eq!(
             check(Some(&import(Some(("True", "Superset")))), &object),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_violated_cel_rule_excludes_the_object_with_its_message_and_path() {
+        let member = import_with(
+            Some(("False", "Incompatible")),
+            json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": {"type": "object", "properties": {
+                    "size": {"type": "integer"}, "stamp": {"type": "string"}},
+                    "x-kubernetes-validations": [
+                        {"rule": "!has(self.size) || self.size % 2 == 0",
+                         "message": "size must be even", "fieldPath": ".size"},
+                        {"rule": "!has(self.stamp) || self.stamp == oldSelf.stamp"}]}
+            }}),
+        );
+        assert_eq!(check(Some(&member), &widget(json!({"size": 4}))), Ok(()));
+        let refused = check(Some(&member), &widget(json!({"size": 3})))
+            .expect_err("the member's rule rejects an odd size");
+        assert!(
+            refused.message.contains(".spec.size (size must be even)"),
+            "{}",
+            refused.message
+        );
+        // A transition rule cannot be evaluated without the stored object: undecided, not excluded.
+        assert_eq!(
+            check(Some(&member), &widget(json!({"size": 4, "stamp": "x"}))),
             Ok(())
         );
     }

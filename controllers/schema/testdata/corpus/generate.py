@@ -154,6 +154,20 @@ simple("any-of-added", "Narrowing", ".spec.selector", "AnyOfChanged", setter("se
 simple("cel-rule-added", "Unknown", ".spec.size", "ValidationRuleAdded", setter("size", "x-kubernetes-validations", [{"rule": "self % 2 == 0"}]))
 simple("cel-rule-removed", "Safe", ".spec.replicas", "ValidationRuleRemoved", lambda c: field(c, "replicas").pop("x-kubernetes-validations"))
 simple("cel-message-changed", "Safe", ".spec.replicas", "ValidationRuleChanged", lambda c: field(c, "replicas")["x-kubernetes-validations"][0].__setitem__("message", "must be >= 0"))
+simple("cel-rule-reformatted", "Safe", ".spec.replicas", "ValidationRuleChanged", lambda c: field(c, "replicas")["x-kubernetes-validations"][0].__setitem__("rule", "(self>=0)"))
+simple("cel-reason-changed", "Safe", ".spec.replicas", "ValidationRuleChanged", lambda c: field(c, "replicas")["x-kubernetes-validations"][0].__setitem__("reason", "FieldValueForbidden"))
+simple("cel-rule-changed", "Unknown", ".spec.replicas", "ValidationRuleAdded", lambda c: field(c, "replicas")["x-kubernetes-validations"][0].__setitem__("rule", "self >= 1"))
+# A rule on a node the old schema lacks never runs on objects valid under it: the new node is safe.
+simple("cel-rule-added-on-new-node", "Safe", ".spec.color", "PropertyAdded", lambda c: spec(c)["properties"].__setitem__("color", {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() <= 20"}]}))
+# A rule on an existing node that reads a new field only behind has(): objects without it pass.
+simple("cel-rule-added-guarded-new-field", "Safe", ".spec", "ValidationRuleAdded",
+       lambda c: spec(c)["properties"].__setitem__("maxSize", {"type": "integer"})
+       or spec(c).__setitem__("x-kubernetes-validations", [{"rule": "!has(self.maxSize) || self.maxSize >= self.size"}]))
+simple("cel-rule-added-unguarded-new-field", "Unknown", ".spec", "ValidationRuleAdded",
+       lambda c: spec(c)["properties"].__setitem__("maxSize", {"type": "integer"})
+       or spec(c).__setitem__("x-kubernetes-validations", [{"rule": "self.maxSize >= self.size"}]))
+simple("cel-rule-added-existing-field", "Unknown", ".spec", "ValidationRuleAdded",
+       lambda c: spec(c).__setitem__("x-kubernetes-validations", [{"rule": "self.size <= 50"}]))
 simple("description-only", "Safe", None, None, setter("size", "description", "How big."))
 # CRD level (OLM "scope", "storedVersionRemoval", served versions).
 simple("scope-changed", "Breaking", ".spec.scope", "ScopeChanged", lambda c: c["spec"].__setitem__("scope", "Cluster"), version=None)
