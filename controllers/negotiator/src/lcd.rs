@@ -4,8 +4,8 @@
 //! Each file holds one member's CRDs (multi-document files allowed); CRDs are paired by name. For
 //! every CRD that all inputs have, every version all of them serve is negotiated as the
 //! negotiator does ([`flotilla_schema::lcd_of_parsed`]) and published as it would be
-//! ([`crate::negotiation::published_crd`]); the storage version is the first input's, if all
-//! serve it. Prints the published CRDs as YAML on stdout and, as YAML comments after each, what
+//! ([`crate::publish::plan`]): the most stable version stores, and a version whose fields differ
+//! from the storage version's is left out (the hub converts with None only). Prints the published CRDs as YAML on stdout and, as YAML comments after each, what
 //! every input loses in it (the narrowings, with their paths) and what the inputs disagree on.
 //! Exit code: 0 when a CRD was negotiated, 2 when none could be (no CRD or version in common, a
 //! schema that cannot be read or has no common denominator).
@@ -19,7 +19,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::Value;
 
 use crate::compat::read_crds;
-use crate::negotiation::published_crd;
+use crate::publish::{self, NegotiatedVersion};
 use crate::schemas::crd_spec;
 
 /// Flags of `lcd`.
@@ -92,19 +92,17 @@ pub fn negotiate(inputs: &[PathBuf]) -> Result<Vec<Negotiated>, String> {
                     .any(|v| v.name == version && v.served)
             })
         };
-        // The first input's storage version first: the first version published stores.
-        let mut versions: Vec<&str> = crd
+        let versions: Vec<&str> = crd
             .spec
             .versions
             .iter()
             .filter(|v| v.served && served_by_all(&v.name))
             .map(|v| v.name.as_str())
             .collect();
-        versions.sort_by_key(|v| !crd.spec.versions.iter().any(|x| x.name == *v && x.storage));
         if versions.is_empty() {
             return Err(format!("{name}: no version is served by every input"));
         }
-        let mut published: Option<CustomResourceDefinition> = None;
+        let mut negotiated_versions = Vec::new();
         let mut notes = Vec::new();
         for version in versions {
             let mut schemas = Vec::new();
@@ -148,15 +146,33 @@ pub fn negotiate(inputs: &[PathBuf]) -> Result<Vec<Negotiated>, String> {
                 }
             }
             let (_, first_spec, _) = &schemas[0];
-            let crd = published_crd(first_spec, &lcd.schema, published.as_ref());
-            published = Some(
-                serde_json::from_value(crd)
-                    .map_err(|e| format!("{name} {version}: the published CRD: {e}"))?,
-            );
+            let mut spec = first_spec.clone();
+            spec.open_api_v3_schema = lcd.schema;
+            negotiated_versions.push(spec);
         }
-        let crd = serde_json::to_value(published.ok_or("nothing negotiated")?)
-            .map_err(|e| e.to_string())?;
-        out.push(Negotiated { crd, notes });
+        // Every input serves every version here: the plan chooses the storage version and
+        // leaves out the versions None conversion cannot carry.
+        let inputs: std::collections::BTreeSet<String> =
+            members.iter().map(|(f, _)| f.clone()).collect();
+        let mut all: Vec<NegotiatedVersion<'_>> = negotiated_versions
+            .iter()
+            .map(|resource| NegotiatedVersion {
+                resource,
+                clusters: inputs.clone(),
+            })
+            .collect();
+        let publisher = all.remove(0);
+        let plan = publish::plan(&publisher, &all, None, &limits);
+        for left in &plan.left_out {
+            notes.push(format!(
+                "{name} {}: not published: {}",
+                left.version, left.why
+            ));
+        }
+        out.push(Negotiated {
+            crd: plan.crd,
+            notes,
+        });
     }
     if out.is_empty() {
         return Err("no CustomResourceDefinition is in every input".into());
@@ -241,6 +257,46 @@ mod tests {
         )
         .expect("write");
         assert!(negotiate(&[old, other]).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_most_stable_version_stores_and_a_version_with_other_fields_is_left_out() {
+        let dir = std::env::temp_dir().join(format!("flotilla-lcd-v-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let a = serde_json::json!({"a": {"type": "string"}});
+        let ab = serde_json::json!({"a": {"type": "string"}, "b": {"type": "integer"}});
+        // Both inputs store v1beta1 (listed first); v1 has the same fields, v2alpha1 one more.
+        let versions = [
+            ("v1beta1", a.clone()),
+            ("v1", a.clone()),
+            ("v2alpha1", ab.clone()),
+        ];
+        let one = crd(&dir, "one.yaml", &versions);
+        let two = crd(&dir, "two.yaml", &versions);
+        let out = negotiate(&[one, two]).expect("negotiated");
+        let mut got: Vec<(String, bool)> = out[0].crd["spec"]["versions"]
+            .as_array()
+            .expect("versions")
+            .iter()
+            .map(|v| {
+                (
+                    v["name"].as_str().expect("name").to_string(),
+                    v["storage"].as_bool().expect("storage"),
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [("v1".to_string(), true), ("v1beta1".to_string(), false)]
+        );
+        let notes = out[0].notes.join("\n");
+        assert!(
+            notes.contains("widgets.example.com v2alpha1: not published: its fields differ")
+                && notes.contains(".spec.b"),
+            "{notes}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }
