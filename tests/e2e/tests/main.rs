@@ -14,6 +14,7 @@ mod cluster_placements;
 mod environment;
 mod fleet;
 mod negotiator;
+mod negotiator_corpus;
 mod profiles;
 mod quota;
 mod registration;
