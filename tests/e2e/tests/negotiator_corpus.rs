@@ -3,7 +3,7 @@
 //! (`hack/build-tools.sh`: Gateway API, Prometheus Operator and Argo Rollouts,
 //! `crds/releases/<project>/<version>/<file>.yaml`): every consecutive pair of its releases and
 //! the first with the last. `FLOTILLA_E2E_CORPUS_ALL_PAIRS=1` takes every pair of releases
-//! instead (91 pairs, 548 published CRDs: about 200 s on two cores, against about 65 s).
+//! instead (91 pairs, 548 published CRDs: about 230 s on two cores, against about 65 s).
 //!
 //! The published CRD is what `flotilla-negotiator lcd OLD NEW` prints (the built binary, as the
 //! harness runs every controller; it prints `lcd::negotiate`'s CRDs). Each is sent to the hub as
