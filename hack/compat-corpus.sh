@@ -12,7 +12,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
-"${HACK_DIR}/build-tools.sh" >/dev/null
+# The tool cache's progress only when it fails.
+if ! out="$("${HACK_DIR}/build-tools.sh" 2>&1 >/dev/null)"; then
+  printf '%s\n' "${out}" >&2
+  exit 1
+fi
 export FLOTILLA_TOOLS_BIN="${TOOLS_BIN}"
 cargo test -q -p flotilla-negotiator --test compat_corpus -- --nocapture 2>&1 \
   | grep -vE '^(running [0-9]+ tests?|test result:.*|\.|)$'
