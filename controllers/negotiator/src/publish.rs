@@ -297,12 +297,12 @@ mod tests {
     fn versions(plan: &Plan) -> Vec<(String, bool)> {
         plan.crd["spec"]["versions"]
             .as_array()
-            .unwrap()
+            .expect("versions")
             .iter()
             .map(|v| {
                 (
-                    v["name"].as_str().unwrap().to_string(),
-                    v["storage"].as_bool().unwrap(),
+                    v["name"].as_str().expect("name").to_string(),
+                    v["storage"].as_bool().expect("storage"),
                 )
             })
             .collect()
@@ -418,7 +418,7 @@ mod tests {
             &limits,
         );
         assert_eq!(first.storage, "v1beta1");
-        let existing: CustomResourceDefinition = serde_json::from_value(first.crd).unwrap();
+        let existing: CustomResourceDefinition = serde_json::from_value(first.crd).expect("a CRD");
         // v1 comes later: it is served, v1beta1 still stores.
         let next = plan(
             &NegotiatedVersion {
