@@ -92,6 +92,13 @@ pub fn agent_namespace_rules() -> Vec<PolicyRule> {
         ),
         // The data of the Secrets its Works place, each named by a Work (never listed).
         rule(&[""], &["secrets"], &["get"], &[]),
+        // The list of types its importer imports, which the negotiator keeps (no list or watch).
+        rule(
+            &[""],
+            &["configmaps"],
+            &["get"],
+            &[names::IMPORT_TYPES_CONFIGMAP],
+        ),
         // Events on its Works (conflicts, apply errors).
         rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
         // RBAC cannot restrict create by name; get/update only the agent's own Lease.
