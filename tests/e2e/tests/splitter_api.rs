@@ -99,26 +99,7 @@ async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Re
     for (_, client) in &fleet.members {
         install_crd(client, &full).await?;
     }
-    let kubeconfig = flotilla_e2e::Environment::get()
-        .hub
-        .kubeconfig
-        .to_string_lossy()
-        .into_owned();
-    let negotiator = ControllerProcess::start(
-        "flotilla-negotiator",
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "--lease-namespace",
-            fleet.ns.name(),
-            "--cluster-selector",
-            &fleet.selector,
-            "--kubeconfig-secret-namespace",
-            fleet.ns.name(),
-            "--import-interval",
-            "5s",
-        ],
-    )?;
+    let negotiator = start_negotiator(&fleet)?;
 
     let widgets = place_widgets(&fleet, &group).await?;
     let hub_widgets: Api<DynamicObject> =
