@@ -220,19 +220,30 @@ struct Negotiator {
     negotiations: Store<NegotiatedApiResource>,
 }
 
-/// The NegotiatedAPIResources hub CRD `crd` concerns: one per version.
-fn negotiations_of_crd(crd: CustomResourceDefinition) -> Vec<ObjectRef<NegotiatedApiResource>> {
-    crd.spec
+/// The NegotiatedAPIResources hub CRD `crd` concerns: one per version it serves, and every other
+/// version of its type (`negotiations`), which a publication may now include.
+fn negotiations_of_crd(
+    crd: &CustomResourceDefinition,
+    negotiations: &[Arc<NegotiatedApiResource>],
+) -> Vec<ObjectRef<NegotiatedApiResource>> {
+    let mut names: Vec<String> = crd
+        .spec
         .versions
         .iter()
-        .map(|v| {
-            ObjectRef::new(&names::api_resource_name(
-                &crd.spec.group,
-                &v.name,
-                &crd.spec.names.plural,
-            ))
-        })
-        .collect()
+        .map(|v| names::api_resource_name(&crd.spec.group, &v.name, &crd.spec.names.plural))
+        .collect();
+    names.extend(
+        negotiations
+            .iter()
+            .filter(|n| {
+                let r = &n.spec.resource;
+                r.group_version.group == crd.spec.group && r.names.plural == crd.spec.names.plural
+            })
+            .map(|n| n.name_any()),
+    );
+    names.sort();
+    names.dedup();
+    names.iter().map(|n| ObjectRef::new(n)).collect()
 }
 
 /// Runs the negotiation controller until `ctx.shutdown`.
@@ -261,6 +272,7 @@ pub async fn run(
         controller.store(),
         import_triggers,
     ));
+    let negotiations = controller.store();
     let state = Arc::new(Negotiator {
         limits: args.import.limits(),
         ctx: ctx.clone(),
@@ -268,7 +280,7 @@ pub async fn run(
         shared,
         metrics,
         hub_openapi: HubOpenApi::default(),
-        negotiations: controller.store(),
+        negotiations: negotiations.clone(),
     });
     controller
         .reconcile_on(imports_changed)
@@ -276,7 +288,7 @@ pub async fn run(
         .watches(
             Api::<CustomResourceDefinition>::all(client),
             watcher::Config::default(),
-            negotiations_of_crd,
+            move |crd| negotiations_of_crd(&crd, &negotiations.state()),
         )
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, state)
@@ -1058,8 +1070,22 @@ mod tests {
         assert_eq!(versions[0]["storage"], true);
         assert_eq!(versions[1]["storage"], false);
         assert_eq!(
-            negotiations_of_crd(existing),
+            negotiations_of_crd(&existing, &[]),
             vec![ObjectRef::new("widgets.v1.example.com")]
+        );
+        // Another version's NegotiatedAPIResource is reconciled too: the CRD may now take it.
+        let beta: NegotiatedApiResource = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "NegotiatedAPIResource",
+            "metadata": {"name": "widgets.v1beta1.example.com"},
+            "spec": widgets("v1beta1"),
+        }))
+        .expect("a NegotiatedAPIResource");
+        assert_eq!(
+            negotiations_of_crd(&existing, &[Arc::new(beta)]),
+            vec![
+                ObjectRef::new("widgets.v1.example.com"),
+                ObjectRef::new("widgets.v1beta1.example.com")
+            ]
         );
     }
 }

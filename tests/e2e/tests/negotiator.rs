@@ -822,6 +822,16 @@ async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Resu
     })
     .await
     .with_context(|| tail(&negotiator.log()))?;
+    // The other version all members serve joins the publication (its own NegotiatedAPIResource
+    // says so once the hub CRD serves it).
+    wait_negotiation(
+        &hub,
+        "httproutes.v1beta1.gateway.networking.k8s.io",
+        "v1beta1 published with v1",
+        |n| has_condition(n, conditions::PUBLISHED, "True", reasons::PUBLISHED),
+    )
+    .await
+    .with_context(|| tail(&negotiator.log()))?;
     let published = Api::<CustomResourceDefinition>::all(hub.clone())
         .get(crd_name)
         .await?;
@@ -856,13 +866,5 @@ async fn real_httproutes_of_two_releases_publish_a_crd_the_hub_accepts() -> Resu
             ],
         "the published CRD serves v1 (storage) and v1beta1: {versions:?}"
     );
-    wait_negotiation(
-        &hub,
-        "httproutes.v1beta1.gateway.networking.k8s.io",
-        "v1beta1 published with v1",
-        |n| has_condition(n, conditions::PUBLISHED, "True", reasons::PUBLISHED),
-    )
-    .await
-    .with_context(|| tail(&negotiator.log()))?;
     Ok(())
 }
