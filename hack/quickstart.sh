@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Flotilla's quick start: builds everything, starts a local hub and three members, installs
-# Flotilla on the hub (CRDs and the chart's ServiceAccounts and RBAC — the controllers run as
-# local processes with those ServiceAccounts' tokens, since there are no container images here),
-# registers member1 and member2 in push mode and member3 in pull mode (its agent asks, the hub
-# accepts), applies an example workload and shows it running 10/10, spread over the members.
+# Flotilla's quick start, as a user installs it: builds everything, starts three member clusters,
+# one of which (member1, the "host") also has a real node (containerd + kubelet), and installs
+# Flotilla there with `helm install --wait`: the chart runs a whole hub (etcd, kube-apiserver, a
+# restricted kube-controller-manager) and the four controllers as pods on that node. Then it
+# fetches the hub's kubeconfig from its Secret, registers member1 and member2 in push mode and
+# member3 in pull mode (its agent asks, the hub accepts), applies an example workload to the hub
+# and shows it running 10/10, spread over the members.
 #
 # Usage: hack/quickstart.sh [--tour]
-#   --tour   then stop one member and show its replicas moving while the Deployment stays
+#   --tour   then stop member2 and show its replicas moving while the Deployment stays
 #            Available, and start it again
 # Everything it starts is stopped, and its data deleted, by: hack/clusters.sh down
 # Environment: FLOTILLA_RUN_DIR, FLOTILLA_PORT_BASE (see hack/clusters.sh --help) and
-# FLOTILLA_CONTROLLER_PORT (first of the local ports the controllers serve on; default the port
-# base + 2637: 19080 with the default port base).
+# FLOTILLA_CONTROLLER_PORT (first of the 17 node ports the chart's pods listen on; default the
+# port base + 2637: 19080 with the default port base).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
@@ -26,82 +28,102 @@ for arg in "$@"; do
 done
 
 RUN_DIR="${FLOTILLA_RUN_DIR:-${TMPDIR:-/tmp}/flotilla-env}"
-PIDS="${RUN_DIR}/pids"
-LOGS="${RUN_DIR}/logs"
 NS=flotilla-system
+RELEASE=flotilla
+HOST=member1
 T0="$(now)"
 
-log "== building the tools (the first time: about 10-15 minutes) and the controllers"
+log "== building the tools (the first time: about 20 minutes), the controllers and their image"
 "${HACK_DIR}/build-tools.sh" >/dev/null
 cargo build --workspace --bins --quiet
-BIN="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/debug"
+image="$("${HACK_DIR}/build-image.sh" --dev)"
 
-log "== starting the hub and three members"
+log "== starting three members; ${HOST} also gets a real node (containerd + kubelet): the host"
+CLUSTERS=("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}")
 # `eval "$(...)"` would go on after a failed start-up: check first.
-ENV_LINES="$("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" up --members 3)" \
+ENV_LINES="$("${CLUSTERS[@]}" up --members 3 --host-node "${HOST}")" \
   || die "the local clusters did not start (see the messages above)"
 eval "${ENV_LINES}"
-K=("${TOOLS_BIN}/kubectl" --kubeconfig "${FLOTILLA_HUB_KUBECONFIG}")
+"${CLUSTERS[@]}" load-image "${image}" >/dev/null
 member_kubeconfig() { tr ',' '\n' <<<"${FLOTILLA_MEMBER_KUBECONFIGS}" | sed -n "s/^$1=//p"; }
-apply() { "${K[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart "$@" >/dev/null; }
-# The objects of a YAML file but its Deployments (there are no container images here).
-without_deployments() {
-  python3 -c 'import sys; docs = open(sys.argv[1]).read().split("\n---"); print("\n---".join(d for d in docs if "\nkind: Deployment" not in d))' "$1"
-}
+HOST_KUBECONFIG="$(member_kubeconfig "${HOST}")"
+HOST_K=("${TOOLS_BIN}/kubectl" --kubeconfig "${HOST_KUBECONFIG}")
 
-log "== installing Flotilla on the hub: CRDs, the chart's ServiceAccounts and RBAC, bootstrap RBAC"
-apply -f crds/yaml/
-"${K[@]}" wait --for condition=Established -f crds/yaml/ >/dev/null
-"${K[@]}" create namespace "${NS}" --dry-run=client -o yaml | apply -f -
-"${TOOLS_BIN}/helm" template flotilla charts/flotilla --namespace "${NS}" 2>/dev/null \
-  | without_deployments /dev/stdin | apply -f -
+# The node ports of the chart's pods (hostNetwork), derived from the port base so that
+# environments side by side do not collide.
+port="${FLOTILLA_CONTROLLER_PORT:-$(( ${FLOTILLA_PORT_BASE:-16443} + 2637 ))}"
+ports=(
+  --set "hub.apiserver.port=${port}"
+  --set "hub.etcd.clientPort=$(( port + 1 ))" --set "hub.etcd.peerPort=$(( port + 2 ))"
+  --set "hub.etcd.metricsPort=$(( port + 3 ))" --set "hub.controllerManager.port=$(( port + 4 ))"
+)
+p=$(( port + 5 ))
+for c in registration syncer splitter negotiator; do
+  ports+=(--set "${c}.metricsPort=${p}" --set "${c}.healthPort=$(( p + 1 ))")
+  p=$(( p + 2 ))
+done
+AGENT_PORT="${p}"
+REGISTRATION_METRICS=$(( port + 5 ))
+
+log "== a volume for the hub's etcd on the host node (StorageClass flotilla-local)"
+volume="${RUN_DIR}/volumes/${RELEASE}-etcd"
+mkdir -p "${volume}" && chmod 0777 "${volume}"
+"${HOST_K[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: ${RELEASE}-etcd
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: flotilla-local
+  hostPath: {path: ${volume}, type: Directory}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/hostname, operator: In, values: [${FLOTILLA_HOST_NODE}]}
+EOF
+
+log "== helm install ${RELEASE} charts/flotilla --wait (into ${HOST}, namespace ${NS})"
+t0="$(now)"
+if ! "${TOOLS_BIN}/helm" --kubeconfig "${HOST_KUBECONFIG}" upgrade --install "${RELEASE}" \
+    charts/flotilla --namespace "${NS}" --create-namespace \
+    --values deploy/quickstart/values-local.yaml "${ports[@]}" \
+    --wait --wait-for-jobs --timeout 5m 2> >(grep -v 'found symbolic link' >&2); then
+  "${HOST_K[@]}" -n "${NS}" get pods -o wide >&2 || true
+  "${HOST_K[@]}" -n "${NS}" get events --sort-by .lastTimestamp 2>&1 | tail -n 20 >&2 || true
+  die "helm install did not finish: the pods and events above say which part is not ready"
+fi
+log "the hub and the controllers are ready after $(( $(now) - t0 ))s:"
+"${HOST_K[@]}" -n "${NS}" get pods -o wide >&2
+
+HUB_KUBECONFIG="${RUN_DIR}/kubeconfigs/flotilla-hub.kubeconfig"
+( umask 077; "${HOST_K[@]}" -n "${NS}" get secret "${RELEASE}-hub-admin-kubeconfig" \
+    -o jsonpath='{.data.kubeconfig}' | base64 -d >"${HUB_KUBECONFIG}" )
+K=("${TOOLS_BIN}/kubectl" --kubeconfig "${HUB_KUBECONFIG}")
+apply() { "${K[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart "$@" >/dev/null; }
 apply -f deploy/bootstrap/
 
 # A kubeconfig for a cluster (given by an admin kubeconfig) that authenticates as one of its
-# ServiceAccounts; sa_kubeconfig: one of the hub.
+# ServiceAccounts.
 sa_kubeconfig_of() { # kubeconfig namespace name file
   local token
-  token="$("${TOOLS_BIN}/kubectl" --kubeconfig "$1" -n "$2" create token "$3" --duration 24h)"
-  sed "s|^\(\s*token:\).*|\1 ${token}|" "$1" >"$4"
+  token="$("${TOOLS_BIN}/kubectl" --kubeconfig "$1" -n "$2" create token "$3" --duration 720h)"
+  "${TOOLS_BIN}/kubectl" --kubeconfig "$1" config view --raw --minify -o json | python3 -c '
+import json, sys
+config = json.load(sys.stdin)
+config["users"][0]["user"] = {"token": sys.argv[1]}
+json.dump(config, sys.stdout)' "${token}" >"$4"
   chmod 600 "$4"
 }
-sa_kubeconfig() { sa_kubeconfig_of "${FLOTILLA_HUB_KUBECONFIG}" "$@"; }
-
-wait_ready() { # name port
-  local t0; t0="$(now)"
-  until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$2/readyz")" == 200 ]]; do
-    proc_alive "$1" || { tail -n 20 "${LOGS}/$1.log" >&2; die "$1 exited"; }
-    (( $(now) - t0 < 60 )) || { tail -n 20 "${LOGS}/$1.log" >&2; die "$1 not ready after 60s"; }
-    sleep 1
-  done
-}
-
-log "== starting the four controllers, each with its own ServiceAccount"
-mkdir -p "${RUN_DIR}/controllers"
-# Derived from the port base, so environments side by side do not collide.
-port="${FLOTILLA_CONTROLLER_PORT:-$(( ${FLOTILLA_PORT_BASE:-16443} + 2637 ))}"
-first_port="${port}"
-for c in registration syncer splitter negotiator; do
-  kc="${RUN_DIR}/controllers/${c}.kubeconfig"
-  sa_kubeconfig "${NS}" "flotilla-${c}" "${kc}"
-  extra=()
-  case "${c}" in
-    # The agent ClusterRole of the chart's release "flotilla", as its Deployment passes it.
-    registration) extra=(--probe-interval 5s --grace-period 20s --agent-cluster-role flotilla:flotilla:agent) ;;
-    syncer) extra=(--resync-interval 10s) ;;
-  esac
-  start_proc "flotilla.${c}" "${BIN}/flotilla-${c}" --kubeconfig "${kc}" --lease-namespace "${NS}" \
-    --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}" "${extra[@]}"
-  wait_ready "flotilla.${c}" "${port}"
-  log "flotilla-${c} ready (metrics and health on 127.0.0.1:${port})"
-  port=$((port + 1))
-done
 
 log "== registering member1 and member2 (push: the hub holds their kubeconfigs in Secrets)"
 for m in member1 member2; do
   "${K[@]}" -n "${NS}" create secret generic "${m}-kubeconfig" --from-file=kubeconfig="$(member_kubeconfig "${m}")" \
     --dry-run=client -o yaml | apply -f -
-  cat <<EOF | apply -f -
+  apply -f - <<EOF
 apiVersion: flotilla.dev/v1alpha1
 kind: Cluster
 metadata:
@@ -116,37 +138,91 @@ log "== registering member3 (pull: its agent asks with a bootstrap token, the hu
 "${K[@]}" -n "${NS}" create serviceaccount flotilla-bootstrap-member3 --dry-run=client -o yaml | apply -f -
 "${K[@]}" create clusterrolebinding flotilla-bootstrap-member3 --clusterrole flotilla:bootstrap \
   --serviceaccount "${NS}:flotilla-bootstrap-member3" --dry-run=client -o yaml | apply -f -
-sa_kubeconfig "${NS}" flotilla-bootstrap-member3 "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig"
-M3=("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig member3)")
-"${M3[@]}" create namespace "${NS}" --dry-run=client -o yaml | "${M3[@]}" apply -f - >/dev/null
-start_proc "member3.flotilla-agent" "${BIN}/flotilla-registration" agent \
-  --kubeconfig "$(member_kubeconfig member3)" --lease-namespace "${NS}" \
-  --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}" \
-  --cluster-name member3 --hub-kubeconfig "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig" \
-  --heartbeat-interval 5s
-wait_ready "member3.flotilla-agent" "${port}"
-port=$((port + 1))
-t0="$(now)"
-until "${K[@]}" get clusters.flotilla.dev member3 >/dev/null 2>&1; do
-  (( $(now) - t0 < 60 )) || die "the agent of member3 did not create its Cluster"
-  sleep 1
+mkdir -p "${RUN_DIR}/controllers"
+sa_kubeconfig_of "${HUB_KUBECONFIG}" "${NS}" flotilla-bootstrap-member3 "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig"
+M3_KUBECONFIG="$(member_kubeconfig member3)"
+M3=("${TOOLS_BIN}/kubectl" --kubeconfig "${M3_KUBECONFIG}")
+# The agent's and the pull syncer's identities in member3 (deploy/agent), without their
+# Deployments: member3 has only kwok nodes, so both run as pods on the host node, each with a
+# kubeconfig of its own member3 ServiceAccount.
+without_deployments() {
+  python3 -c 'import sys; docs = open(sys.argv[1]).read().split("\n---"); print("\n---".join(d for d in docs if "\nkind: Deployment" not in d))' "$1"
+}
+for f in agent syncer; do
+  without_deployments "deploy/agent/${f}.yaml" \
+    | "${M3[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart -f - >/dev/null
 done
-log "member3's agent created its Cluster and asks to join; accepting it (hubAcceptsClient: true)"
-"${K[@]}" patch clusters.flotilla.dev member3 --type merge -p '{"spec":{"hubAcceptsClient":true}}' >/dev/null
-
-log "== starting member3's syncer (pull) as the ServiceAccount of deploy/agent/syncer.yaml"
-without_deployments deploy/agent/syncer.yaml \
-  | "${M3[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart -f - >/dev/null
 t0="$(now)"
 until [[ -n "$("${M3[@]}" get clusterrole flotilla:syncer -o jsonpath='{.rules[0].verbs}' 2>/dev/null)" ]]; do
   (( $(now) - t0 < 60 )) || die "member3's controller-manager did not aggregate the ClusterRole flotilla:syncer"
   sleep 1
 done
-sa_kubeconfig_of "$(member_kubeconfig member3)" "${NS}" flotilla-syncer "${RUN_DIR}/controllers/member3-syncer.kubeconfig"
-start_proc "member3.flotilla-syncer" "${BIN}/flotilla-syncer" --pull --cluster-name member3 \
-  --kubeconfig "${RUN_DIR}/controllers/member3-syncer.kubeconfig" --lease-namespace "${NS}" \
-  --metrics-address "127.0.0.1:${port}" --health-address "127.0.0.1:${port}"
-port=$((port + 1))
+sa_kubeconfig_of "${M3_KUBECONFIG}" "${NS}" flotilla-agent "${RUN_DIR}/controllers/member3-agent.kubeconfig"
+sa_kubeconfig_of "${M3_KUBECONFIG}" "${NS}" flotilla-syncer "${RUN_DIR}/controllers/member3-syncer.kubeconfig"
+AGENT_NS=flotilla-member3
+"${HOST_K[@]}" create namespace "${AGENT_NS}" --dry-run=client -o yaml | "${HOST_K[@]}" apply -f - >/dev/null
+"${HOST_K[@]}" -n "${AGENT_NS}" create secret generic member3 \
+  --from-file=bootstrap="${RUN_DIR}/controllers/member3-bootstrap.kubeconfig" \
+  --from-file=agent="${RUN_DIR}/controllers/member3-agent.kubeconfig" \
+  --from-file=syncer="${RUN_DIR}/controllers/member3-syncer.kubeconfig" \
+  --dry-run=client -o yaml | "${HOST_K[@]}" apply -f - >/dev/null
+# A Deployment on the host node that runs a Flotilla binary for member3: name, first of its two
+# ports, the key of its member3 kubeconfig in the Secret member3, then the command.
+member3_pod() {
+  python3 - "${AGENT_NS}" "${NS}" "$@" <<'PY'
+import json, sys
+agent_ns, lease_ns, name, port, key, *command = sys.argv[1:]
+port = int(port)
+probe = lambda path: {"httpGet": {"path": path, "port": port + 1, "host": "127.0.0.1"}}
+print(json.dumps({
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": name, "namespace": agent_ns},
+    "spec": {
+        "replicas": 1, "strategy": {"type": "Recreate"},
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}}, "spec": {
+            "hostNetwork": True, "automountServiceAccountToken": False,
+            "nodeSelector": {"flotilla.dev/host-node": "true"},
+            "tolerations": [{"key": "flotilla.dev/host-node", "operator": "Exists", "effect": "NoSchedule"}],
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": name, "image": "flotilla.local/flotilla:dev", "imagePullPolicy": "Never",
+                "command": command[:1],
+                "args": command[1:] + [f"--lease-namespace={lease_ns}",
+                                       f"--metrics-address=0.0.0.0:{port}",
+                                       f"--health-address=0.0.0.0:{port + 1}"],
+                "env": [{"name": "FLOTILLA_KUBECONFIG", "value": f"/etc/flotilla/member3/{key}"},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "readinessProbe": probe("/readyz"), "livenessProbe": probe("/healthz"),
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "member3", "mountPath": "/etc/flotilla/member3", "readOnly": True}],
+            }],
+            "volumes": [{"name": "member3", "secret": {"secretName": "member3"}}],
+        }},
+    },
+}))
+PY
+}
+member3_pod member3-agent "${AGENT_PORT}" agent flotilla-registration agent --cluster-name=member3 \
+  --hub-kubeconfig=/etc/flotilla/member3/bootstrap --heartbeat-interval=5s | "${HOST_K[@]}" apply -f - >/dev/null
+t0="$(now)"
+until "${K[@]}" get clusters.flotilla.dev member3 >/dev/null 2>&1; do
+  if (( $(now) - t0 > 120 )); then
+    "${HOST_K[@]}" -n "${AGENT_NS}" logs deploy/member3-agent --tail 20 >&2 || true
+    die "the agent of member3 did not create its Cluster"
+  fi
+  sleep 1
+done
+log "member3's agent created its Cluster and asks to join; accepting it (hubAcceptsClient: true)"
+"${K[@]}" patch clusters.flotilla.dev member3 --type merge -p '{"spec":{"hubAcceptsClient":true}}' >/dev/null
+
+log "== starting member3's syncer (pull), as the ServiceAccount of deploy/agent/syncer.yaml"
+member3_pod member3-syncer "$(( AGENT_PORT + 2 ))" syncer flotilla-syncer --pull --cluster-name=member3 \
+  | "${HOST_K[@]}" apply -f - >/dev/null
+for d in member3-agent member3-syncer; do
+  "${HOST_K[@]}" -n "${AGENT_NS}" rollout status "deploy/${d}" --timeout 120s >/dev/null
+done
 
 log "== waiting for the members to be Ready"
 "${K[@]}" wait --for condition=Ready clusters.flotilla.dev --all --timeout 120s >/dev/null
@@ -188,31 +264,33 @@ show
 
 if [[ "${TOUR}" == 1 ]]; then
   echo
-  log "== tour: stopping member1; once it has been unready for the grace period and the Placement's failover toleration (30 s), its replicas move to the other members"
-  "${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" stop-member member1 >/dev/null
+  log "== tour: stopping member2; once it has been unready for the grace period and the Placement's failover toleration (30 s), its replicas move to the other members"
+  "${CLUSTERS[@]}" stop-member member2 >/dev/null
   t0="$(now)"
   placed() { "${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message} {.status.availableReplicas}'; }
-  until [[ "$(placed)" != *member1=* && "$(placed)" == *" 10" ]]; do
-    (( $(now) - t0 < 240 )) || die "the replicas of member1 did not move within 240s: $(placed)"
+  until [[ "$(placed)" != *member2=* && "$(placed)" == *" 10" ]]; do
+    (( $(now) - t0 < 240 )) || die "the replicas of member2 did not move within 240s: $(placed)"
     sleep 2
   done
-  log "member1 is $("${K[@]}" get clusters.flotilla.dev member1 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'); its replicas moved in $(( $(now) - t0 ))s and the Deployment is Available again"
+  log "member2 is $("${K[@]}" get clusters.flotilla.dev member2 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'); its replicas moved in $(( $(now) - t0 ))s and the Deployment is Available again"
   show
-  log "== tour: starting member1 again"
-  "${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}" start-member member1 >/dev/null
-  "${K[@]}" wait --for condition=Ready clusters.flotilla.dev member1 --timeout 120s >/dev/null
+  log "== tour: starting member2 again"
+  "${CLUSTERS[@]}" start-member member2 >/dev/null
+  "${K[@]}" wait --for condition=Ready clusters.flotilla.dev member2 --timeout 120s >/dev/null
   show
 fi
 
 cat <<EOF
 
-Flotilla is running ($(( $(now) - T0 ))s). Explore:
-  eval "\$(hack/clusters.sh --run-dir ${RUN_DIR} env)"
+Flotilla is running ($(( $(now) - T0 ))s): the hub and its controllers are pods on ${FLOTILLA_HOST_NODE}.
+Explore:
   export PATH="${TOOLS_BIN}:\$PATH"
-  kubectl --kubeconfig \$FLOTILLA_HUB_KUBECONFIG get flotilla -A          # Clusters, Placements, Works
-  kubectl --kubeconfig \$FLOTILLA_HUB_KUBECONFIG -n demo scale deployment web --replicas 13
-  kubectl --kubeconfig \$FLOTILLA_HUB_KUBECONFIG describe clusters.flotilla.dev member3
-  curl -s 127.0.0.1:${first_port}/metrics | grep flotilla_registration_clusters
-Controller logs: ${LOGS}/flotilla.*.log
+  kubectl --kubeconfig ${HOST_KUBECONFIG} -n ${NS} get pods        # the hub, on the host
+  kubectl --kubeconfig ${HUB_KUBECONFIG} get flotilla -A          # Clusters, Placements, Works
+  kubectl --kubeconfig ${HUB_KUBECONFIG} -n demo scale deployment web --replicas 13
+  kubectl --kubeconfig ${HUB_KUBECONFIG} describe clusters.flotilla.dev member3
+  curl -s 127.0.0.1:${REGISTRATION_METRICS}/metrics | grep flotilla_registration_clusters
+  helm --kubeconfig ${HOST_KUBECONFIG} -n ${NS} status ${RELEASE}
+The hub's kubeconfig is the Secret ${RELEASE}-hub-admin-kubeconfig in ${NS} on ${HOST}.
 Stop everything and delete its data: hack/clusters.sh --run-dir ${RUN_DIR} down
 EOF

@@ -37,6 +37,8 @@ fi
 log "== building controllers and tests"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
+log "== the controllers' image, from the binaries just built (the chart's tests run it)"
+IMAGE="$("${HACK_DIR}/build-image.sh" --dev)"
 
 teardown() {
   local rc=$?
@@ -58,11 +60,12 @@ teardown() {
 trap teardown EXIT
 trap 'exit 130' INT TERM
 
-log "== starting the environment (hub + ${FLOTILLA_TEST_MEMBERS:-3} members)"
+log "== starting the environment (hub + ${FLOTILLA_TEST_MEMBERS:-3} members, member1 with a real node)"
 # `eval "$(...)"` would go on after a failed start-up: check first.
-ENV_LINES="$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}")" \
+ENV_LINES="$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}" --host-node member1)" \
   || die "the local clusters did not start (see the messages above)"
 eval "${ENV_LINES}"
+"${CLUSTERS[@]}" load-image "${IMAGE}" >/dev/null
 
 log "== cargo test"
 cargo test --workspace --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"

@@ -25,3 +25,184 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "flotilla.shardedSyncer" -}}
 {{- if and (eq .controller "syncer") .root.Values.syncer.shardByCluster -}}true{{- end -}}
 {{- end -}}
+
+{{/* The hub mode, checked: embedded, external or inCluster. */}}
+{{- define "flotilla.hubMode" -}}
+{{- $mode := .Values.hub.mode | default "embedded" -}}
+{{- if not (has $mode (list "embedded" "external" "inCluster")) -}}
+{{- fail (printf "hub.mode: %q is not a mode; use embedded (a hub in this cluster), external (an existing hub, hub.external.kubeconfigSecret) or inCluster (this cluster is the hub)" $mode) -}}
+{{- end -}}
+{{- $mode -}}
+{{- end -}}
+
+{{/* The name of a hub component's objects (embedded mode): <release>-<component>. */}}
+{{- define "flotilla.hubName" -}}
+{{- printf "%s-%s" .root.Release.Name .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* An image of a hub component: {repository, tag}. */}}
+{{- define "flotilla.componentImage" -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+
+{{/* The address pods use for a hub component: 127.0.0.1 with hostNetwork, else its Service. */}}
+{{- define "flotilla.hubHost" -}}
+{{- if .root.Values.hostNetwork -}}127.0.0.1{{- else -}}
+{{- printf "%s.%s.svc" (include "flotilla.hubName" .) .root.Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The hub's apiserver as the controllers and the setup Job reach it (embedded mode). */}}
+{{- define "flotilla.hubEndpoint" -}}
+{{- if .Values.hub.endpoint -}}{{ .Values.hub.endpoint }}{{- else -}}
+{{- printf "https://%s:%v" (include "flotilla.hubHost" (dict "root" . "component" "apiserver")) .Values.hub.apiserver.port -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The etcd client URL of the hub's apiserver (embedded mode). */}}
+{{- define "flotilla.etcdEndpoint" -}}
+{{- printf "https://%s:%v" (include "flotilla.hubHost" (dict "root" . "component" "etcd")) .Values.hub.etcd.clientPort -}}
+{{- end -}}
+
+{{/* The pod-level settings every Deployment and the StatefulSet of the chart share. */}}
+{{- define "flotilla.podPlacement" -}}
+{{- if .Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A probe's httpGet: .root, .path, .port and an optional .scheme. With hostNetwork the
+pod's address is the node's, and the components listen on loopback: the probe asks 127.0.0.1. */}}
+{{- define "flotilla.httpGet" -}}
+{path: {{ .path }}, port: {{ .port }}{{ if .root.Values.hostNetwork }}, host: 127.0.0.1{{ end }}{{ with .scheme }}, scheme: {{ . }}{{ end }}}
+{{- end -}}
+
+{{/* The Deployment strategy: with hostNetwork a new pod cannot start next to the old one (same
+ports), so Deployments are replaced; else rolled. */}}
+{{- define "flotilla.strategy" -}}
+{{- if .Values.hostNetwork }}
+strategy: {type: Recreate}
+{{- end }}
+{{- end -}}
+
+{{/*
+The hub's credentials (embedded mode), created once and kept in the Secret <release>-hub-pki:
+CAs, the apiserver's serving certificate, etcd's certificates, the ServiceAccount signing key and
+one static token per identity (admin, controller-manager, each controller). A later render
+(upgrade) reads them back, so they survive upgrades; a serving certificate is issued again only
+when its names change, a token only for an identity that had none. Memoised in .Values, so every
+template of one render sees the same material. Use: include "flotilla.hubPki" . then
+index .Values "__flotillaHubPki".
+*/}}
+{{- define "flotilla.hubPki" -}}
+{{- if not (hasKey .Values "__flotillaHubPki") -}}
+{{- $name := include "flotilla.hubName" (dict "root" . "component" "hub-pki") -}}
+{{- $old := dict -}}
+{{- with (lookup "v1" "Secret" .Release.Namespace $name) -}}
+{{- range $k, $v := .data -}}{{- $_ := set $old $k (b64dec $v) -}}{{- end -}}
+{{- end -}}
+{{- $days := int .Values.hub.certificates.validityDays -}}
+{{- $pki := dict -}}
+{{- range $ca := list "ca" "client-ca" "etcd-ca" -}}
+{{- if and (hasKey $old (printf "%s.crt" $ca)) (hasKey $old (printf "%s.key" $ca)) -}}
+{{- $_ := set $pki (printf "%s.crt" $ca) (get $old (printf "%s.crt" $ca)) -}}
+{{- $_ := set $pki (printf "%s.key" $ca) (get $old (printf "%s.key" $ca)) -}}
+{{- else -}}
+{{- $new := genCA (printf "flotilla-%s-%s" $.Release.Name $ca) $days -}}
+{{- $_ := set $pki (printf "%s.crt" $ca) $new.Cert -}}
+{{- $_ := set $pki (printf "%s.key" $ca) $new.Key -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey $old "sa.key" -}}
+{{- $_ := set $pki "sa.key" (get $old "sa.key") -}}
+{{- else -}}
+{{- $_ := set $pki "sa.key" (genPrivateKey "rsa") -}}
+{{- end -}}
+{{- /* The apiserver's serving certificate. */ -}}
+{{- $svc := include "flotilla.hubName" (dict "root" . "component" "apiserver") -}}
+{{- $ips := list "127.0.0.1" -}}
+{{- $dns := list "localhost" $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) "kubernetes" "kubernetes.default" "kubernetes.default.svc" -}}
+{{- range .Values.hub.apiserver.extraSANs -}}
+{{- if regexMatch "^[0-9.]+$|:" . -}}{{- $ips = append $ips . -}}{{- else -}}{{- $dns = append $dns . -}}{{- end -}}
+{{- end -}}
+{{- $sans := printf "%s %s" (join "," $ips) (join "," $dns) -}}
+{{- if and (eq (get $old "apiserver.sans") $sans) (hasKey $old "apiserver.crt") (eq (get $old "ca.crt") (get $pki "ca.crt")) -}}
+{{- $_ := set $pki "apiserver.crt" (get $old "apiserver.crt") -}}
+{{- $_ := set $pki "apiserver.key" (get $old "apiserver.key") -}}
+{{- else -}}
+{{- $ca := buildCustomCert (b64enc (get $pki "ca.crt")) (b64enc (get $pki "ca.key")) -}}
+{{- $cert := genSignedCert "kube-apiserver" $ips $dns $days $ca -}}
+{{- $_ := set $pki "apiserver.crt" $cert.Cert -}}
+{{- $_ := set $pki "apiserver.key" $cert.Key -}}
+{{- end -}}
+{{- $_ := set $pki "apiserver.sans" $sans -}}
+{{- /* etcd's serving certificate and the apiserver's client certificate of etcd. */ -}}
+{{- $etcd := include "flotilla.hubName" (dict "root" . "component" "etcd") -}}
+{{- $etcdDns := list "localhost" (printf "%s.%s.svc" $etcd .Release.Namespace) (printf "%s-0.%s.%s.svc" $etcd $etcd .Release.Namespace) -}}
+{{- if and (hasKey $old "etcd-server.crt") (eq (get $old "etcd-ca.crt") (get $pki "etcd-ca.crt")) -}}
+{{- range $k := list "etcd-server.crt" "etcd-server.key" "etcd-client.crt" "etcd-client.key" -}}
+{{- $_ := set $pki $k (get $old $k) -}}
+{{- end -}}
+{{- else -}}
+{{- $etcdCa := buildCustomCert (b64enc (get $pki "etcd-ca.crt")) (b64enc (get $pki "etcd-ca.key")) -}}
+{{- $server := genSignedCert "etcd" (list "127.0.0.1") $etcdDns $days $etcdCa -}}
+{{- $client := genSignedCert "kube-apiserver-etcd-client" nil nil $days $etcdCa -}}
+{{- $_ := set $pki "etcd-server.crt" $server.Cert -}}
+{{- $_ := set $pki "etcd-server.key" $server.Key -}}
+{{- $_ := set $pki "etcd-client.crt" $client.Cert -}}
+{{- $_ := set $pki "etcd-client.key" $client.Key -}}
+{{- end -}}
+{{- /* One token per identity. */ -}}
+{{- range $id := list "admin" "controller-manager" "registration" "syncer" "splitter" "negotiator" -}}
+{{- $key := printf "token-%s" $id -}}
+{{- $_ := set $pki $key (get $old $key | default (randAlphaNum 48)) -}}
+{{- end -}}
+{{- $_ := set .Values "__flotillaHubPki" $pki -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The static token file of the hub's apiserver: token,user,uid,"groups". Each controller is
+known by its ServiceAccount's user name and groups, so the chart's RBAC and admission policies
+(written for ServiceAccounts) apply to it unchanged. */}}
+{{- define "flotilla.hubTokens" -}}
+{{- $pki := index .Values "__flotillaHubPki" -}}
+{{- printf "%s,flotilla-admin,flotilla-admin,\"system:masters\"\n" (get $pki "token-admin") -}}
+{{- printf "%s,system:kube-controller-manager,system:kube-controller-manager\n" (get $pki "token-controller-manager") -}}
+{{- range $c := list "registration" "syncer" "splitter" "negotiator" -}}
+{{- $user := printf "system:serviceaccount:%s:%s" $.Release.Namespace (include "flotilla.name" (dict "root" $ "controller" $c)) -}}
+{{- printf "%s,%s,%s,\"system:serviceaccounts,system:serviceaccounts:%s\"\n" (get $pki (printf "token-%s" $c)) $user $user $.Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A kubeconfig of the embedded hub for a token: .root, .token, .user. */}}
+{{- define "flotilla.hubKubeconfig" -}}
+{{- $pki := index .root.Values "__flotillaHubPki" -}}
+apiVersion: v1
+kind: Config
+clusters:
+  - name: flotilla-hub
+    cluster:
+      server: {{ include "flotilla.hubEndpoint" .root }}
+      certificate-authority-data: {{ get $pki "ca.crt" | b64enc }}
+users:
+  - name: {{ .user }}
+    user:
+      token: {{ .token }}
+contexts:
+  - name: {{ .user }}@flotilla-hub
+    context: {cluster: flotilla-hub, user: {{ .user }}}
+current-context: {{ .user }}@flotilla-hub
+{{- end -}}

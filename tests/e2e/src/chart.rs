@@ -42,7 +42,8 @@ pub async fn helm_run(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `helm template` of the chart as a release `release` in `namespace`, as JSON documents.
+/// `helm template` of the chart as a release `release` in `namespace`, as JSON documents, in
+/// hub mode `inCluster` (the hub-side objects and the controllers; `extra` may set another).
 pub async fn render(release: &str, namespace: &str, extra: &[&str]) -> Result<Vec<Value>> {
     let chart = chart().to_string_lossy().into_owned();
     let mut args = vec![
@@ -51,6 +52,8 @@ pub async fn render(release: &str, namespace: &str, extra: &[&str]) -> Result<Ve
         chart.as_str(),
         "--namespace",
         namespace,
+        "--set",
+        "hub.mode=inCluster",
     ];
     args.extend_from_slice(extra);
     let yaml = helm_run(&args).await?;

@@ -23,12 +23,39 @@ const CONTROLLERS: [&str; 4] = ["registration", "syncer", "splitter", "negotiato
 async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     let chart = chart().to_string_lossy().into_owned();
     helm_run(&["lint", &chart, "--strict"]).await?;
-    let docs = render("flotilla", "flotilla-system", &["--include-crds"]).await?;
+    // The hub's CRDs are applied by the setup Job from its ConfigMap (embedded and external).
+    for mode in ["embedded", "external"] {
+        let docs = render(
+            "flotilla",
+            "flotilla-system",
+            &[
+                "--set",
+                &format!("hub.mode={mode}"),
+                "--set",
+                "hub.external.kubeconfigSecret=hub",
+            ],
+        )
+        .await?;
+        let setup = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "flotilla-hub-setup")
+            .context("the ConfigMap of the setup Job")?;
+        let crds = setup["data"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| {
+                v.as_str()
+                    .is_some_and(|v| v.contains("kind: CustomResourceDefinition"))
+            })
+            .count();
+        ensure!(
+            crds == 7,
+            "{mode}: the setup Job applies the 7 CRDs, got {crds}"
+        );
+    }
+    let docs = render("flotilla", "flotilla-system", &[]).await?;
     let count = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
-    ensure!(
-        count("CustomResourceDefinition") == 7,
-        "the chart installs the 7 CRDs"
-    );
     // One of each per controller; and for pull-mode agents two ClusterRoles (in their
     // namespace, and certificate requests) and the binding of the second.
     for (kind, agents) in [

@@ -10,6 +10,7 @@ pub(crate) static ONE_NEGOTIATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::c
 
 mod api;
 mod chart;
+mod chart_install;
 mod cluster_placements;
 mod environment;
 mod fleet;

@@ -1,3 +1,4 @@
+{{- define "flotilla.hub.admissionPolicies" }}
 {{- /*
 Admission policies for what RBAC cannot say (Kubernetes 1.30+: ValidatingAdmissionPolicy).
 - The negotiator may create and patch CustomResourceDefinitions (to publish negotiated types),
@@ -412,5 +413,6 @@ metadata:
 spec:
   policyName: {{ $prefix }}-agent-works
   validationActions: ["Deny"]
+{{- end }}
 {{- end }}
 {{- end }}

@@ -1,3 +1,4 @@
+{{- define "flotilla.hub.rbacControllers" }}
 {{- /*
 The cluster-wide rights of each controller: exactly what its reconcilers use today.
 */ -}}
@@ -190,4 +191,5 @@ subjects:
   - apiGroup: rbac.authorization.k8s.io
     kind: Group
     name: system:flotilla:agents
+{{- end }}
 {{- end }}

@@ -1,3 +1,4 @@
+{{- define "flotilla.hub.rbacCommon" }}
 {{- /*
 Rights every controller needs in the release namespace: its leader-election Lease.
 Each controller's cluster-wide rights are in rbac-<controller>.yaml.
@@ -51,5 +52,6 @@ subjects:
   - kind: ServiceAccount
     name: {{ $name }}
     namespace: {{ $.Release.Namespace }}
+{{- end }}
 {{- end }}
 {{- end }}

@@ -1,3 +1,4 @@
+{{- define "flotilla.hub.serviceaccounts" }}
 {{- range $controller := list "registration" "syncer" "splitter" "negotiator" }}
 {{- if (index $.Values $controller).enabled }}
 ---
@@ -9,5 +10,6 @@ metadata:
   labels:
     {{- include "flotilla.labels" $ | nindent 4 }}
     app.kubernetes.io/component: {{ $controller }}
+{{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,587 @@
+//! The chart as users install it: `helm install --wait` of a whole hub (etcd, kube-apiserver,
+//! controller-manager, the CRD Job and the four controllers) into the host member, as pods on the
+//! environment's real node (`hack/clusters.sh up --host-node`); then the hub at work, its
+//! apiserver pod killed, `helm upgrade` and `helm uninstall` — which must never touch what the
+//! hub placed on its members — and installing again, which brings the same hub back.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, ensure};
+use flotilla_e2e::chart::{chart, helm};
+use flotilla_e2e::{
+    ClusterInfo, Environment, Seen, client_from_kubeconfig, clusters, process::free_port,
+    random_suffix, repo_root, scratch_dir, wait_for,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+const CONTROLLERS: [&str; 4] = ["registration", "syncer", "splitter", "negotiator"];
+
+/// The host member and its real node, as `hack/clusters.sh env` names them.
+fn host() -> Result<(ClusterInfo, String)> {
+    let member = std::env::var("FLOTILLA_HOST_MEMBER").context(
+        "FLOTILLA_HOST_MEMBER is not set: the chart's tests need the real node \
+         (hack/clusters.sh up --host-node member1, as hack/test.sh starts it)",
+    )?;
+    let node = std::env::var("FLOTILLA_HOST_NODE").context("FLOTILLA_HOST_NODE is not set")?;
+    Ok((Environment::get().member(&member)?.clone(), node))
+}
+
+/// One release of the chart in the host member: its own namespace, node ports and etcd volume.
+struct Release {
+    name: String,
+    namespace: String,
+    host: ClusterInfo,
+    host_client: Client,
+    node: String,
+    ports: Vec<u16>,
+    volume: PathBuf,
+}
+
+impl Release {
+    async fn new(prefix: &str) -> Result<Self> {
+        let (host, node) = host()?;
+        let host_client = host.client().await?;
+        let name = format!("{prefix}{}", random_suffix());
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 13 {
+            let port = free_port()?;
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let volume = scratch_dir().join(format!("{name}-etcd"));
+        std::fs::create_dir_all(&volume)?;
+        // etcd runs as a non-root user on a hostPath volume, which keeps the directory's owner.
+        std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o777))?;
+        let release = Self {
+            namespace: format!("{name}-system"),
+            name,
+            host,
+            host_client,
+            node,
+            ports,
+            volume,
+        };
+        release.persistent_volume().await?;
+        Ok(release)
+    }
+
+    /// A hostPath PersistentVolume bound in advance to the etcd claim of this release, so that
+    /// releases installed side by side never take each other's.
+    async fn persistent_volume(&self) -> Result<()> {
+        let pv = json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": format!("{}-etcd", self.name)},
+            "spec": {
+                "capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "flotilla-local",
+                "hostPath": {"path": self.volume, "type": "Directory"},
+                "claimRef": {"namespace": self.namespace, "name": format!("data-{}-etcd-0", self.name)},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [self.node]}]}]}},
+            },
+        });
+        flotilla_e2e::api::apply(&self.host_client, &pv, false)
+            .await?
+            .context("creating the etcd PersistentVolume")?;
+        Ok(())
+    }
+
+    /// `helm <args>` against the host member; its output (stdout and stderr) or an error that
+    /// holds it.
+    async fn helm(&self, args: &[&str]) -> Result<std::result::Result<String, String>> {
+        let out = tokio::process::Command::new(helm())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.host.kubeconfig)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .output()
+            .await
+            .context("running helm")?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(if out.status.success() {
+            Ok(text)
+        } else {
+            Err(text)
+        })
+    }
+
+    /// The values of the quick start, with this release's own ports.
+    fn values(&self) -> Vec<String> {
+        let values = repo_root().join("deploy/quickstart/values-local.yaml");
+        let p = &self.ports;
+        let mut args = vec![
+            "--values".to_string(),
+            values.to_string_lossy().into_owned(),
+        ];
+        let mut set = |key: &str, value: u16| {
+            args.push("--set".into());
+            args.push(format!("{key}={value}"));
+        };
+        set("hub.apiserver.port", p[0]);
+        set("hub.etcd.clientPort", p[1]);
+        set("hub.etcd.peerPort", p[2]);
+        set("hub.etcd.metricsPort", p[3]);
+        set("hub.controllerManager.port", p[4]);
+        for (i, c) in CONTROLLERS.iter().enumerate() {
+            set(&format!("{c}.metricsPort"), p[5 + 2 * i]);
+            set(&format!("{c}.healthPort"), p[6 + 2 * i]);
+        }
+        args
+    }
+
+    /// `helm install --wait` (or upgrade) with the quick start's values and `extra`.
+    async fn install(
+        &self,
+        verb: &str,
+        extra: &[&str],
+        timeout: &str,
+    ) -> Result<std::result::Result<String, String>> {
+        let chart = chart().to_string_lossy().into_owned();
+        let values = self.values();
+        let mut args: Vec<&str> = vec![verb, &self.name, &chart, "--create-namespace"];
+        args.extend(values.iter().map(String::as_str));
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--wait", "--wait-for-jobs", "--timeout", timeout]);
+        self.helm(&args).await
+    }
+
+    /// A client of the hub, from the admin kubeconfig the chart keeps in a Secret.
+    async fn hub(&self) -> Result<Client> {
+        let secret = Api::<Secret>::namespaced(self.host_client.clone(), &self.namespace)
+            .get(&format!("{}-hub-admin-kubeconfig", self.name))
+            .await?;
+        let data = secret
+            .data
+            .and_then(|d| d.get("kubeconfig").cloned())
+            .context("the admin kubeconfig Secret has no key kubeconfig")?;
+        let path = scratch_dir().join(format!("{}-hub.kubeconfig", self.name));
+        std::fs::write(&path, data.0)?;
+        client_from_kubeconfig(&path).await
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.host_client.clone(), &self.namespace)
+    }
+
+    /// Every pod of the release Running and Ready on the real node (the setup Job's Succeeded).
+    async fn wait_all_ready(&self, what: &str) -> Result<BTreeMap<String, String>> {
+        let pods = self.pods();
+        wait_for(what, Duration::from_secs(180), || async {
+            let mut wrong = Vec::new();
+            let mut ready = BTreeMap::new();
+            for pod in pods.list(&ListParams::default()).await? {
+                let component = pod
+                    .labels()
+                    .get("app.kubernetes.io/component")
+                    .cloned()
+                    .unwrap_or_default();
+                let status = pod.status.clone().unwrap_or_default();
+                let phase = status.phase.clone().unwrap_or_default();
+                let node = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default();
+                if node != self.node {
+                    wrong.push(format!("{} on node {node:?}", pod.name_any()));
+                }
+                if component == "hub-setup" {
+                    continue;
+                }
+                let is_ready = status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                if phase != "Running" || !is_ready || pod.metadata.deletion_timestamp.is_some() {
+                    wrong.push(format!("{} {phase} ready={is_ready}", pod.name_any()));
+                } else {
+                    ready.insert(component, pod.uid().unwrap_or_default());
+                }
+            }
+            for c in ["etcd", "apiserver", "controller-manager"]
+                .iter()
+                .chain(CONTROLLERS.iter())
+            {
+                if !ready.contains_key(*c) {
+                    wrong.push(format!("no ready {c} pod"));
+                }
+            }
+            Ok(Seen::unless(&wrong, ready))
+        })
+        .await
+    }
+
+    /// Deletes what the release kept on purpose (the etcd claim, the PKI Secret), its volume and
+    /// its namespace. Errors are ignored: this runs after failures too.
+    async fn clean_up(&self) {
+        let _ = self
+            .helm(&["uninstall", &self.name, "--wait", "--timeout", "2m"])
+            .await;
+        let _ = Api::<PersistentVolumeClaim>::namespaced(self.host_client.clone(), &self.namespace)
+            .delete(
+                &format!("data-{}-etcd-0", self.name),
+                &DeleteParams::default(),
+            )
+            .await;
+        let _ = Api::<Namespace>::all(self.host_client.clone())
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
+        let _ = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(self.host_client.clone())
+            .delete(&format!("{}-etcd", self.name), &DeleteParams::default())
+            .await;
+    }
+}
+
+/// The Lease of each controller in the hub, held: each controller reached the hub with its own
+/// identity, which the chart's RBAC lets take its Lease. Returns each Lease's renew time.
+async fn controllers_lead(hub: &Client, namespace: &str) -> Result<BTreeMap<String, String>> {
+    let leases = Api::<Lease>::namespaced(hub.clone(), namespace);
+    wait_for(
+        "every controller holding its Lease in the hub",
+        Duration::from_secs(120),
+        || async {
+            let mut wrong = Vec::new();
+            let mut renewed = BTreeMap::new();
+            for c in CONTROLLERS {
+                match leases.get_opt(&format!("flotilla-{c}")).await? {
+                    Some(l) => {
+                        let spec = l.spec.unwrap_or_default();
+                        match (spec.holder_identity, spec.renew_time) {
+                            (Some(_), Some(t)) => {
+                                renewed.insert(c.to_string(), format!("{:?}", t.0));
+                            }
+                            _ => wrong.push(format!("Lease flotilla-{c} not held")),
+                        }
+                    }
+                    None => wrong.push(format!("no Lease flotilla-{c}")),
+                }
+            }
+            Ok(Seen::unless(&wrong, renewed))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn helm_installs_upgrades_and_uninstalls_a_whole_hub_on_the_real_node() -> Result<()> {
+    let release = Release::new("hub").await?;
+    let result = install_upgrade_uninstall(&release).await;
+    release.clean_up().await;
+    result
+}
+
+async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
+    let env = Environment::get();
+    // -- install
+    let started = Instant::now();
+    release
+        .install("install", &[], "5m")
+        .await?
+        .map_err(|e| anyhow!("helm install --wait failed:\n{e}"))?;
+    eprintln!(
+        "helm install --wait of a whole hub took {:?}",
+        started.elapsed()
+    );
+    let pods = release
+        .wait_all_ready("every pod of the release Running and Ready")
+        .await?;
+    let hub = release.hub().await?;
+    let crds = Api::<CustomResourceDefinition>::all(hub.clone());
+    for crd in [
+        "placements.flotilla.dev",
+        "works.flotilla.dev",
+        "clusters.flotilla.dev",
+    ] {
+        let crd = crds
+            .get(crd)
+            .await
+            .with_context(|| format!("the setup Job installed {crd}"))?;
+        ensure!(
+            crd.status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True"),
+            "{} is Established in the hub",
+            crd.name_any()
+        );
+    }
+    controllers_lead(&hub, &release.namespace).await?;
+    // The hub runs no workload controllers: a Deployment applied to it makes no ReplicaSet.
+
+    // -- the hub at work: a member, a Placement, a Deployment placed on the member
+    let member = env
+        .members
+        .iter()
+        .find(|m| m.name != release.host.name)
+        .context("a member other than the host")?;
+    let cluster = format!("{}-{}", member.name, release.name);
+    clusters::register_push(
+        &hub,
+        &release.namespace,
+        &cluster,
+        member,
+        ("flotilla.dev/e2e", &release.name),
+    )
+    .await?;
+    let app = format!("{}-app", release.name);
+    let member_client = member.client().await?;
+    let result = place_and_kill(release, &hub, &member_client, &app, &pods).await;
+    let _ = Api::<Namespace>::all(member_client.clone())
+        .delete(&app, &DeleteParams::default())
+        .await;
+    result
+}
+
+async fn place_and_kill(
+    release: &Release,
+    hub: &Client,
+    member_client: &Client,
+    app: &str,
+    pods: &BTreeMap<String, String>,
+) -> Result<()> {
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": app}}),
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "web", "namespace": app},
+               "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                        "clusterAffinity": {"labelSelector": {"matchLabels": {"flotilla.dev/e2e": release.name}}},
+                        "replicaScheduling": {"type": "Duplicated"}}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": app},
+               "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+    ] {
+        flotilla_e2e::api::apply(hub, &object, false)
+            .await?
+            .with_context(|| format!("applying {} to the chart's hub", object["kind"]))?;
+    }
+    let on_member = Api::<Deployment>::namespaced(member_client.clone(), app);
+    let replicas = |want: i32| {
+        let on_member = on_member.clone();
+        async move {
+            let d = on_member.get_opt("web").await?;
+            let available = d
+                .as_ref()
+                .and_then(|d| d.status.as_ref())
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
+            let spec = d
+                .as_ref()
+                .and_then(|d| d.spec.replicas)
+                .unwrap_or(0);
+            Ok(if spec == want && available == want {
+                Seen::Done(d.and_then(|d| d.uid()).unwrap_or_default())
+            } else {
+                Seen::not_yet(format!("{spec} replicas, {available} available"))
+            })
+        }
+    };
+    let uid = wait_for(
+        "the Deployment placed on the member, 2 available",
+        Duration::from_secs(120),
+        || replicas(2),
+    )
+    .await?;
+
+    // -- kill the hub's apiserver pod: the controllers reconnect once it is back
+    let pod_api = release.pods();
+    let apiserver = pod_api
+        .list(&ListParams::default().labels("app.kubernetes.io/component=apiserver"))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the hub apiserver pod")?;
+    pod_api
+        .delete(
+            &apiserver.name_any(),
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await?;
+    let after = release
+        .wait_all_ready("the hub back, every pod Ready again")
+        .await?;
+    ensure!(
+        after.get("apiserver") != pods.get("apiserver"),
+        "a new apiserver pod replaced the killed one"
+    );
+    // Meanwhile nothing changed in the member; then a change on the hub reaches it again.
+    let d = on_member.get("web").await?;
+    ensure!(
+        d.uid().as_deref() == Some(uid.as_str()),
+        "the member's Deployment is the same object"
+    );
+    Api::<Deployment>::namespaced(hub.clone(), app)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await?;
+    let uid_after = wait_for(
+        "the scaled Deployment on the member, 3 available",
+        Duration::from_secs(180),
+        || replicas(3),
+    )
+    .await?;
+    ensure!(
+        uid_after == uid,
+        "the member's Deployment was updated, not replaced"
+    );
+
+    // -- helm upgrade, changing a value: only the controllers restart, the hub keeps its data
+    let pki_before = secret_data(release, &format!("{}-hub-pki", release.name)).await?;
+    let before = release
+        .wait_all_ready("every pod Ready before the upgrade")
+        .await?;
+    release
+        .install("upgrade", &["--set", "logLevel=debug"], "5m")
+        .await?
+        .map_err(|e| anyhow!("helm upgrade --wait failed:\n{e}"))?;
+    let upgraded = release
+        .wait_all_ready("every pod Ready after the upgrade")
+        .await?;
+    for c in CONTROLLERS {
+        let d = Api::<Deployment>::namespaced(release.host_client.clone(), &release.namespace)
+            .get(&format!("{}-{c}", release.name))
+            .await?;
+        let args = d
+            .spec
+            .template
+            .spec
+            .map(|s| s.containers[0].args.clone().unwrap_or_default())
+            .unwrap_or_default();
+        ensure!(
+            args.iter().any(|a| a == "--log-level=debug"),
+            "{c} runs with the new value: {args:?}"
+        );
+        ensure!(
+            upgraded.get(c) != before.get(c),
+            "{c} was restarted by the upgrade"
+        );
+    }
+    for c in ["etcd", "apiserver", "controller-manager"] {
+        ensure!(
+            upgraded.get(c) == before.get(c),
+            "the upgrade left the hub's {c} pod alone"
+        );
+    }
+    ensure!(
+        secret_data(release, &format!("{}-hub-pki", release.name)).await? == pki_before,
+        "the upgrade kept the hub's CAs, keys and tokens"
+    );
+    let hub = release.hub().await?;
+    controllers_lead(&hub, &release.namespace).await?;
+
+    // -- helm uninstall: the hub's pods go, its data and every member workload stay
+    release
+        .helm(&["uninstall", &release.name, "--wait", "--timeout", "3m"])
+        .await?
+        .map_err(|e| anyhow!("helm uninstall failed:\n{e}"))?;
+    wait_for(
+        "no pod of the release left",
+        Duration::from_secs(120),
+        || async {
+            let left: Vec<String> = pod_api
+                .list(&ListParams::default())
+                .await?
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            Ok(Seen::unless(&left, ()))
+        },
+    )
+    .await?;
+    ensure!(
+        on_member.get("web").await?.uid().as_deref() == Some(uid.as_str()),
+        "uninstalling left the member's Deployment"
+    );
+    ensure!(
+        Api::<PersistentVolumeClaim>::namespaced(release.host_client.clone(), &release.namespace)
+            .get_opt(&format!("data-{}-etcd-0", release.name))
+            .await?
+            .is_some(),
+        "uninstalling keeps the etcd claim (hub.keepDataOnUninstall)"
+    );
+    ensure!(
+        secret_data(release, &format!("{}-hub-pki", release.name)).await? == pki_before,
+        "uninstalling keeps the PKI Secret"
+    );
+
+    // -- install again: the same hub comes back, with its Clusters and Placements
+    release
+        .install("install", &[], "5m")
+        .await?
+        .map_err(|e| anyhow!("installing again failed:\n{e}"))?;
+    release
+        .wait_all_ready("every pod Ready after installing again")
+        .await?;
+    let hub = release.hub().await?;
+    let placements = Api::<flotilla_api::Placement>::namespaced(hub.clone(), app);
+    ensure!(
+        placements.get_opt("web").await?.is_some(),
+        "the hub kept its Placement"
+    );
+    let d = on_member.get("web").await?;
+    ensure!(
+        d.uid().as_deref() == Some(uid.as_str()),
+        "the member's Deployment is still the same object"
+    );
+    Ok(())
+}
+
+async fn secret_data(release: &Release, name: &str) -> Result<BTreeMap<String, Vec<u8>>> {
+    let secret = Api::<Secret>::namespaced(release.host_client.clone(), &release.namespace)
+        .get(name)
+        .await?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect())
+}
+
+#[tokio::test]
+async fn a_missing_storage_class_fails_the_install_at_once_naming_it() -> Result<()> {
+    let release = Release::new("nosc").await?;
+    let out = release
+        .install(
+            "install",
+            &[
+                "--set",
+                "hub.etcd.persistence.storageClassName=no-such-class",
+            ],
+            "1m",
+        )
+        .await?;
+    release.clean_up().await;
+    let Err(message) = out else {
+        anyhow::bail!("helm install succeeded without the StorageClass");
+    };
+    ensure!(
+        message.contains("StorageClass \"no-such-class\" does not exist"),
+        "helm says which StorageClass is missing: {message}"
+    );
+    Ok(())
+}
