@@ -30,9 +30,11 @@ pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 /// Connects to the hub and waits until it answers `/version`, retrying with exponential backoff
-/// (1 s doubling to 30 s) and saying so on every failure. `None` when `shutdown` came first.
+/// (1 s doubling to 30 s) and saying so on every failure, in the log and in `/readyz` (through
+/// `health`). `None` when `shutdown` came first.
 pub async fn connect(
     kubeconfig: Option<&Path>,
+    health: &crate::server::Health,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Client>> {
     let config = config(kubeconfig).await?;
@@ -43,6 +45,7 @@ pub async fn connect(
     loop {
         let error = match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
             Ok(Ok(version)) => {
+                health.set_hub_unreachable(None);
                 tracing::info!(hub = %url, version = %version.git_version, "connected to the hub");
                 return Ok(Some(client));
             }
@@ -50,6 +53,7 @@ pub async fn connect(
             Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
         };
         tracing::warn!(hub = %url, %error, retry_in = ?delay, "the hub is unreachable; retrying");
+        health.set_hub_unreachable(Some(format!("{url}: {error}")));
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
             _ = tokio::time::sleep(delay) => {}

@@ -137,7 +137,7 @@ where
     F: FnOnce(Context) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let Some(client) = hub::connect(args.kubeconfig.as_deref(), &shutdown).await? else {
+    let Some(client) = hub::connect(args.kubeconfig.as_deref(), &health, &shutdown).await? else {
         return Ok(());
     };
 

@@ -25,6 +25,8 @@ struct HealthState {
     lease_known: AtomicBool,
     leader: AtomicBool,
     caches_synced: AtomicBool,
+    /// Why the hub could not be reached on the last attempt, until it answers.
+    hub_unreachable: std::sync::Mutex<Option<String>>,
 }
 
 impl Health {
@@ -39,17 +41,35 @@ impl Health {
         self.0.caches_synced.store(synced, Ordering::SeqCst);
     }
 
+    /// Records that the hub did not answer (`Some(why)`) or answered (`None`).
+    pub fn set_hub_unreachable(&self, why: Option<String>) {
+        *self
+            .0
+            .hub_unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
     pub fn is_leader(&self) -> bool {
         self.0.leader.load(Ordering::SeqCst)
     }
 
     /// `Ok` when ready, else why not.
-    pub fn readiness(&self) -> Result<(), &'static str> {
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = self
+            .0
+            .hub_unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            return Err(format!("the hub is unreachable: {why}"));
+        }
         if !self.0.lease_known.load(Ordering::SeqCst) {
-            return Err("leader election has not completed its first round");
+            return Err("leader election has not completed its first round".into());
         }
         if self.is_leader() && !self.0.caches_synced.load(Ordering::SeqCst) {
-            return Err("leader, but the caches are not synced yet");
+            return Err("leader, but the caches are not synced yet".into());
         }
         Ok(())
     }
@@ -178,6 +198,17 @@ mod tests {
         assert!(body.contains("caches"), "{body}");
 
         health.set_caches_synced(true);
+        assert_eq!(get_path(router.clone(), "/readyz").await.0, StatusCode::OK);
+
+        // The hub not answering wins: /readyz says so, and where it tried.
+        health.set_hub_unreachable(Some("https://hub:6443: connection refused".into()));
+        let (status, body) = get_path(router.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.contains("the hub is unreachable: https://hub:6443"),
+            "{body}"
+        );
+        health.set_hub_unreachable(None);
         assert_eq!(get_path(router.clone(), "/readyz").await.0, StatusCode::OK);
 
         // A standby replica is ready without caches.
