@@ -382,10 +382,7 @@ async fn place_and_kill(
                 .and_then(|d| d.status.as_ref())
                 .and_then(|s| s.available_replicas)
                 .unwrap_or(0);
-            let spec = d
-                .as_ref()
-                .and_then(|d| d.spec.replicas)
-                .unwrap_or(0);
+            let spec = d.as_ref().and_then(|d| d.spec.replicas).unwrap_or(0);
             Ok(if spec == want && available == want {
                 Seen::Done(d.and_then(|d| d.uid()).unwrap_or_default())
             } else {
@@ -582,6 +579,72 @@ async fn a_missing_storage_class_fails_the_install_at_once_naming_it() -> Result
     ensure!(
         message.contains("StorageClass \"no-such-class\" does not exist"),
         "helm says which StorageClass is missing: {message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_pulled_fails_the_install_and_the_pod_says_which() -> Result<()> {
+    let release = Release::new("noimg").await?;
+    let result = missing_image(&release).await;
+    release.clean_up().await;
+    result
+}
+
+async fn missing_image(release: &Release) -> Result<()> {
+    let out = release
+        .install(
+            "install",
+            &["--set", "image.tag=no-such-tag", "--debug"],
+            "90s",
+        )
+        .await?;
+    let Err(message) = out else {
+        anyhow::bail!("helm install --wait succeeded without the controllers' image");
+    };
+    // helm --debug names what it waits for; the pod says why.
+    let registration = format!("{}-registration", release.name);
+    ensure!(
+        message.contains(&format!(
+            "Deployment is not ready: {}/{registration}",
+            release.namespace
+        )),
+        "helm names the Deployment that is not ready: {message}"
+    );
+    let pods = release
+        .pods()
+        .list(&ListParams::default().labels("app.kubernetes.io/component=registration"))
+        .await?;
+    let waiting = pods
+        .iter()
+        .flat_map(|p| {
+            p.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+        })
+        .filter_map(|c| c.state.as_ref().and_then(|s| s.waiting.clone()))
+        .next()
+        .context("the registration pod's container is waiting")?;
+    ensure!(
+        waiting.reason.as_deref() == Some("ErrImageNeverPull")
+            && waiting
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("flotilla.local/flotilla:no-such-tag")),
+        "the pod says the image cannot be pulled, and which: {waiting:?}"
+    );
+    // The hub itself came up: only the controllers wait for their image.
+    let hub_ready = release
+        .pods()
+        .list(&ListParams::default().labels("app.kubernetes.io/component=apiserver"))
+        .await?;
+    ensure!(
+        hub_ready.iter().any(|p| p
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")),
+        "the hub's apiserver is Ready"
     );
     Ok(())
 }
