@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local test environment from the Go module proxy into a versioned
 # cache directory outside the repository:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm, and
-#   kstatus (hack/kstatus: the readiness verdict GitOps tools compute, from cli-utils' kstatus)
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm,
+#   kstatus (hack/kstatus: the readiness verdict GitOps tools compute, from cli-utils' kstatus),
+#   kubelet (for hack/clusters.sh's real host node; KUBERNETES_VERSION only) and pause (static,
+#   from Kubernetes' own build/pause/linux/pause.c in the k8s.io/kubernetes module; the sandbox
+#   image that hack/build-image.sh --components makes of it)
 # and, in crds/, real CRDs of widely used projects (Argo Rollouts' Rollout, OpenKruise's
 # CloneSet) from their Go modules, named <plural>.<group>.yaml, and Gateway API's HTTPRoute at
 # two releases, named <plural>.<group>@<version>.yaml
@@ -19,7 +22,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm kstatus)
+ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm kstatus kubelet pause)
 CRD_MARKERS=(".argo-rollouts-${ARGO_ROLLOUTS_VERSION}" ".openkruise-${OPENKRUISE_VERSION}"
   ".gateway-api-${GATEWAY_API_OLD_VERSION}" ".gateway-api-${GATEWAY_API_VERSION}")
 case "${1:-}" in
@@ -39,6 +42,7 @@ case "${1:-}" in
   *) die "unknown argument '$1' (see --help)" ;;
 esac
 
+command -v gcc >/dev/null 2>&1 || die "a C compiler is needed for the pause binary of the host node's sandbox image (Debian: apt-get install gcc libc6-dev)"
 command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH: hack/build-tools.sh needs the 'go' command (Go >= 1.25) to build the Kubernetes binaries"
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0
@@ -59,11 +63,29 @@ report() { # name start
 
 skip() { log "$(printf '%-24s cached' "$1")"; }
 
+# The commands of k8s.io/kubernetes a wrapper module of a version builds (the kubelet only for
+# KUBERNETES_VERSION, the version of the host node).
+k8s_tools() { # version
+  echo kube-apiserver kube-controller-manager kube-scheduler kubectl
+  [[ "$1" != "${KUBERNETES_VERSION}" ]] || echo kubelet
+}
+
 # A throw-away module that requires k8s.io/kubernetes at one version, with its staging modules
 # pointed at their published versions. Prints its directory.
 k8s_wrapper() { # version
-  local version="$1" dir="${WORK}/kubernetes-$1" staging="v0.${1#v1.}"
-  if [[ -f "${dir}/.ready" ]]; then echo "${dir}"; return; fi
+  local version="$1" dir="${WORK}/kubernetes-$1" staging="v0.${1#v1.}" t
+  if [[ -f "${dir}/.ready" ]]; then
+    # A wrapper made before a command was added to k8s_tools: add it.
+    local add=()
+    for t in $(k8s_tools "${version}"); do
+      grep -q "k8s.io/kubernetes/cmd/${t}\$" "${dir}/go.mod" || add+=("-tool=k8s.io/kubernetes/cmd/${t}")
+    done
+    if [[ ${#add[@]} -gt 0 ]]; then
+      (cd "${dir}" && go mod edit "${add[@]}" \
+        && go_or_die "k8s.io/kubernetes@${version} (go mod tidy)" go mod tidy) >&2
+    fi
+    echo "${dir}"; return
+  fi
   rm -rf "${dir}"; mkdir -p "${dir}"
   (
     cd "${dir}"
@@ -78,11 +100,8 @@ k8s_wrapper() { # version
     [[ -n "${mods}" ]] || die "found no staging replace directives in k8s.io/kubernetes@${version}'s go.mod"
     local args=()
     for m in ${mods}; do args+=("-replace=${m}=${m}@${staging}"); done
-    go mod edit "${args[@]}" "-require=k8s.io/kubernetes@${version}" \
-      -tool=k8s.io/kubernetes/cmd/kube-apiserver \
-      -tool=k8s.io/kubernetes/cmd/kube-controller-manager \
-      -tool=k8s.io/kubernetes/cmd/kube-scheduler \
-      -tool=k8s.io/kubernetes/cmd/kubectl
+    for t in $(k8s_tools "${version}"); do args+=("-tool=k8s.io/kubernetes/cmd/${t}"); done
+    go mod edit "${args[@]}" "-require=k8s.io/kubernetes@${version}"
     go_or_die "k8s.io/kubernetes@${version} (go mod tidy)" go mod tidy
   ) >&2
   touch "${dir}/.ready"
@@ -115,6 +134,25 @@ build_k8s() { # version binaries...
     mv "${dest}/.$b.tmp" "${dest}/$b"
     report "$b ${version}" "${t0}"
   done
+}
+
+# The sandbox ("pause") container's binary: Kubernetes' own build/pause/linux/pause.c from the
+# k8s.io/kubernetes module, static, as upstream builds registry.k8s.io/pause.
+build_pause() {
+  if have pause; then skip pause; return; fi
+  local t0 dir src tag
+  t0="$(now)"
+  dir="$(cd "${WORK}" && go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  src="${dir}/build/pause/linux/pause.c"
+  [[ -f "${src}" ]] || die "k8s.io/kubernetes@${KUBERNETES_VERSION} has no build/pause/linux/pause.c"
+  tag="$(sed -n 's/^TAG ?= *//p' "${dir}/build/pause/Makefile" 2>/dev/null || true)"
+  gcc -Os -Wall -Werror -static "-DVERSION=v${tag:-unknown}-k8s-${KUBERNETES_VERSION}" \
+    -o "${TOOLS_BIN}/.pause.tmp" "${src}" >&2 \
+    || die "compiling ${src} failed (a static build needs the C library's archive: Debian: apt-get install libc6-dev)"
+  strip --strip-all "${TOOLS_BIN}/.pause.tmp"
+  mv "${TOOLS_BIN}/.pause.tmp" "${TOOLS_BIN}/pause"
+  report pause "${t0}"
 }
 
 build_etcd() {
@@ -266,7 +304,8 @@ fetch_crd_releases gateway-api sigs.k8s.io/gateway-api config/crd/standard "${GA
 fetch_crd_releases prometheus-operator github.com/prometheus-operator/prometheus-operator \
   example/prometheus-operator-crd "${PROMETHEUS_OPERATOR_RELEASES}"
 fetch_crd_releases argo-rollouts github.com/argoproj/argo-rollouts manifests/crds "${ARGO_ROLLOUTS_RELEASES}"
-build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl
+build_k8s "${KUBERNETES_VERSION}" "${K8S_SERVER_TOOLS[@]}" kubectl kubelet
+build_pause
 build_k8s "${KUBERNETES_OLDER_VERSION}" "${K8S_SERVER_TOOLS[@]}"
 log "all tools ready in $(( $(now) - T0 ))s"
 echo "${TOOLS_BIN}"
