@@ -17,6 +17,12 @@ KUBERNETES_VERSIONS=("${KUBERNETES_VERSION}" "${KUBERNETES_OLDER_VERSION}")
 # The control-plane binaries that exist once per version (kubectl is shared).
 K8S_SERVER_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler)
 
+# The tag of the sandbox image that hack/build-image.sh --components builds from the tool cache's
+# pause binary (Kubernetes' own pause.c), flotilla.local/pause:<tag>, and that the host node's
+# containerd runs every pod sandbox with (hack/clusters.sh up --host-node).
+PAUSE_IMAGE_TAG=3.10
+PAUSE_IMAGE="flotilla.local/pause:${PAUSE_IMAGE_TAG}"
+
 # Where the control-plane binaries of a Kubernetes version live: the default version's in the
 # cache directory itself, every other version's in k8s-<version>/ inside it.
 k8s_bin_dir() { # version

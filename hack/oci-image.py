@@ -56,6 +56,9 @@ def layer(files, user, uid, epoch):
             entries.setdefault("/".join(parts[:i]), ("dir", None, 0o755))
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        # The root directory itself (0755), as image builders write it, so that no runtime
+        # has to make it up.
+        tar.addfile(tar_info("./", epoch, 0o755, tarfile.DIRTYPE))
         for path in sorted(entries):
             kind, data, perm = entries[path]
             if kind == "dir":
@@ -65,9 +68,9 @@ def layer(files, user, uid, epoch):
     return out.getvalue()
 
 
-def gzip_bytes(data):
+def gzip_bytes(data, level):
     out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as z:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=level) as z:
         z.write(data)
     return out.getvalue()
 
@@ -86,13 +89,20 @@ def main():
     p.add_argument("--uid", type=int, default=65532)
     p.add_argument("--epoch", type=int, required=True, help="modification time of every file")
     p.add_argument("--entrypoint", help="the default command (none: the chart names the binary)")
-    p.add_argument("--ref", required=True, help="the image's name in the index, e.g. flotilla:0.1.0")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="an environment variable besides PATH=/usr/local/bin")
+    p.add_argument("--ref", required=True,
+                   help="the image's name in the index (org.opencontainers.image.ref.name), e.g."
+                   " flotilla.local/etcd:v3.6.16: containerd's 'ctr images import' registers a"
+                   " full name like this one as it is")
+    p.add_argument("--gzip-level", type=int, default=9, choices=range(1, 10), metavar="1-9",
+                   help="compression level of the layer (default 9; 1 is several times faster)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
 
     files = dict(f.split("=", 1) for f in args.file)
     tar = layer(files, args.user, args.uid, args.epoch)
-    compressed = gzip_bytes(tar)
+    compressed = gzip_bytes(tar, args.gzip_level)
     blobs = {}
     layer_digest = blob(blobs, compressed)
     created = datetime.datetime.fromtimestamp(args.epoch, datetime.timezone.utc).strftime(
@@ -104,7 +114,7 @@ def main():
         "created": created,
         "config": {
             "User": f"{args.uid}:{args.uid}",
-            "Env": ["PATH=/usr/local/bin"],
+            "Env": ["PATH=/usr/local/bin"] + args.env,
             "WorkingDir": "/",
             "Labels": dict(l.split("=", 1) for l in args.label),
         },
@@ -155,7 +165,8 @@ def main():
     }
     for digest, data in blobs.items():
         layout["blobs/sha256/" + digest.split(":", 1)[1]] = data
-    tmp = args.output + ".tmp"
+    # A temporary file of this process's own: two builds of one archive may run at once.
+    tmp = f"{args.output}.{os.getpid()}.tmp"
     with tarfile.open(tmp, mode="w", format=tarfile.PAX_FORMAT) as out:
         for d in ["blobs/", "blobs/sha256/"]:
             out.addfile(tar_info(d, args.epoch, 0o755, tarfile.DIRTYPE))
