@@ -322,7 +322,7 @@ async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
         );
     }
     controllers_lead(&hub, &release.namespace).await?;
-    // The hub runs no workload controllers: a Deployment applied to it makes no ReplicaSet.
+    hub_signs_client_certificates(&hub, &release.name).await?;
 
     // -- the hub at work: a member, a Placement, a Deployment placed on the member
     let member = env
@@ -545,6 +545,46 @@ async fn place_and_kill(
         "the member's Deployment is still the same object"
     );
     Ok(())
+}
+
+/// The hub's controller-manager signs an approved client certificate request, as it must for
+/// pull-mode agents: its signing controller runs, with the rights it needs.
+async fn hub_signs_client_certificates(hub: &Client, name: &str) -> Result<()> {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("e2e-{name}"));
+    let request = params.serialize_request(&key)?.pem()?;
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({
+        "metadata": {"name": format!("e2e-{name}")},
+        "spec": {"request": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, request),
+                 "signerName": "kubernetes.io/kube-apiserver-client",
+                 "usages": ["client auth"], "expirationSeconds": 600},
+    }))?;
+    let csrs = Api::<CertificateSigningRequest>::all(hub.clone());
+    let created = csrs.create(&Default::default(), &csr).await?;
+    let approval = json!({"status": {"conditions": [{
+        "type": "Approved", "status": "True", "reason": "E2E", "message": "the chart's test"}]}});
+    csrs.patch_approval(
+        &created.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&approval),
+    )
+    .await?;
+    wait_for(
+        "the hub's controller-manager to sign the request",
+        Duration::from_secs(90),
+        || async {
+            let csr = csrs.get(&created.name_any()).await?;
+            Ok(match csr.status.and_then(|s| s.certificate) {
+                Some(_) => Seen::Done(()),
+                None => Seen::not_yet("approved, no certificate yet"),
+            })
+        },
+    )
+    .await
 }
 
 async fn secret_data(release: &Release, name: &str) -> Result<BTreeMap<String, Vec<u8>>> {
