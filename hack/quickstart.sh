@@ -231,7 +231,7 @@ log "== waiting for the members to be Ready"
 # would (member1 and member3 share europe-west1, member2 is in us-east1).
 log "== labelling each Cluster with its member's region (topology.kubernetes.io/region)"
 for m in member1 member2 member3; do
-  region="$("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" get nodes \
+  region="$("${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" get nodes -l type=kwok \
     -o jsonpath='{.items[0].metadata.labels.topology\.kubernetes\.io/region}')"
   "${K[@]}" label clusters.flotilla.dev "${m}" "topology.kubernetes.io/region=${region}" --overwrite >/dev/null
 done
