@@ -88,33 +88,29 @@ for run in $(seq "${RUNS}"); do
 done
 sleep "${SETTLE}"
 
-# The RSS (kB) of a process and its descendants.
-tree_rss() { # pid
-  local total=0 p
-  for p in $1 $(pgrep -P "$1" 2>/dev/null); do
-    total=$(( total + $(awk '/^VmRSS:/ {print $2}' "/proc/${p}/status" 2>/dev/null || echo 0) ))
-  done
-  echo "${total}"
-}
+# The RSS (kB) of one process.
+rss() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 recorded_rss() { # process name in the run directory
   local pid st
   read -r pid st <"${RUN}/pids/$1"
-  awk '/^VmRSS:/ {print $2}' "/proc/${pid}/status" 2>/dev/null || echo 0
+  rss "${pid}"
 }
-# The RSS (kB) of the containers' processes whose command line matches (a process in a container
-# has a root of its own). Run it alone: another environment's containers would count too.
-container_rss() { # pattern
-  local total=0 p
-  for p in $(pgrep -f "$1" 2>/dev/null); do
-    [[ "$(readlink "/proc/${p}/root")" == / ]] && continue
-    total=$(( total + $(awk '/^VmRSS:/ {print $2}' "/proc/${p}/status" 2>/dev/null || echo 0) ))
+# The RSS (kB) of the containers' processes by the name of their program (argv[0]), and of the
+# shims themselves: the containers are the descendants of this environment's shims.
+declare -A container_kb=()
+shims=0
+descendants() { local c; for c in $(pgrep -P "$1" 2>/dev/null); do echo "${c}"; descendants "${c}"; done; }
+for shim in $(pgrep -f "containerd-shim.*-address ${RUN}" 2>/dev/null); do
+  shims=$(( shims + $(rss "${shim}") ))
+  for p in $(descendants "${shim}"); do
+    name="$(tr '\0' '\n' <"/proc/${p}/cmdline" 2>/dev/null | head -1)"
+    name="$(basename "${name:-unknown}")"
+    container_kb["${name}"]=$(( ${container_kb["${name}"]:-0} + $(rss "${p}") ))
   done
-  echo "${total}"
-}
+done
+container_rss() { echo "${container_kb["$1"]:-0}"; }
 mib() { awk -v k="$1" 'BEGIN {printf "%.0f", k / 1024}'; }
 
-shims=0
-for p in $(pgrep -f "containerd-shim.*-address ${RUN}" 2>/dev/null); do shims=$(( shims + $(tree_rss "${p}") )); done
 
 echo
 echo "| helm install --wait --wait-for-jobs to a ready hub | $(for i in "${!times[@]}"; do printf 'run %d |' $(( i + 1 )); done)"
@@ -123,12 +119,13 @@ echo "| seconds | $(for t in "${times[@]}"; do printf '%d.%d |' $(( t / 1000 )) 
 echo
 echo "| component | as a local process (hack/clusters.sh), RSS MiB | as a pod of the chart on the real node, RSS MiB |"
 echo "|---|---:|---:|"
-printf '| etcd | %s (shared by hub + member1) | %s |\n' "$(mib "$(recorded_rss etcd)")" "$(mib "$(container_rss 'etcd --name')")"
-printf '| kube-apiserver (hub) | %s | %s |\n' "$(mib "$(recorded_rss hub.apiserver)")" "$(mib "$(container_rss 'kube-apiserver --etcd-servers=https')")"
-printf '| kube-controller-manager (hub) | %s | %s |\n' "$(mib "$(recorded_rss hub.controller-manager)")" "$(mib "$(container_rss 'kube-controller-manager --kubeconfig=/etc')")"
+printf '| etcd | %s (shared by hub + member1) | %s |\n' "$(mib "$(recorded_rss etcd)")" "$(mib "$(container_rss etcd)")"
+printf '| kube-apiserver (hub) | %s | %s |\n' "$(mib "$(recorded_rss hub.apiserver)")" "$(mib "$(container_rss kube-apiserver)")"
+printf '| kube-controller-manager (hub) | %s | %s |\n' "$(mib "$(recorded_rss hub.controller-manager)")" "$(mib "$(container_rss kube-controller-manager)")"
 for c in registration syncer splitter negotiator; do
-  printf '| flotilla-%s (idle, no members) | - | %s |\n' "${c}" "$(mib "$(container_rss "flotilla-${c} --log-format")")"
+  printf '| flotilla-%s (idle, no members) | - | %s |\n' "${c}" "$(mib "$(container_rss "flotilla-${c}")")"
 done
 printf '| kubelet | - | %s |\n' "$(mib "$(recorded_rss member1.kubelet)")"
 printf '| containerd | - | %s |\n' "$(mib "$(recorded_rss member1.containerd)")"
+printf '| pause (one per pod) | - | %s |\n' "$(mib "$(container_rss pause)")"
 printf '| containerd shims (one per pod) | - | %s |\n' "$(mib "${shims}")"
