@@ -24,6 +24,15 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 const CONTROLLERS: [&str; 4] = ["registration", "syncer", "splitter", "negotiator"];
+const HUB_AND_CONTROLLERS: [&str; 7] = [
+    "etcd",
+    "apiserver",
+    "controller-manager",
+    "registration",
+    "syncer",
+    "splitter",
+    "negotiator",
+];
 
 /// The host member and its real node, as `hack/clusters.sh env` names them.
 fn host() -> Result<(ClusterInfo, String)> {
@@ -178,8 +187,18 @@ impl Release {
         Api::namespaced(self.host_client.clone(), &self.namespace)
     }
 
-    /// Every pod of the release Running and Ready on the real node (the setup Job's Succeeded).
+    /// Every pod of the release Running and Ready on the real node (the setup Job's Succeeded),
+    /// the hub's and the controllers'; their uids by component.
     async fn wait_all_ready(&self, what: &str) -> Result<BTreeMap<String, String>> {
+        self.wait_ready(what, &HUB_AND_CONTROLLERS).await
+    }
+
+    /// Every pod of the release Running and Ready on the real node, one of each of `components`.
+    async fn wait_ready(
+        &self,
+        what: &str,
+        components: &[&str],
+    ) -> Result<BTreeMap<String, String>> {
         let pods = self.pods();
         wait_for(what, Duration::from_secs(180), || async {
             let mut wrong = Vec::new();
@@ -214,10 +233,7 @@ impl Release {
                     ready.insert(component, pod.uid().unwrap_or_default());
                 }
             }
-            for c in ["etcd", "apiserver", "controller-manager"]
-                .iter()
-                .chain(CONTROLLERS.iter())
-            {
+            for c in components {
                 if !ready.contains_key(*c) {
                     wrong.push(format!("no ready {c} pod"));
                 }
@@ -397,6 +413,7 @@ async fn place_and_kill(
     )
     .await?;
 
+    let before_kill = on_member.get("web").await?.resource_version();
     // -- kill the hub's apiserver pod: the controllers reconnect once it is back
     let pod_api = release.pods();
     let apiserver = pod_api
@@ -425,8 +442,10 @@ async fn place_and_kill(
     // Meanwhile nothing changed in the member; then a change on the hub reaches it again.
     let d = on_member.get("web").await?;
     ensure!(
-        d.uid().as_deref() == Some(uid.as_str()),
-        "the member's Deployment is the same object"
+        d.uid().as_deref() == Some(uid.as_str()) && d.resource_version() == before_kill,
+        "the member's Deployment is untouched while the hub was down and came back: {:?} -> {:?}",
+        before_kill,
+        d.resource_version()
     );
     Api::<Deployment>::namespaced(hub.clone(), app)
         .patch(
@@ -685,6 +704,116 @@ async fn missing_image(release: &Release) -> Result<()> {
             .flat_map(|s| s.conditions.iter().flatten())
             .any(|c| c.type_ == "Ready" && c.status == "True")),
         "the hub's apiserver is Ready"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn external_mode_runs_the_controllers_against_an_existing_hub() -> Result<()> {
+    let env = Environment::get();
+    // An existing hub: a cluster of its own, added for this test.
+    let existing = flotilla_e2e::ScratchMember::add(&env, "exthub").await?;
+    let release = Release::new("ext").await?;
+    let result = external_mode(&release, &existing.info).await;
+    release.clean_up().await;
+    result
+}
+
+/// A Secret of the release namespace with a kubeconfig (key `kubeconfig`).
+async fn kubeconfig_secret(release: &Release, name: &str, kubeconfig: &str) -> Result<()> {
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": release.namespace}});
+    flotilla_e2e::api::apply(&release.host_client, &namespace, false)
+        .await?
+        .context("creating the release namespace")?;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": name, "namespace": release.namespace},
+                        "stringData": {"kubeconfig": kubeconfig}});
+    flotilla_e2e::api::apply(&release.host_client, &secret, false)
+        .await?
+        .context("creating a kubeconfig Secret")?;
+    Ok(())
+}
+
+async fn external_mode(release: &Release, existing: &ClusterInfo) -> Result<()> {
+    kubeconfig_secret(
+        release,
+        "hub-admin",
+        &std::fs::read_to_string(&existing.kubeconfig)?,
+    )
+    .await?;
+    let external = [
+        "--set",
+        "hub.mode=external",
+        "--set",
+        "hub.external.kubeconfigSecret=hub-admin",
+    ];
+    let out = release
+        .install("install", &external, "4m")
+        .await?
+        .map_err(|e| anyhow!("helm install --wait (external) failed:\n{e}"))?;
+    ensure!(
+        out.contains("WARNING: registration has no kubeconfig of its own"),
+        "NOTES warn that the controllers run with the admin kubeconfig: {out}"
+    );
+    let pods = release
+        .wait_ready(
+            "the controllers Ready against the existing hub",
+            &CONTROLLERS,
+        )
+        .await?;
+    ensure!(
+        !pods.contains_key("etcd") && !pods.contains_key("apiserver"),
+        "external mode runs no hub of its own: {pods:?}"
+    );
+    let hub = existing.client().await?;
+    Api::<CustomResourceDefinition>::all(hub.clone())
+        .get("placements.flotilla.dev")
+        .await
+        .context("the setup Job installed the CRDs into the existing hub")?;
+    controllers_lead(&hub, &release.namespace).await?;
+
+    // A controller whose hub does not answer: helm --wait fails naming its Deployment, and the
+    // controller's /readyz says which hub it cannot reach.
+    let closed = free_port()?;
+    let server = existing.read_kubeconfig()?.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .context("the existing hub's server")?;
+    let unreachable = std::fs::read_to_string(&existing.kubeconfig)?
+        .replace(&server, &format!("https://127.0.0.1:{closed}"));
+    kubeconfig_secret(release, "unreachable", &unreachable).await?;
+    let mut args = external.to_vec();
+    args.extend([
+        "--set",
+        "hub.external.controllerKubeconfigSecrets.negotiator=unreachable",
+        "--debug",
+    ]);
+    let Err(message) = release.install("upgrade", &args, "45s").await? else {
+        anyhow::bail!("helm upgrade --wait succeeded with an unreachable hub");
+    };
+    let negotiator = format!("{}-negotiator", release.name);
+    ensure!(
+        message.contains(&format!(
+            "Deployment is not ready: {}/{negotiator}",
+            release.namespace
+        )),
+        "helm names the Deployment that is not ready: {message}"
+    );
+    // The negotiator's health port (see Release::values).
+    let health = release.ports[6 + 2 * 3];
+    let (status, body) = flotilla_e2e::process::http_get(
+        std::net::SocketAddr::from(([127, 0, 0, 1], health)),
+        "/readyz",
+    )
+    .await?;
+    ensure!(
+        status == 503
+            && body.contains(&format!(
+                "the hub is unreachable: https://127.0.0.1:{closed}"
+            )),
+        "the negotiator's /readyz says which hub it cannot reach: {status} {body}"
     );
     Ok(())
 }
