@@ -474,9 +474,19 @@ async fn place_and_kill(
         .install("upgrade", &["--set", "logLevel=debug"], "5m")
         .await?
         .map_err(|e| anyhow!("helm upgrade --wait failed:\n{e}"))?;
-    let upgraded = release
-        .wait_all_ready("every pod Ready after the upgrade")
-        .await?;
+    // Each controller's pod replaced (a Deployment is replaced, not rolled, with hostNetwork).
+    let started = Instant::now();
+    let upgraded = loop {
+        let now = release
+            .wait_all_ready("every pod Ready after the upgrade")
+            .await?;
+        if CONTROLLERS.iter().all(|c| now.get(*c) != before.get(*c))
+            || started.elapsed() > Duration::from_secs(120)
+        {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
     for c in CONTROLLERS {
         let d = Api::<Deployment>::namespaced(release.host_client.clone(), &release.namespace)
             .get(&format!("{}-{c}", release.name))
