@@ -53,6 +53,13 @@ NEWEST_FEATURE_GATES="VolumeBindMountOptions=true"
 # The host node's taint (NoSchedule) and label (see "The host node" below).
 HOST_NODE_TAINT=flotilla.dev/host-node
 HOST_NODE_LABEL=flotilla.dev/host-node=true
+# The host node's labels: HOST_NODE_LABEL, and the region of its member's nodes with a zone of
+# its own (<region>-host), as every node of a real cluster has.
+host_node_labels() { # member
+  local count cpu mem pods region
+  read -r count cpu mem pods region <<<"$(node_profile "$(cluster_index "$1")")"
+  echo "${HOST_NODE_LABEL},topology.kubernetes.io/region=${region},topology.kubernetes.io/zone=${region}-host"
+}
 
 usage() {
   cat <<EOF
@@ -944,7 +951,7 @@ start_host_node() { # member
   (umask 022 && start_proc "${m}.kubelet" "${TOOLS_BIN}/kubelet" --config "${NODE_DIR}/kubelet.yaml" \
     --kubeconfig "${NODE_DIR}/kubelet.kubeconfig" --root-dir "${NODE_DIR}/kubelet" \
     --cert-dir "${NODE_DIR}/pki" --hostname-override "$(host_node_name "${m}")" \
-    --node-ip "$(host_node_ip "${m}")" --node-labels "${HOST_NODE_LABEL}")
+    --node-ip "$(host_node_ip "${m}")" --node-labels "$(host_node_labels "${m}")")
   wait_node_ready "${m}"
   log "host node $(host_node_name "${m}") Ready in ${m} ($(( $(now) - t0 ))s): kubelet on $(host_node_ip "${m}"):$(kubelet_port), containerd on ${CTRD_SOCK} ($(cat "${NODE_DIR}/snapshotter")); images: ${images}"
 }

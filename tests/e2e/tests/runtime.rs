@@ -390,7 +390,7 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
     ensure!(
         nodes
             .iter()
-            .all(|n| n.starts_with(&format!("{}-node-", members[0].name)))
+            .all(|n| n.starts_with(&format!("{}-", members[0].name)))
             && !nodes.is_empty(),
         "the client from the Secret must reach {}: nodes {nodes:?}",
         members[0].name
@@ -414,7 +414,7 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
     ensure!(
         nodes
             .iter()
-            .all(|n| n.starts_with(&format!("{}-node-", members[1].name)))
+            .all(|n| n.starts_with(&format!("{}-", members[1].name)))
             && !nodes.is_empty(),
         "after the Secret changed the client must reach {}: nodes {nodes:?}",
         members[1].name
