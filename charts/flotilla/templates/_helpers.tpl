@@ -35,9 +35,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $mode -}}
 {{- end -}}
 
-{{/* The name of a hub component's objects (embedded mode): <release>-<component>. */}}
+{{/* The name of a hub component's objects (embedded mode): <release>-<component>, named like
+a controller's. */}}
 {{- define "flotilla.hubName" -}}
-{{- printf "%s-%s" .root.Release.Name .component | trunc 63 | trimSuffix "-" -}}
+{{- include "flotilla.name" (dict "root" .root "controller" .component) -}}
 {{- end -}}
 
 {{/* An image of a hub component: {repository, tag}. */}}
