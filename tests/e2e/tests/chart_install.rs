@@ -146,11 +146,33 @@ impl Release {
         set("hub.etcd.peerPort", p[2]);
         set("hub.etcd.metricsPort", p[3]);
         set("hub.controllerManager.port", p[4]);
-        for (i, c) in CONTROLLERS.iter().enumerate() {
-            set(&format!("{c}.metricsPort"), p[5 + 2 * i]);
-            set(&format!("{c}.healthPort"), p[6 + 2 * i]);
+        for c in CONTROLLERS {
+            set(&format!("{c}.metricsPort"), self.health_port(c) - 1);
+            set(&format!("{c}.healthPort"), self.health_port(c));
         }
         args
+    }
+
+    /// The node port of a controller's /healthz and /readyz (its metrics port is the one before).
+    fn health_port(&self, controller: &str) -> u16 {
+        let i = CONTROLLERS
+            .iter()
+            .position(|c| *c == controller)
+            .unwrap_or_default();
+        self.ports[6 + 2 * i]
+    }
+
+    /// Fails unless helm's `--debug` output `message` names the controller's Deployment as the
+    /// one not ready.
+    fn names_not_ready(&self, message: &str, controller: &str) -> Result<()> {
+        ensure!(
+            message.contains(&format!(
+                "Deployment is not ready: {}/{}-{controller}",
+                self.namespace, self.name
+            )),
+            "helm names the Deployment that is not ready: {message}"
+        );
+        Ok(())
     }
 
     /// `helm install --wait` (or upgrade) with the quick start's values and `extra`.
@@ -672,14 +694,7 @@ async fn missing_image(release: &Release) -> Result<()> {
         anyhow::bail!("helm install --wait succeeded without the controllers' image");
     };
     // helm --debug names what it waits for; the pod says why.
-    let registration = format!("{}-registration", release.name);
-    ensure!(
-        message.contains(&format!(
-            "Deployment is not ready: {}/{registration}",
-            release.namespace
-        )),
-        "helm names the Deployment that is not ready: {message}"
-    );
+    release.names_not_ready(&message, "registration")?;
     let pods = release
         .pods()
         .list(&ListParams::default().labels("app.kubernetes.io/component=registration"))
@@ -803,16 +818,8 @@ async fn external_mode(release: &Release, existing: &ClusterInfo) -> Result<()> 
     let Err(message) = release.install("upgrade", &args, "45s").await? else {
         anyhow::bail!("helm upgrade --wait succeeded with an unreachable hub");
     };
-    let negotiator = format!("{}-negotiator", release.name);
-    ensure!(
-        message.contains(&format!(
-            "Deployment is not ready: {}/{negotiator}",
-            release.namespace
-        )),
-        "helm names the Deployment that is not ready: {message}"
-    );
-    // The negotiator's health port (see Release::values).
-    let health = release.ports[6 + 2 * 3];
+    release.names_not_ready(&message, "negotiator")?;
+    let health = release.health_port("negotiator");
     let (status, body) = flotilla_e2e::process::http_get(
         std::net::SocketAddr::from(([127, 0, 0, 1], health)),
         "/readyz",
