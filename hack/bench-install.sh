@@ -42,35 +42,14 @@ HOST_KUBECONFIG="${FLOTILLA_MEMBER_KUBECONFIGS#member1=}"
 K=("${TOOLS_BIN}/kubectl" --kubeconfig "${HOST_KUBECONFIG}")
 HELM=("${TOOLS_BIN}/helm" --kubeconfig "${HOST_KUBECONFIG}" --namespace "${NS}")
 
-port=$(( PORT_BASE + 2637 ))
-values=(--values deploy/quickstart/values-local.yaml
-  --set "hub.apiserver.port=${port}" --set "hub.etcd.clientPort=$(( port + 1 ))"
-  --set "hub.etcd.peerPort=$(( port + 2 ))" --set "hub.etcd.metricsPort=$(( port + 3 ))"
-  --set "hub.controllerManager.port=$(( port + 4 ))" --set hub.keepDataOnUninstall=false)
-p=$(( port + 5 ))
-for c in registration syncer splitter negotiator; do
-  values+=(--set "${c}.metricsPort=${p}" --set "${c}.healthPort=$(( p + 1 ))")
-  p=$(( p + 2 ))
-done
+mapfile -t ports < <(chart_port_values $(( PORT_BASE + 2637 )))
+values=(--values deploy/quickstart/values-local.yaml --set hub.keepDataOnUninstall=false "${ports[@]}")
 
 volume() { # a fresh etcd volume for one install
   local dir="${RUN}/volumes/etcd-$1"
-  mkdir -p "${dir}" && chmod 0777 "${dir}"
   "${K[@]}" delete pv "${RELEASE}-etcd" --ignore-not-found --wait=false >/dev/null
   "${K[@]}" patch pv "${RELEASE}-etcd" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-  "${K[@]}" apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: ${RELEASE}-etcd
-spec:
-  capacity: {storage: 2Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: flotilla-local
-  claimRef: {namespace: ${NS}, name: data-${RELEASE}-etcd-0}
-  hostPath: {path: ${dir}, type: Directory}
-EOF
+  etcd_volume_yaml "${RELEASE}" "${NS}" "${dir}" "${FLOTILLA_HOST_NODE}" | "${K[@]}" apply -f - >/dev/null
 }
 
 times=()

@@ -113,3 +113,45 @@ stop_proc() { # name
   rm -f "${f}"
 }
 
+
+# The chart on the local environment's real node (hostNetwork): the --set arguments that give its
+# pods node ports from FIRST on, one per line (mapfile them): the hub's apiserver FIRST, etcd's
+# client, peer and metrics ports FIRST+1..+3, the controller-manager FIRST+4, then each
+# controller's metrics and health ports (registration FIRST+5/+6, syncer +7/+8, splitter +9/+10,
+# negotiator +11/+12). The ports from FIRST+13 on are free for the caller.
+chart_port_values() { # first-port
+  local p="$1" c
+  printf -- '--set\n%s\n' "hub.apiserver.port=${p}" "hub.etcd.clientPort=$(( p + 1 ))" \
+    "hub.etcd.peerPort=$(( p + 2 ))" "hub.etcd.metricsPort=$(( p + 3 ))" \
+    "hub.controllerManager.port=$(( p + 4 ))"
+  p=$(( p + 5 ))
+  for c in registration syncer splitter negotiator; do
+    printf -- '--set\n%s\n' "${c}.metricsPort=${p}" "${c}.healthPort=$(( p + 1 ))"
+    p=$(( p + 2 ))
+  done
+}
+
+# A hostPath PersistentVolume (StorageClass flotilla-local) on the real node NODE for the etcd of
+# chart release RELEASE in NAMESPACE, bound in advance to its claim; the directory DIR is created,
+# writable by etcd's non-root user. Prints the YAML.
+etcd_volume_yaml() { # release namespace dir node
+  mkdir -p "$3" && chmod 0777 "$3"
+  cat <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: $1-etcd
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: flotilla-local
+  claimRef: {namespace: $2, name: data-$1-etcd-0}
+  hostPath: {path: $3, type: Directory}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/hostname, operator: In, values: [$4]}
+EOF
+}

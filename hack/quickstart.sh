@@ -52,39 +52,13 @@ HOST_K=("${TOOLS_BIN}/kubectl" --kubeconfig "${HOST_KUBECONFIG}")
 # The node ports of the chart's pods (hostNetwork), derived from the port base so that
 # environments side by side do not collide.
 port="${FLOTILLA_CONTROLLER_PORT:-$(( ${FLOTILLA_PORT_BASE:-16443} + 2637 ))}"
-ports=(
-  --set "hub.apiserver.port=${port}"
-  --set "hub.etcd.clientPort=$(( port + 1 ))" --set "hub.etcd.peerPort=$(( port + 2 ))"
-  --set "hub.etcd.metricsPort=$(( port + 3 ))" --set "hub.controllerManager.port=$(( port + 4 ))"
-)
-p=$(( port + 5 ))
-for c in registration syncer splitter negotiator; do
-  ports+=(--set "${c}.metricsPort=${p}" --set "${c}.healthPort=$(( p + 1 ))")
-  p=$(( p + 2 ))
-done
-AGENT_PORT="${p}"
+mapfile -t ports < <(chart_port_values "${port}")
+AGENT_PORT=$(( port + 13 ))
 REGISTRATION_METRICS=$(( port + 5 ))
 
 log "== a volume for the hub's etcd on the host node (StorageClass flotilla-local)"
-volume="${RUN_DIR}/volumes/${RELEASE}-etcd"
-mkdir -p "${volume}" && chmod 0777 "${volume}"
-"${HOST_K[@]}" apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: ${RELEASE}-etcd
-spec:
-  capacity: {storage: 2Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: flotilla-local
-  hostPath: {path: ${volume}, type: Directory}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-        - matchExpressions:
-            - {key: kubernetes.io/hostname, operator: In, values: [${FLOTILLA_HOST_NODE}]}
-EOF
+etcd_volume_yaml "${RELEASE}" "${NS}" "${RUN_DIR}/volumes/${RELEASE}-etcd" "${FLOTILLA_HOST_NODE}" \
+  | "${HOST_K[@]}" apply -f - >/dev/null
 
 log "== helm install ${RELEASE} charts/flotilla --wait (into ${HOST}, namespace ${NS})"
 t0="$(now)"
