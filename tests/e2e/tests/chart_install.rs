@@ -44,6 +44,29 @@ fn host() -> Result<(ClusterInfo, String)> {
     Ok((Environment::get().member(&member)?.clone(), node))
 }
 
+/// Node ports each release's pods listen on (hostNetwork): the hub's 5 and 2 per controller.
+const PORTS_PER_RELEASE: u16 = 13;
+/// Releases taken so far by this test process.
+static RELEASES: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+
+/// A block of node ports of its own for one release: from the environment's port base + 2637
+/// on (FLOTILLA_PORT_BASE, as hack/quickstart.sh places the chart), 13 per release. Below the
+/// ephemeral range, so no outgoing connection holds one, and never handed to two releases — a
+/// port asked of the kernel (bind to port 0) and released may be handed out again at once.
+fn node_ports() -> Result<Vec<u16>> {
+    let base: u16 = std::env::var("FLOTILLA_PORT_BASE")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(16443);
+    let slot = RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let first = base + 2637 + slot * PORTS_PER_RELEASE;
+    ensure!(
+        first + PORTS_PER_RELEASE < 32768,
+        "node port block {first}.. reaches the ephemeral range: lower FLOTILLA_PORT_BASE"
+    );
+    Ok((first..first + PORTS_PER_RELEASE).collect())
+}
+
 /// One release of the chart in the host member: its own namespace, node ports and etcd volume.
 struct Release {
     name: String,
@@ -60,13 +83,7 @@ impl Release {
         let (host, node) = host()?;
         let host_client = host.client().await?;
         let name = format!("{prefix}{}", random_suffix());
-        let mut ports: Vec<u16> = Vec::new();
-        while ports.len() < 13 {
-            let port = free_port()?;
-            if !ports.contains(&port) {
-                ports.push(port);
-            }
-        }
+        let ports = node_ports()?;
         let volume = scratch_dir().join(format!("{name}-etcd"));
         std::fs::create_dir_all(&volume)?;
         // etcd runs as a non-root user on a hostPath volume, which keeps the directory's owner.
