@@ -117,6 +117,8 @@ spec:
 {{- $bootstrap := printf "system:serviceaccount:%s:flotilla-bootstrap-" .Release.Namespace }}
 {{- $registration := printf "system:serviceaccount:%s:%s" .Release.Namespace (include "flotilla.name" (dict "root" $ "controller" "registration")) }}
 {{- $agentRole := include "flotilla.clusterRoleName" (dict "root" $ "controller" "agent") }}
+{{- $syncerDataRole := include "flotilla.clusterRoleName" (dict "root" $ "controller" "syncer-work-data") }}
+{{- $syncer := include "flotilla.name" (dict "root" $ "controller" "syncer") }}
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -149,12 +151,25 @@ spec:
       expression: request.resource.resource
     - name: writes
       expression: request.operation != 'DELETE'
+    # The syncer's binding of its ClusterRole for the data of placed Secrets names exactly this
+    # release's syncer.
+    - name: syncerBinding
+      expression: >-
+        variables.writes && variables.resource == 'rolebindings' &&
+        object.roleRef.kind == 'ClusterRole' && object.roleRef.name == {{ $syncerDataRole | quote }}
+    - name: syncerSubjects
+      expression: >-
+        has(object.subjects) && size(object.subjects) == 1 &&
+        object.subjects[0].kind == 'ServiceAccount' && has(object.subjects[0].namespace) &&
+        object.subjects[0].namespace == {{ $.Release.Namespace | quote }} &&
+        object.subjects[0].name == {{ $syncer | quote }}
     # The agents' bindings name the group of their Cluster's UID; an agent's ClusterRoleBinding
     # may name its Cluster's bootstrap ServiceAccount too (until that got its certificate).
     - name: agentSubjects
       expression: >-
         !variables.writes || variables.resource in ['namespaces', 'roles', 'clusterroles'] ||
         variables.resource == 'certificatesigningrequests' ||
+        (variables.syncerBinding && variables.syncerSubjects) ||
         (has(object.subjects) && size(object.subjects) >= 1 &&
          object.subjects.all(s,
            (s.kind == 'Group' && s.name.startsWith('system:flotilla:cluster-uid:')) ||
@@ -180,8 +195,11 @@ spec:
       reason: Forbidden
     - expression: >-
         variables.resource != 'rolebindings' || !variables.writes ||
-        (object.roleRef.kind == 'ClusterRole' && object.roleRef.name == {{ $agentRole | quote }})
-      message: registration may only bind the agent ClusterRole {{ $agentRole }} in a member's namespace
+        (object.roleRef.kind == 'ClusterRole' && object.roleRef.name == {{ $agentRole | quote }}) ||
+        variables.syncerBinding
+      message: >-
+        registration may only bind the agent ClusterRole {{ $agentRole }} and the syncer's
+        {{ $syncerDataRole }} in a member's namespace
       reason: Forbidden
     - expression: >-
         !(variables.resource in ['clusterroles', 'clusterrolebindings']) ||
@@ -198,7 +216,8 @@ spec:
     - expression: variables.agentSubjects
       message: >-
         an agent's binding may only name the group of its Cluster's UID
-        (system:flotilla:cluster-uid:<uid>), and its Cluster's bootstrap ServiceAccount
+        (system:flotilla:cluster-uid:<uid>), and its Cluster's bootstrap ServiceAccount; the
+        syncer's binding only the ServiceAccount {{ $.Release.Namespace }}/{{ $syncer }}
       reason: Forbidden
     - expression: >-
         variables.resource != 'clusterroles' || !variables.writes ||

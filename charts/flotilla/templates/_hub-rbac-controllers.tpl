@@ -8,6 +8,7 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
        rights to flotilla-cluster-* namespaces and the agents' own bindings and roles; "bind" on
        the static agent ClusterRole replaces holding the rights in it. */}}
 {{- $agentRole := include "flotilla.clusterRoleName" (dict "root" $ "controller" "agent") }}
+{{- $syncerDataRole := include "flotilla.clusterRoleName" (dict "root" $ "controller" "syncer-work-data") }}
 {{- $_ := set $rules "registration" (list
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters") "verbs" (list "get" "list" "watch" "patch" "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters/status") "verbs" (list "get" "patch" "update"))
@@ -16,7 +17,7 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "") "resources" (list "namespaces") "verbs" (list "get" "create" "patch" "delete"))
   (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "rolebindings" "clusterroles" "clusterrolebindings") "verbs" (list "get" "create" "patch" "delete"))
   (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "roles") "verbs" (list "delete"))
-  (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "clusterroles") "resourceNames" (list $agentRole) "verbs" (list "bind"))
+  (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "clusterroles") "resourceNames" (list $agentRole $syncerDataRole) "verbs" (list "bind"))
   (dict "apiGroups" (list "coordination.k8s.io") "resources" (list "leases") "verbs" (list "get"))
   (dict "apiGroups" (list "certificates.k8s.io") "resources" (list "certificatesigningrequests") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "certificates.k8s.io") "resources" (list "certificatesigningrequests/approval") "verbs" (list "update"))
@@ -116,6 +117,24 @@ subjects:
     name: {{ include "flotilla.name" (dict "root" $ "controller" $controller) }}
     namespace: {{ $.Release.Namespace }}
 {{- end }}
+{{- end }}
+{{- if .Values.syncer.enabled }}
+{{- /* The data of the Secrets the hub syncer places: registration binds this in the namespace
+       flotilla-cluster-<name> of each accepted push-mode member only (RBAC cannot grant by
+       namespace prefix; a cluster-wide read would give the syncer every tenant's Secrets). */}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ include "flotilla.clusterRoleName" (dict "root" $ "controller" "syncer-work-data") }}
+  labels:
+    {{- include "flotilla.labels" $ | nindent 4 }}
+    app.kubernetes.io/component: syncer
+rules:
+  # Only the Secret a Work names (never listed or watched).
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["get"]
 {{- end }}
 {{- if .Values.registration.enabled }}
 {{- /* What a pull-mode agent may do on the hub (deploy/bootstrap/agent-clusterrole.yaml says the

@@ -292,6 +292,22 @@ async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error>
             revoke_agent_rbac(&client, &name).await?;
         }
     }
+    if let Some(grant) = state.args.syncer_grant()
+        && is_accepted
+        && taken.is_none()
+    {
+        // The hub syncer serves push-mode members only; a pull member's syncer reads with the
+        // agent's rights.
+        if spec.sync_mode == SyncMode::Push {
+            apply_syncer_rbac(&client, &name, &grant).await?;
+        } else {
+            delete_if_present(
+                &Api::<RoleBinding>::namespaced(client.clone(), &names::cluster_namespace(&name)),
+                rbac::SYNCER_ROLE_BINDING,
+            )
+            .await?;
+        }
+    }
 
     let timing = |last: Option<Timestamp>| Timing {
         now,
@@ -634,6 +650,36 @@ async fn apply_agent_rbac(
         )
         .await?;
     Ok(())
+}
+
+/// Lets the hub syncer read the data of the Secrets placed on push-mode member `cluster`.
+async fn apply_syncer_rbac(
+    client: &kube::Client,
+    cluster: &str,
+    grant: &rbac::SyncerGrant,
+) -> Result<(), Error> {
+    let bindings =
+        Api::<RoleBinding>::namespaced(client.clone(), &names::cluster_namespace(cluster));
+    let binding = Patch::Apply(typed(
+        rbac::syncer_role_binding(cluster, grant),
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+    ));
+    match bindings
+        .patch(rbac::SYNCER_ROLE_BINDING, &apply_params(), &binding)
+        .await
+    {
+        Ok(_) => Ok(()),
+        // A binding's roleRef cannot change (another --syncer-cluster-role): made again.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            delete_if_present(&bindings, rbac::SYNCER_ROLE_BINDING).await?;
+            bindings
+                .patch(rbac::SYNCER_ROLE_BINDING, &apply_params(), &binding)
+                .await?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Deletes `name` if it exists.

@@ -61,9 +61,48 @@ pub struct RegistrationArgs {
     #[arg(long, default_value = flotilla_api::names::AGENT_CLUSTER_ROLE, value_name = "NAME")]
     pub agent_cluster_role: String,
 
+    /// The hub syncer's ServiceAccount (`NAMESPACE/NAME`). Registration binds
+    /// `--syncer-cluster-role` to it in each accepted push-mode Cluster's namespace
+    /// `flotilla-cluster-<name>`, so the syncer reads the data of the Secrets placed on that
+    /// member there and in no other namespace. Empty: bind nothing (a syncer with rights of its
+    /// own).
+    #[arg(long, default_value = "", value_name = "NAMESPACE/NAME", value_parser = parse_service_account)]
+    pub syncer_service_account: String,
+
+    /// The ClusterRole bound to `--syncer-service-account` in push-mode Clusters' namespaces
+    /// (the chart's `flotilla:<release>:syncer-work-data`: `get` of Secrets). Registration needs
+    /// `bind` on it, not the rights in it.
+    #[arg(long, default_value = "", value_name = "NAME")]
+    pub syncer_cluster_role: String,
+
     /// Only handle Clusters with these labels (a label selector such as `env=prod`); empty: all.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     pub cluster_selector: String,
+}
+
+/// Accepts `NAMESPACE/NAME` (or nothing).
+fn parse_service_account(value: &str) -> Result<String, String> {
+    match value.split_once('/') {
+        _ if value.is_empty() => Ok(String::new()),
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(value.to_string())
+        }
+        _ => Err(format!(
+            "expected NAMESPACE/NAME of a ServiceAccount, e.g. flotilla-system/flotilla-syncer, not {value:?}"
+        )),
+    }
+}
+
+impl RegistrationArgs {
+    /// The syncer's ServiceAccount and the ClusterRole to bind to it, when both are set.
+    pub fn syncer_grant(&self) -> Option<rbac::SyncerGrant> {
+        let (namespace, name) = self.syncer_service_account.split_once('/')?;
+        (!self.syncer_cluster_role.is_empty()).then(|| rbac::SyncerGrant {
+            namespace: namespace.to_string(),
+            service_account: name.to_string(),
+            cluster_role: self.syncer_cluster_role.clone(),
+        })
+    }
 }
 
 /// Runs the hub-side controllers until `ctx.shutdown`.

@@ -10,6 +10,12 @@
 //!
 //! The subject of both bindings is the group [`names::cluster_uid_group`] of the Cluster's UID,
 //! which only certificates issued for this Cluster object carry.
+//!
+//! And the hub syncer's read of the data of placed Secrets, which the splitter keeps in each
+//! member's namespace: a RoleBinding [`SYNCER_ROLE_BINDING`] in the namespace of every accepted
+//! push-mode Cluster (the syncer that serves it), of a ClusterRole the chart makes
+//! ([`SyncerGrant`]). RBAC cannot grant by namespace prefix, and a cluster-wide read of Secrets
+//! would let the syncer read every tenant's.
 
 use flotilla_api::{labels, names};
 use k8s_openapi::api::rbac::v1::{
@@ -24,6 +30,39 @@ pub const AGENT_ROLE: &str = "flotilla-agent";
 /// Name of the agent's ClusterRole and ClusterRoleBinding: `flotilla:cluster:<name>:agent`.
 pub fn agent_cluster_role(cluster: &str) -> String {
     format!("flotilla:cluster:{cluster}:agent")
+}
+
+/// Name of the hub syncer's RoleBinding in a push-mode member's namespace `flotilla-cluster-<name>`.
+pub const SYNCER_ROLE_BINDING: &str = "flotilla-syncer";
+
+/// Who the hub syncer is and which ClusterRole gives it the data of placed Secrets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncerGrant {
+    pub namespace: String,
+    pub service_account: String,
+    pub cluster_role: String,
+}
+
+/// Binds the grant's ClusterRole to the hub syncer in `cluster`'s namespace.
+pub fn syncer_role_binding(cluster: &str, grant: &SyncerGrant) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(
+            SYNCER_ROLE_BINDING.into(),
+            Some(names::cluster_namespace(cluster)),
+            cluster,
+        ),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: grant.cluster_role.clone(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: None,
+            kind: "ServiceAccount".into(),
+            name: grant.service_account.clone(),
+            namespace: Some(grant.namespace.clone()),
+        }]),
+    }
 }
 
 fn meta(name: String, namespace: Option<String>, cluster: &str) -> ObjectMeta {
@@ -228,6 +267,28 @@ mod tests {
             .expect("subjects");
         assert_eq!(subjects[1].kind, "ServiceAccount");
         assert_eq!(subjects[1].name, "flotilla-bootstrap-m1");
+    }
+
+    #[test]
+    fn the_syncer_is_bound_in_the_members_namespace_only() {
+        let grant = SyncerGrant {
+            namespace: "flotilla-system".into(),
+            service_account: "flotilla-syncer".into(),
+            cluster_role: "flotilla:flotilla:syncer-work-data".into(),
+        };
+        let binding = syncer_role_binding("m1", &grant);
+        assert_eq!(
+            binding.metadata.namespace.as_deref(),
+            Some("flotilla-cluster-m1")
+        );
+        assert_eq!(binding.metadata.name.as_deref(), Some(SYNCER_ROLE_BINDING));
+        assert_eq!(binding.role_ref.kind, "ClusterRole");
+        assert_eq!(binding.role_ref.name, grant.cluster_role);
+        let subjects = binding.subjects.expect("subjects");
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, "ServiceAccount");
+        assert_eq!(subjects[0].name, "flotilla-syncer");
+        assert_eq!(subjects[0].namespace.as_deref(), Some("flotilla-system"));
     }
 
     /// The static ClusterRole of `deploy/bootstrap` grants exactly [`agent_namespace_rules`].
