@@ -283,15 +283,16 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Starts the agent of `registration` in `member`, keeping its Lease and credential Secret
-    /// in `namespace` of the member; `extra` flags are appended.
+    /// Starts the agent of `registration` in a member with `identity` there (see
+    /// [`MEMBER_AGENT`]), keeping its Lease and credential Secret in `namespace` of the member;
+    /// `extra` flags are appended.
     pub fn start(
-        member: &ClusterInfo,
+        identity: &MemberIdentity,
         namespace: &str,
         registration: &Registration,
         extra: &[&str],
     ) -> Result<Self> {
-        let member_kubeconfig = member.kubeconfig.to_string_lossy().into_owned();
+        let member_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
         let hub_kubeconfig = registration.kubeconfig.to_string_lossy().into_owned();
         let identity = format!("agent-{}", registration.cluster);
         let mut args = vec![
@@ -345,6 +346,13 @@ pub struct MemberComponent {
     pub aggregated_role: Option<&'static str>,
 }
 
+/// The pull-mode agent: `deploy/agent/agent.yaml`.
+pub const MEMBER_AGENT: MemberComponent = MemberComponent {
+    file: "agent.yaml",
+    account: "flotilla-agent",
+    aggregated_role: None,
+};
+
 /// The pull-mode syncer: `deploy/agent/syncer.yaml`.
 pub const MEMBER_SYNCER: MemberComponent = MemberComponent {
     file: "syncer.yaml",
@@ -365,39 +373,22 @@ pub struct MemberIdentity {
     /// A kubeconfig of the member with a token of the ServiceAccount.
     pub kubeconfig: PathBuf,
     _objects: api::ClusterScopedObjects,
-    /// Held until the objects are gone: a component's ClusterRoleBinding names one namespace's
-    /// ServiceAccount, so two tests of the same member and component take turns.
-    _turn: tokio::sync::OwnedMutexGuard<()>,
-}
-
-/// One lock per member and component file (see [`MemberIdentity`]).
-fn turn(member: &str, file: &'static str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
-    type Turns =
-        std::collections::HashMap<(String, &'static str), std::sync::Arc<tokio::sync::Mutex<()>>>;
-    static TURNS: std::sync::LazyLock<std::sync::Mutex<Turns>> =
-        std::sync::LazyLock::new(Default::default);
-    TURNS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry((member.to_string(), file))
-        .or_default()
-        .clone()
 }
 
 impl MemberIdentity {
     /// Installs the ServiceAccount and RBAC of `component`'s file (not its Deployment: there
     /// are no container images here, the component runs as a local process with the same
     /// identity) in `member`, as a user would, except that `namespace` stands for
-    /// `flotilla-system` and `credential_secret` for the agent's credential Secret. Waits until
-    /// the member's controller-manager has aggregated its ClusterRole, if any, then mints a
-    /// token.
+    /// `flotilla-system`, `credential_secret` for the agent's credential Secret, and the names
+    /// of its ClusterRoles and ClusterRoleBindings end in `:<namespace>` (tests of one member run
+    /// side by side, each with its own). Waits until the member's controller-manager has
+    /// aggregated its ClusterRole, if any, then mints a token.
     pub async fn install(
         member: &ClusterInfo,
         component: MemberComponent,
         namespace: &str,
         credential_secret: &str,
     ) -> Result<Self> {
-        let turn = turn(&member.name, component.file).lock_owned().await;
         let client = member.client().await?;
         let path = crate::repo_root().join("deploy/agent").join(component.file);
         let text = std::fs::read_to_string(&path)
@@ -412,6 +403,18 @@ impl MemberIdentity {
             let (resource, scope) = api::resource_of(&client, &doc).await?;
             if scope == kube::discovery::Scope::Namespaced {
                 doc["metadata"]["namespace"] = json!(namespace);
+            } else {
+                let own = format!(
+                    "{}:{namespace}",
+                    doc["metadata"]["name"].as_str().unwrap_or("")
+                );
+                doc["metadata"]["name"] = json!(own);
+            }
+            if let Some(role) = doc.get_mut("roleRef")
+                && role["kind"] == "ClusterRole"
+            {
+                let own = format!("{}:{namespace}", role["name"].as_str().unwrap_or(""));
+                role["name"] = json!(own);
             }
             // (get_mut: indexing a mutable Value would add the missing key.)
             let subjects = doc.get_mut("subjects").and_then(|s| s.as_array_mut());
@@ -423,7 +426,10 @@ impl MemberIdentity {
             if doc["kind"] == "Role" {
                 let rules = doc.get_mut("rules").and_then(|r| r.as_array_mut());
                 for rule in rules.into_iter().flatten() {
-                    if rule["resources"] == json!(["secrets"]) {
+                    // The named Secret is the credential (create cannot be limited by name).
+                    if rule["resources"] == json!(["secrets"])
+                        && rule.get("resourceNames").is_some()
+                    {
                         rule["resourceNames"] = json!([credential_secret]);
                     }
                 }
@@ -440,6 +446,7 @@ impl MemberIdentity {
             }
         }
         if let Some(role) = component.aggregated_role {
+            let role = &format!("{role}:{namespace}");
             let roles: Api<ClusterRole> = Api::all(client.clone());
             crate::wait_for(
                 &format!("{role} to aggregate its rules in {}", member.name),
@@ -459,7 +466,6 @@ impl MemberIdentity {
         Ok(Self {
             kubeconfig: crate::chart::cluster_kubeconfig_with_token(member, &token)?,
             _objects: objects,
-            _turn: turn,
         })
     }
 }

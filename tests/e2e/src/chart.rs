@@ -81,9 +81,119 @@ pub async fn install_identities_with(
     namespace: &str,
     values: &[&str],
 ) -> Result<ClusterScopedObjects> {
+    apply_identities(hub, render(release, namespace, values).await?).await
+}
+
+/// The flags of the chart's Deployments that name identities and roles (the ClusterRoles that
+/// registration binds, the syncer's ServiceAccount): a controller run by a test gets them as the
+/// chart passes them, so the identities it binds are the chart's.
+const IDENTITY_FLAGS: &[&str] = &[
+    "--agent-cluster-role",
+    "--syncer-service-account",
+    "--syncer-cluster-role",
+];
+
+/// The chart's identities for one test, as `helm install` makes them: the ServiceAccounts, RBAC
+/// and admission policies of a release of its own in the test's namespace (which stands for the
+/// release namespace: the controllers' Leases and the push members' kubeconfig Secrets live
+/// there). Every controller a test runs on the hub runs with one of these, never with the
+/// hub's admin credentials ([`crate::process::ControllerProcess`] refuses those). The
+/// cluster-scoped objects are deleted when dropped.
+pub struct ChartIdentities {
+    pub release: String,
+    pub namespace: String,
+    kubeconfigs: std::collections::BTreeMap<String, PathBuf>,
+    args: std::collections::BTreeMap<String, Vec<String>>,
+    _objects: ClusterScopedObjects,
+}
+
+impl ChartIdentities {
+    /// Installs a release `e2e-<random>` of the chart's identities in `namespace`.
+    pub async fn install(namespace: &str) -> Result<Self> {
+        Self::install_with(namespace, &[]).await
+    }
+
+    /// [`ChartIdentities::install`] with chart values, e.g. `["--set",
+    /// "syncer.shardByCluster=true"]`.
+    pub async fn install_with(namespace: &str, values: &[&str]) -> Result<Self> {
+        let env = Environment::get();
+        let hub = env.hub.client().await?;
+        let release = format!("e2e-{}", random_suffix());
+        let docs = render(&release, namespace, values).await?;
+        let mut args = std::collections::BTreeMap::new();
+        for doc in docs.iter().filter(|d| d["kind"] == "Deployment") {
+            for container in doc["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let Some(controller) = container["command"][0]
+                    .as_str()
+                    .and_then(|c| c.strip_prefix("flotilla-"))
+                else {
+                    continue;
+                };
+                let flags: Vec<String> = container["args"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .filter(|a| {
+                        IDENTITY_FLAGS
+                            .iter()
+                            .any(|f| a.split('=').next() == Some(f))
+                    })
+                    .map(String::from)
+                    .collect();
+                args.insert(controller.to_string(), flags);
+            }
+        }
+        let objects = apply_identities(&hub, docs).await?;
+        let mut kubeconfigs = std::collections::BTreeMap::new();
+        for controller in args.keys() {
+            let path =
+                service_account_kubeconfig(&env, &hub, namespace, &release, controller).await?;
+            kubeconfigs.insert(controller.clone(), path);
+        }
+        Ok(Self {
+            release,
+            namespace: namespace.to_string(),
+            kubeconfigs,
+            args,
+            _objects: objects,
+        })
+    }
+
+    /// The hub kubeconfig of `controller` (`registration`, `syncer`, `splitter`, `negotiator`).
+    pub fn kubeconfig(&self, controller: &str) -> Result<String> {
+        self.kubeconfigs
+            .get(controller)
+            .map(|p| p.to_string_lossy().into_owned())
+            .ok_or_else(|| anyhow!("the chart has no {controller} (release {})", self.release))
+    }
+
+    /// `--kubeconfig <its hub kubeconfig>` and the identity flags the chart gives `controller`.
+    pub fn args(&self, controller: &str) -> Result<Vec<String>> {
+        let mut args = vec!["--kubeconfig".to_string(), self.kubeconfig(controller)?];
+        args.extend(self.args.get(controller).cloned().unwrap_or_default());
+        Ok(args)
+    }
+
+    /// The username of `controller`'s ServiceAccount.
+    pub fn username(&self, controller: &str) -> String {
+        format!(
+            "system:serviceaccount:{}:{}-{controller}",
+            self.namespace, self.release
+        )
+    }
+}
+
+/// Applies the rendered identities (everything but the Deployments); the cluster-scoped ones are
+/// remembered for deletion.
+async fn apply_identities(hub: &Client, docs: Vec<Value>) -> Result<ClusterScopedObjects> {
     let env = Environment::get();
     let mut cleanup = ClusterScopedObjects::new(&env.hub);
-    for doc in render(release, namespace, values).await? {
+    for doc in docs {
         if doc["kind"] == "Deployment" {
             continue;
         }

@@ -15,6 +15,12 @@
 //! Tests share one environment and run in parallel, so each works in its own random namespace
 //! ([`TestNamespace`]) and changes shared clusters only in ways other tests cannot notice. A test
 //! that breaks a cluster on purpose adds a throw-away member first ([`ScratchMember`]).
+//!
+//! Controllers run on the product path: with the ServiceAccounts, RBAC, admission policies and
+//! flags the chart renders for a release of the test's own ([`chart::ChartIdentities`]), and in a
+//! member with the identities of `deploy/agent` ([`bootstrap::MemberIdentity`]).
+//! [`process::ControllerProcess`] refuses to start one with an admin kubeconfig of any cluster of
+//! the environment. The tests themselves act as the admin and the users.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;

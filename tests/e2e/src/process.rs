@@ -52,7 +52,12 @@ impl ControllerProcess {
 
     /// Like [`ControllerProcess::start`], for a subcommand such as `flotilla-registration agent`:
     /// `subcommand` goes first, since a subcommand's flags follow it.
+    ///
+    /// Refuses to start a controller with an admin kubeconfig of any cluster of the environment:
+    /// the tests run every controller with the identity the chart (or, in a member, its
+    /// `deploy/agent` file) gives it, so that a missing right fails a test, not a user.
     pub fn start_subcommand(binary: &str, subcommand: &[&str], args: &[&str]) -> Result<Self> {
+        refuse_admin_credentials(binary, args)?;
         let path = controller_binary(binary)?;
         let port = free_port()?;
         let http: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -68,6 +73,9 @@ impl ControllerProcess {
             .args(["--health-address", &http.to_string()])
             .args(args)
             .env("FLOTILLA_LOG_LEVEL", "info")
+            // Only the credentials named in `args`.
+            .env_remove("KUBECONFIG")
+            .env_remove("FLOTILLA_KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -120,6 +128,46 @@ impl ControllerProcess {
     pub async fn get(&self, path: &str) -> Result<(u16, String)> {
         http_get(self.http, path).await
     }
+}
+
+/// The admin tokens of every cluster of the environment (the hub, the members and any
+/// throw-away member): `<run dir>/clusters/<name>/admin.token`.
+fn admin_tokens() -> Vec<(String, String)> {
+    let Some(run_dir) = std::env::var_os(crate::RUN_DIR) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(PathBuf::from(run_dir).join("clusters")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let token = std::fs::read_to_string(e.path().join("admin.token")).ok()?;
+            let token = token.trim().to_string();
+            (!token.is_empty()).then(|| (e.file_name().to_string_lossy().into_owned(), token))
+        })
+        .collect()
+}
+
+/// Fails when a file that `args` names (`--flag PATH` or `--flag=PATH`) holds an admin token of
+/// a cluster of the environment.
+fn refuse_admin_credentials(binary: &str, args: &[&str]) -> Result<()> {
+    let admins = admin_tokens();
+    for arg in args {
+        let path = Path::new(arg.split_once('=').map_or(*arg, |(_, v)| v));
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        if let Some((cluster, _)) = admins.iter().find(|(_, t)| text.contains(t.as_str())) {
+            bail!(
+                "{binary} would run with the admin credentials of {cluster} ({}): run it with the \
+                 identity the chart gives it (flotilla_e2e::chart::ChartIdentities) or, in a \
+                 member, its deploy/agent identity (flotilla_e2e::bootstrap::MemberIdentity)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A minimal HTTP/1.1 GET, enough for /metrics, /healthz and /readyz.

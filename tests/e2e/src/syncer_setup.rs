@@ -14,6 +14,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use crate::chart::ChartIdentities;
 use crate::clusters::ClusterCleanup;
 use crate::process::ControllerProcess;
 use crate::{ClusterInfo, Environment, Seen, TestNamespace, api, random_suffix, wait_for};
@@ -55,6 +56,8 @@ pub struct SyncerSetup {
     pub syncer: Option<ControllerProcess>,
     pub registration: ControllerProcess,
     _cleanup: ClusterCleanup,
+    // Last: the controllers' identities outlive them.
+    _identities: ChartIdentities,
 }
 
 impl SyncerSetup {
@@ -69,10 +72,8 @@ impl SyncerSetup {
         let ns = TestNamespace::create(prefix, &[&env.hub, &member_info]).await?;
         let id = random_suffix();
         let selector = format!("{SELECTOR_LABEL}={id}");
-        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        let identities = ChartIdentities::install(ns.name()).await?;
         let common: Vec<String> = [
-            "--kubeconfig",
-            kubeconfig.as_str(),
             "--lease-namespace",
             ns.name(),
             "--kubeconfig-secret-namespace",
@@ -83,11 +84,13 @@ impl SyncerSetup {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let mut reg_args = common.clone();
+        let mut reg_args = identities.args("registration")?;
+        reg_args.extend(common.iter().cloned());
         reg_args
             .extend(["--probe-interval", "2s", "--grace-period", options.grace].map(String::from));
         let registration = ControllerProcess::start("flotilla-registration", &as_strs(&reg_args))?;
-        let mut syncer_args = common;
+        let mut syncer_args = identities.args("syncer")?;
+        syncer_args.extend(common);
         syncer_args.extend(["--resync-interval".to_string(), options.resync.to_string()]);
         syncer_args.extend(options.syncer_args);
         let syncer = ControllerProcess::start("flotilla-syncer", &as_strs(&syncer_args))?;
@@ -106,6 +109,7 @@ impl SyncerSetup {
             syncer: Some(syncer),
             registration,
             _cleanup: cleanup,
+            _identities: identities,
         };
         setup.cluster_ready("True", Duration::from_secs(60)).await?;
         Ok(setup)

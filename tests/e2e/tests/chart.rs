@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api;
-use flotilla_e2e::chart::{self, chart, helm_run, render};
+use flotilla_e2e::chart::{self, ChartIdentities, chart, helm_run, render};
 use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, wait_for};
@@ -137,27 +137,20 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     let hub = env.hub.client().await?;
     api::install_crds(&hub).await?;
     let ns = TestNamespace::create("chart", &[&env.hub]).await?;
-    let release = format!("e2e-{}", random_suffix());
 
     // Install the chart's ServiceAccounts and RBAC (there are no container images here, so the
     // binaries run as local processes with the same identity).
-    let _rbac = chart::install_identities(&hub, &release, ns.name()).await?;
+    let identities = ChartIdentities::install(ns.name()).await?;
+    let release = identities.release.clone();
 
     let selector = format!("e2e.flotilla.dev/chart={release}");
-    let agent_role = format!("flotilla:{release}:agent");
     // Declared before the processes, so dropped after them.
     let _cleanup = ClusterCleanup::new(&env.hub, selector.clone());
     let mut processes = Vec::new();
     for controller in CONTROLLERS {
-        let kubeconfig =
-            chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, controller).await?;
-        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-        let mut args = vec![
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--lease-namespace",
-            ns.name(),
-        ];
+        let own = identities.args(controller)?;
+        let mut args: Vec<&str> = own.iter().map(String::as_str).collect();
+        args.extend(["--lease-namespace", ns.name()]);
         if controller == "splitter" {
             args.extend([
                 "--cluster-selector",
@@ -184,8 +177,6 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         }
         if controller == "registration" {
             args.extend([
-                "--agent-cluster-role",
-                agent_role.as_str(),
                 "--cluster-selector",
                 selector.as_str(),
                 "--kubeconfig-secret-namespace",
@@ -771,6 +762,9 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
                          "name": "system:masters"});
     let uid_group = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                            "name": "system:flotilla:cluster-uid:0000"});
+    let syncer_data_role = format!("flotilla:{release}:syncer-work-data");
+    let syncer = json!({"kind": "ServiceAccount", "name": format!("{release}-syncer"),
+                        "namespace": ns.name()});
     let member_ns = format!("flotilla-cluster-e2e-{}", random_suffix());
     Api::<Namespace>::all(hub.clone())
         .create(
@@ -819,6 +813,32 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
             ),
         ),
         (
+            "bind the syncer's role for Works' Secret data to itself",
+            binding(
+                Some(&member_ns),
+                "flotilla-syncer",
+                &syncer_data_role,
+                me.clone(),
+            ),
+        ),
+        (
+            "bind the syncer's role for Works' Secret data in a tenant's namespace",
+            binding(
+                Some(tenant.name()),
+                "flotilla-syncer",
+                &syncer_data_role,
+                syncer.clone(),
+            ),
+        ),
+        (
+            "bind the syncer's role to the syncer and to system:masters",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "flotilla-syncer", "namespace": member_ns},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": syncer_data_role},
+                   "subjects": [syncer.clone(), masters.clone()]}),
+        ),
+        (
             "grant every Cluster under an agent's name",
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                    "metadata": {"name": "flotilla:cluster:evil:agent"},
@@ -839,6 +859,40 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
         ensure!(
             code == 403,
             "registration must not {what}: {code} {message}"
+        );
+    }
+    // What it must do: let the release's syncer read Secrets in a member's namespace, and
+    // nothing more there.
+    let grant = binding(
+        Some(&member_ns),
+        "flotilla-syncer",
+        &syncer_data_role,
+        syncer.clone(),
+    );
+    api::create(&registration, &grant, false)
+        .await?
+        .context("registration binds the syncer's role for Works' Secret data")?;
+    for (verb, namespace, expected) in [
+        ("get", member_ns.as_str(), true),
+        ("list", member_ns.as_str(), false),
+        ("get", tenant.name(), false),
+    ] {
+        let may = access::allowed(
+            &hub,
+            &format!("system:serviceaccount:{}:{release}-syncer", ns.name()),
+            &[],
+            Request {
+                verb,
+                group: "",
+                resource: "secrets",
+                namespace: Some(namespace),
+                name: None,
+            },
+        )
+        .await?;
+        ensure!(
+            may == expected,
+            "the syncer may {verb} Secrets in {namespace}: {may}, expected {expected}"
         );
     }
     // Namespaces: not a tenant's; Leases: not kube-system's; Secrets: only the release's.

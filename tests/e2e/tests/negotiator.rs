@@ -16,7 +16,7 @@ use flotilla_api::{
     reasons,
 };
 use flotilla_e2e::api::ClusterScopedObjects;
-use flotilla_e2e::chart;
+use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{ClusterInfo, Environment, Seen, TestNamespace, api, random_suffix, wait_for};
@@ -255,14 +255,14 @@ async fn wait_summary(
     .await
 }
 
-/// The controllers of a negotiation test: registration (admin) and the negotiator with the
-/// chart's identity for it (so that a missing right shows up), importing `extra_types` too, both
-/// serving the Clusters labelled `id`; and `members` registered as push-mode Clusters.
+/// The controllers of a negotiation test: registration and the negotiator with the chart's
+/// identities (so that a missing right shows up), importing `extra_types` too, both serving the
+/// Clusters labelled `id`; and `members` registered as push-mode Clusters.
 struct Controllers {
     negotiator: ControllerProcess,
     _registration: ControllerProcess,
     /// Dropped last: the chart's RBAC outlives the processes.
-    _identities: ClusterScopedObjects,
+    _identities: ChartIdentities,
 }
 
 impl Controllers {
@@ -274,17 +274,13 @@ impl Controllers {
     ) -> Result<Self> {
         let env = Environment::get();
         let hub = env.hub.client().await?;
-        let release = format!("e2e-{id}");
-        let identities = chart::install_identities(&hub, &release, ns.name()).await?;
-        let negotiator_kubeconfig =
-            chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator")
-                .await?;
-        let negotiator_kubeconfig = negotiator_kubeconfig.to_string_lossy().into_owned();
-        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        let identities = ChartIdentities::install(ns.name()).await?;
+        let (reg_identity, neg_identity) = (
+            identities.args("registration")?,
+            identities.args("negotiator")?,
+        );
         let selector = format!("{SELECTOR_LABEL}={id}");
         let common = [
-            "--kubeconfig",
-            kubeconfig.as_str(),
             "--lease-namespace",
             ns.name(),
             "--cluster-selector",
@@ -292,10 +288,11 @@ impl Controllers {
             "--kubeconfig-secret-namespace",
             ns.name(),
         ];
-        let mut reg = common.to_vec();
+        let mut reg: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
+        reg.extend(common);
         reg.extend(["--probe-interval", "2s"]);
-        let mut neg = common.to_vec();
-        neg[1] = negotiator_kubeconfig.as_str();
+        let mut neg: Vec<&str> = neg_identity.iter().map(String::as_str).collect();
+        neg.extend(common);
         neg.extend(["--import-interval", "5s"]);
         for t in extra_types {
             neg.extend(["--extra-type", t]);

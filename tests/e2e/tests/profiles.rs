@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, anyhow, ensure};
 use flotilla_api::{Placement, Work, WorkloadProfile, conditions, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::process::ControllerProcess;
-use flotilla_e2e::{Environment, Seen, api, chart, random_suffix, wait_for};
+use flotilla_e2e::{Environment, Seen, api, wait_for};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -79,7 +79,6 @@ fn clonesets() -> ApiResource {
 /// negotiated type are removed when it is dropped.
 struct CustomKind {
     negotiator: ControllerProcess,
-    _identities: ClusterScopedObjects,
     _cleanup: Vec<ClusterScopedObjects>,
 }
 
@@ -109,16 +108,9 @@ impl CustomKind {
             format!("{}.{}.{}", kind.plural, kind.version, kind.group),
         );
 
-        let release = format!("e2e-{}", random_suffix());
-        let identities = chart::install_identities(hub, &release, ns).await?;
-        let kubeconfig =
-            chart::service_account_kubeconfig(env, hub, ns, &release, "negotiator").await?;
-        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-        let negotiator = ControllerProcess::start(
-            "flotilla-negotiator",
-            &[
-                "--kubeconfig",
-                &kubeconfig,
+        let mut args = fleet.identities.args("negotiator")?;
+        args.extend(
+            [
                 "--lease-namespace",
                 ns,
                 "--cluster-selector",
@@ -127,8 +119,11 @@ impl CustomKind {
                 ns,
                 "--import-interval",
                 "5s",
-            ],
-        )?;
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let negotiator = ControllerProcess::start("flotilla-negotiator", &args)?;
 
         let placement: Placement = serde_json::from_value(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -139,7 +134,6 @@ impl CustomKind {
         api::apply(hub, &serde_json::to_value(&placement)?, false).await??;
         Ok(Self {
             negotiator,
-            _identities: identities,
             _cleanup: cleanup,
         })
     }

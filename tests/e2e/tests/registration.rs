@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, names};
 use flotilla_e2e::access::{self, Request};
+use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::clusters::ClusterCleanup;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
@@ -36,6 +37,7 @@ struct Setup {
     _controller: ControllerProcess,
     // After the controller: dropped once it is gone.
     _cleanup: ClusterCleanup,
+    _identities: ChartIdentities,
 }
 
 impl Setup {
@@ -47,13 +49,11 @@ impl Setup {
         flotilla_e2e::bootstrap::install_bootstrap(&hub).await?;
         let ns = TestNamespace::create(prefix, &[&env.hub]).await?;
         let id = random_suffix();
-        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        let identities = ChartIdentities::install(ns.name()).await?;
         let selector = format!("{SELECTOR_LABEL}={id}");
-        let controller = ControllerProcess::start(
-            "flotilla-registration",
-            &[
-                "--kubeconfig",
-                &kubeconfig,
+        let mut args = identities.args("registration")?;
+        args.extend(
+            [
                 "--lease-namespace",
                 ns.name(),
                 "--kubeconfig-secret-namespace",
@@ -64,8 +64,11 @@ impl Setup {
                 "2s",
                 "--grace-period",
                 "6s",
-            ],
-        )?;
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let controller = ControllerProcess::start("flotilla-registration", &args)?;
         let cleanup = ClusterCleanup::new(&env.hub, selector);
         Ok(Self {
             env,
@@ -74,6 +77,7 @@ impl Setup {
             id,
             _controller: controller,
             _cleanup: cleanup,
+            _identities: identities,
         })
     }
 

@@ -11,7 +11,10 @@ use anyhow::{Context, Result, ensure};
 use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
 use flotilla_api::work::Work;
 use flotilla_api::{annotations, names};
-use flotilla_e2e::bootstrap::{AgentProcess, CLUSTER_LABEL, Registration, openssl_request};
+use flotilla_e2e::bootstrap::{
+    AgentProcess, CLUSTER_LABEL, MEMBER_AGENT, MemberIdentity, Registration, openssl_request,
+};
+use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
     ClusterInfo, Environment, Seen, TestNamespace, api, holds_for, random_suffix, wait_for,
@@ -45,6 +48,10 @@ struct Fixture {
     member_ns: TestNamespace,
     _hub_ns: TestNamespace,
     hub_controller: ControllerProcess,
+    /// The agent's identity in the member (deploy/agent/agent.yaml).
+    agent_identity: MemberIdentity,
+    /// Last: the hub controllers' identities outlive them.
+    identities: ChartIdentities,
 }
 
 impl Fixture {
@@ -57,20 +64,21 @@ impl Fixture {
         let member_ns = TestNamespace::create(prefix, &[&member]).await?;
         let hub_ns = TestNamespace::create(prefix, &[&env.hub]).await?;
         let selector = random_suffix();
-        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-        let hub_controller = ControllerProcess::start(
-            "flotilla-registration",
-            &[
-                "--kubeconfig",
-                &kubeconfig,
-                "--lease-namespace",
-                hub_ns.name(),
-                "--identity",
-                &format!("hub-{selector}"),
-                "--cluster-selector",
-                &format!("{SELECTOR_LABEL}={selector}"),
-            ],
-        )?;
+        let identities = ChartIdentities::install(hub_ns.name()).await?;
+        let mut args = identities.args("registration")?;
+        args.extend([
+            "--lease-namespace".to_string(),
+            hub_ns.name().to_string(),
+            "--identity".to_string(),
+            format!("hub-{selector}"),
+            "--cluster-selector".to_string(),
+            format!("{SELECTOR_LABEL}={selector}"),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let hub_controller = ControllerProcess::start("flotilla-registration", &args)?;
+        let agent_identity =
+            MemberIdentity::install(&member, MEMBER_AGENT, member_ns.name(), CREDENTIAL_SECRET)
+                .await?;
         Ok(Self {
             env,
             hub,
@@ -79,6 +87,8 @@ impl Fixture {
             member_ns,
             _hub_ns: hub_ns,
             hub_controller,
+            agent_identity,
+            identities,
         })
     }
 
@@ -88,7 +98,12 @@ impl Fixture {
     }
 
     fn agent(&self, registration: &Registration, extra: &[&str]) -> Result<AgentProcess> {
-        AgentProcess::start(&self.member, self.member_ns.name(), registration, extra)
+        AgentProcess::start(
+            &self.agent_identity,
+            self.member_ns.name(),
+            registration,
+            extra,
+        )
     }
 
     fn clusters(&self) -> Api<Cluster> {
@@ -1114,19 +1129,16 @@ async fn a_pull_members_importer_imports_the_custom_types_placements_select() ->
     )
     .await?
     .context("creating the Placement")?;
-    let hub_kubeconfig = f.env.hub.kubeconfig.to_string_lossy().into_owned();
-    let negotiator = ControllerProcess::start(
-        "flotilla-negotiator",
-        &[
-            "--kubeconfig",
-            &hub_kubeconfig,
-            "--lease-namespace",
-            f._hub_ns.name(),
-            "--cluster-selector",
-            &format!("{SELECTOR_LABEL}={}", f.selector),
-            "--import-push-members=false",
-        ],
-    )?;
+    let mut args = f.identities.args("negotiator")?;
+    args.extend([
+        "--lease-namespace".to_string(),
+        f._hub_ns.name().to_string(),
+        "--cluster-selector".to_string(),
+        format!("{SELECTOR_LABEL}={}", f.selector),
+        "--import-push-members=false".to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let negotiator = ControllerProcess::start("flotilla-negotiator", &args)?;
     wait_for(
         "the custom type a Placement selects imported from the pull-mode member",
         Duration::from_secs(90),

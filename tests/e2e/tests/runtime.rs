@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
+use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::process::{ControllerProcess, controller_binary, free_port, metric_value};
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, wait_for};
 use flotilla_runtime::member_client::{MemberClients, kubeconfig_from_secret};
@@ -27,21 +28,17 @@ const LEASE_FLAGS: [&str; 6] = [
     "1s",
 ];
 
-fn start(
-    name: &str,
-    env: &Environment,
-    lease_ns: &str,
-    identity: &str,
-) -> Result<ControllerProcess> {
-    let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
-    let mut args = vec![
-        "--kubeconfig",
-        &kubeconfig,
+/// Starts controller `name` with the chart's identity of it, its Lease in the identities'
+/// namespace.
+fn start(name: &str, identities: &ChartIdentities, identity: &str) -> Result<ControllerProcess> {
+    let own = identities.args(name)?;
+    let mut args: Vec<&str> = own.iter().map(String::as_str).collect();
+    args.extend([
         "--lease-namespace",
-        lease_ns,
+        identities.namespace.as_str(),
         "--identity",
         identity,
-    ];
+    ]);
     args.extend(LEASE_FLAGS);
     ControllerProcess::start(&format!("flotilla-{name}"), &args)
 }
@@ -69,8 +66,9 @@ async fn two_replicas_elect_one_leader_and_hand_over() -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(hub, ns.name());
     let metric = "flotilla_syncer_leader";
 
-    let mut a = start("syncer", &env, ns.name(), "replica-a")?;
-    let mut b = start("syncer", &env, ns.name(), "replica-b")?;
+    let identities = ChartIdentities::install(ns.name()).await?;
+    let mut a = start("syncer", &identities, "replica-a")?;
+    let mut b = start("syncer", &identities, "replica-b")?;
 
     let first = wait_for(
         "one replica to hold the Lease flotilla-syncer",
@@ -173,8 +171,9 @@ async fn every_controller_serves_health_and_metrics_and_stops_cleanly() -> Resul
     let env = Environment::get();
     api::install_crds(&env.hub.client().await?).await?;
     let ns = TestNamespace::create("controllers", &[&env.hub]).await?;
+    let identities = ChartIdentities::install(ns.name()).await?;
     for name in CONTROLLERS {
-        let mut p = start(name, &env, ns.name(), &format!("{name}-0"))?;
+        let mut p = start(name, &identities, &format!("{name}-0"))?;
         wait_for(
             &format!("flotilla-{name} to be ready"),
             Duration::from_secs(30),
@@ -232,7 +231,17 @@ async fn a_controller_started_against_an_unreachable_hub_says_so_and_retries() -
         "flotilla-e2e-unreachable-{}.kubeconfig",
         flotilla_e2e::random_suffix()
     ));
-    std::fs::write(&path, original.replace(server, &unreachable))?;
+    // No credentials at all: nothing answers there to check them.
+    let token = original
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .ok_or_else(|| anyhow::anyhow!("no token in the hub kubeconfig"))?;
+    std::fs::write(
+        &path,
+        original
+            .replace(server, &unreachable)
+            .replace(token, "no-credentials"),
+    )?;
 
     let path_arg = path.to_string_lossy().into_owned();
     let mut p = ControllerProcess::start(
@@ -441,5 +450,35 @@ async fn member_clients_come_from_secrets_and_follow_their_changes() -> Result<(
         anyhow::bail!("a missing key must be an error");
     };
     ensure!(err.to_string().contains("has no key"), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_suite_refuses_to_run_a_controller_with_admin_credentials() -> Result<()> {
+    let env = Environment::get();
+    for cluster in std::iter::once(&env.hub).chain(env.members.iter()) {
+        let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
+        for args in [
+            vec!["--kubeconfig", kubeconfig.as_str()],
+            vec!["--hub-kubeconfig", kubeconfig.as_str()],
+        ] {
+            match ControllerProcess::start("flotilla-syncer", &args) {
+                Ok(_) => anyhow::bail!(
+                    "a controller started with {}'s admin kubeconfig ({args:?})",
+                    cluster.name
+                ),
+                Err(e) => ensure!(
+                    format!("{e:#}").contains("admin credentials"),
+                    "the refusal must say why: {e:#}"
+                ),
+            }
+        }
+        let equals = format!("--kubeconfig={kubeconfig}");
+        ensure!(
+            ControllerProcess::start("flotilla-syncer", &[equals.as_str()]).is_err(),
+            "a controller started with {}'s admin kubeconfig as --kubeconfig=PATH",
+            cluster.name
+        );
+    }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, Placement, Work, annotations, finalizers, labels, names, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
-use flotilla_e2e::chart;
+use flotilla_e2e::chart::{self, ChartIdentities};
 use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
@@ -136,15 +136,15 @@ pub(crate) struct Fleet {
     pub(crate) splitter: ControllerProcess,
     /// The label selector of the test's Clusters.
     pub(crate) selector: String,
-    /// With [`Fleet::start_as_chart`]: the chart release whose splitter identity runs the
-    /// splitter, and its cluster-scoped RBAC (removed on drop).
-    pub(crate) release: Option<(String, ClusterScopedObjects)>,
     /// With [`Fleet::start_two_teams`]: a second namespace (in the hub and every member) that
     /// the same splitter serves.
     pub(crate) other: Option<TestNamespace>,
     _registration: ControllerProcess,
     _syncer: ControllerProcess,
     _cleanup: ClusterCleanup,
+    /// The chart release whose identities run the controllers (its cluster-scoped RBAC is
+    /// removed on drop, after the controllers).
+    pub(crate) identities: ChartIdentities,
 }
 
 /// The second namespace of a [`Fleet`], if any.
@@ -200,7 +200,6 @@ impl Fleet {
             &[],
             &[],
             splitter_flags,
-            true,
             Second::None,
             false,
         )
@@ -211,17 +210,7 @@ impl Fleet {
     /// runs as the chart's splitter ServiceAccount.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
         let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(
-            prefix,
-            members,
-            &[],
-            &[],
-            &[],
-            true,
-            Second::Everywhere,
-            false,
-        )
-        .await
+        Self::start_full(prefix, members, &[], &[], &[], Second::Everywhere, false).await
     }
 
     /// With a second namespace served by the same splitter that only the hub has, with
@@ -237,7 +226,6 @@ impl Fleet {
             &[],
             &[],
             &[],
-            true,
             Second::HubOnly(labels),
             false,
         )
@@ -257,7 +245,6 @@ impl Fleet {
             &[],
             &[],
             &[],
-            true,
             Second::HubOnly(labels),
             true,
         )
@@ -276,7 +263,6 @@ impl Fleet {
             registration_flags,
             &[],
             &[],
-            false,
             Second::None,
             false,
         )
@@ -296,7 +282,6 @@ impl Fleet {
             registration_flags,
             syncer_flags,
             &[],
-            false,
             Second::None,
             false,
         )
@@ -310,7 +295,6 @@ impl Fleet {
         registration_flags: &[&str],
         syncer_flags: &[&str],
         splitter_flags: &[&str],
-        chart_splitter: bool,
         second: Second,
         cluster_placements: bool,
     ) -> Result<Self> {
@@ -322,16 +306,21 @@ impl Fleet {
         let ns = TestNamespace::create(prefix, &all).await?;
         let id = random_suffix();
         let selector = format!("{SELECTOR_LABEL}={id}");
-        let kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+        // Every controller runs with the identity the chart gives it.
+        let identities = ChartIdentities::install(ns.name()).await?;
+        let (reg_identity, sync_identity, split_identity) = (
+            identities.args("registration")?,
+            identities.args("syncer")?,
+            identities.args("splitter")?,
+        );
         let common = [
-            "--kubeconfig",
-            kubeconfig.as_str(),
             "--lease-namespace",
             ns.name(),
             "--cluster-selector",
             selector.as_str(),
         ];
-        let mut reg = common.to_vec();
+        let mut reg: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
+        reg.extend(common);
         reg.extend([
             "--probe-interval",
             "2s",
@@ -339,7 +328,8 @@ impl Fleet {
             ns.name(),
         ]);
         reg.extend(registration_flags);
-        let mut sync = common.to_vec();
+        let mut sync: Vec<&str> = sync_identity.iter().map(String::as_str).collect();
+        sync.extend(common);
         sync.extend([
             "--resync-interval",
             "5s",
@@ -358,11 +348,16 @@ impl Fleet {
             Some(o) => format!("{},{}", ns.name(), o.name()),
             None => ns.name().to_string(),
         };
-        let mut split = common.to_vec();
         // The splitter alone leaves out Clusters labelled SPLITTER_OUT: a Cluster that leaves
         // the splitter's selector while registration and the syncer still serve it.
         let split_selector = format!("{selector},{SPLITTER_OUT}!=true");
-        split[5] = split_selector.as_str();
+        let mut split: Vec<&str> = split_identity.iter().map(String::as_str).collect();
+        split.extend([
+            "--lease-namespace",
+            ns.name(),
+            "--cluster-selector",
+            split_selector.as_str(),
+        ]);
         split.extend(["--namespace", namespaces.as_str()]);
         split.extend(splitter_flags);
         if cluster_placements {
@@ -371,19 +366,6 @@ impl Fleet {
                 "--cluster-placement-selector",
                 selector.as_str(),
             ]);
-        }
-        let mut release = None;
-        let splitter_kubeconfig;
-        if chart_splitter {
-            let name = format!("e2e-{id}");
-            let identities = chart::install_identities(&hub, &name, ns.name()).await?;
-            splitter_kubeconfig =
-                chart::service_account_kubeconfig(&env, &hub, ns.name(), &name, "splitter")
-                    .await?
-                    .to_string_lossy()
-                    .into_owned();
-            split[1] = splitter_kubeconfig.as_str();
-            release = Some((name, identities));
         }
         let registration = ControllerProcess::start("flotilla-registration", &reg)?;
         let syncer = ControllerProcess::start("flotilla-syncer", &sync)?;
@@ -432,7 +414,7 @@ impl Fleet {
             members,
             splitter,
             selector,
-            release,
+            identities,
             other,
             _registration: registration,
             _syncer: syncer,
@@ -1565,11 +1547,7 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     let env = Environment::get();
     let fleet = Fleet::start_as_chart("forbid").await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
-    let release = fleet
-        .release
-        .as_ref()
-        .map(|(r, _)| r.clone())
-        .unwrap_or_default();
+    let release = fleet.identities.release.clone();
     let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
     placements
         .create(

@@ -220,18 +220,11 @@ async fn an_edit_of_a_custom_object_reaches_every_member_in_seconds() -> Result<
     Ok(())
 }
 
-/// A negotiator (the hub admin's credential) for the fleet's Clusters.
+/// A negotiator (the chart's identity of it) for the fleet's Clusters.
 fn start_negotiator(fleet: &Fleet) -> Result<ControllerProcess> {
-    let kubeconfig = Environment::get()
-        .hub
-        .kubeconfig
-        .to_string_lossy()
-        .into_owned();
-    ControllerProcess::start(
-        "flotilla-negotiator",
-        &[
-            "--kubeconfig",
-            &kubeconfig,
+    let mut args = fleet.identities.args("negotiator")?;
+    args.extend(
+        [
             "--lease-namespace",
             fleet.ns.name(),
             "--cluster-selector",
@@ -240,8 +233,11 @@ fn start_negotiator(fleet: &Fleet) -> Result<ControllerProcess> {
             fleet.ns.name(),
             "--import-interval",
             "5s",
-        ],
-    )
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ControllerProcess::start("flotilla-negotiator", &args)
 }
 
 /// Placement `name` of the fleet's namespace, placing every object of one type on every member

@@ -15,8 +15,9 @@ use flotilla_api::{ApiResourceImport, Work, conditions, finalizers, labels, name
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::bootstrap::{
-    AgentProcess, MEMBER_IMPORTER, MEMBER_SYNCER, MemberIdentity, Registration,
+    AgentProcess, MEMBER_AGENT, MEMBER_IMPORTER, MEMBER_SYNCER, MemberIdentity, Registration,
 };
+use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
 use flotilla_runtime::member_client::{client_from_kubeconfig, kubeconfig_from_secret};
@@ -41,18 +42,25 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     let member_ns = TestNamespace::create("sync-pull", &[&member_info]).await?;
     let hub_ns = TestNamespace::create("sync-pull", &[&env.hub]).await?;
     let selector = random_suffix();
-    let hub_kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
     let cluster_selector = format!("{SELECTOR_LABEL}={selector}");
-    // The hub's controllers of this test: its own Clusters only.
-    let hub_flags = [
-        "--kubeconfig",
-        hub_kubeconfig.as_str(),
+    // The hub's controllers of this test, with the chart's identities: its own Clusters only.
+    let identities = ChartIdentities::install(hub_ns.name()).await?;
+    let reg_identity = identities.args("registration")?;
+    let mut hub_flags: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
+    hub_flags.extend([
         "--lease-namespace",
         hub_ns.name(),
         "--cluster-selector",
         cluster_selector.as_str(),
-    ];
+    ]);
     let hub_controller = ControllerProcess::start("flotilla-registration", &hub_flags)?;
+    let agent_identity = MemberIdentity::install(
+        &member_info,
+        MEMBER_AGENT,
+        member_ns.name(),
+        CREDENTIAL_SECRET,
+    )
+    .await?;
 
     // The member joins in pull mode and the hub accepts it.
     let registration =
@@ -70,7 +78,7 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     Api::<Cluster>::all(hub.clone())
         .create(&PostParams::default(), &c)
         .await?;
-    let agent = AgentProcess::start(&member_info, member_ns.name(), &registration, &[])?;
+    let agent = AgentProcess::start(&agent_identity, member_ns.name(), &registration, &[])?;
     let secrets: Api<Secret> = Api::namespaced(member.clone(), member_ns.name());
     wait_for(
         "the agent to store its hub credential in the member",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use flotilla_api::{Work, labels, names};
-use flotilla_e2e::chart;
+use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret, push_cluster};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::syncer_setup::SELECTOR_LABEL;
@@ -21,8 +21,8 @@ use serde_json::json;
 
 const CLUSTERS: usize = 4;
 
-fn start_syncer(identity: &str, kubeconfig: &str, common: &[String]) -> Result<ControllerProcess> {
-    let mut args: Vec<&str> = vec!["--kubeconfig", kubeconfig];
+fn start_syncer(identity: &str, own: &[String], common: &[String]) -> Result<ControllerProcess> {
+    let mut args: Vec<&str> = own.iter().map(String::as_str).collect();
     args.extend(common.iter().map(String::as_str));
     args.extend([
         "--identity",
@@ -110,19 +110,11 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     let ns = TestNamespace::create("sync-shard", &member_refs).await?;
     let id = random_suffix();
     let selector = format!("{SELECTOR_LABEL}={id}");
-    // The syncers' identity: the chart's, installed as if into the test namespace.
-    let release = format!("e2e-{}", random_suffix());
-    let _rbac = chart::install_identities_with(
-        &hub,
-        &release,
-        ns.name(),
-        &["--set", "syncer.shardByCluster=true"],
-    )
-    .await?;
-    let syncer_kubeconfig =
-        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "syncer").await?;
-    let syncer_kubeconfig = syncer_kubeconfig.to_string_lossy().into_owned();
-    let admin_kubeconfig = env.hub.kubeconfig.to_string_lossy().into_owned();
+    // The controllers' identities: the chart's, installed as if into the test namespace.
+    let identities =
+        ChartIdentities::install_with(ns.name(), &["--set", "syncer.shardByCluster=true"]).await?;
+    let syncer_identity = identities.args("syncer")?;
+    let reg_identity = identities.args("registration")?;
     let common: Vec<String> = [
         "--lease-namespace",
         ns.name(),
@@ -133,7 +125,7 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     ]
     .map(String::from)
     .to_vec();
-    let mut reg_args: Vec<&str> = vec!["--kubeconfig", admin_kubeconfig.as_str()];
+    let mut reg_args: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
     reg_args.extend(common.iter().map(String::as_str));
     reg_args.extend(["--probe-interval", "2s"]);
     let _registration = ControllerProcess::start("flotilla-registration", &reg_args)?;
@@ -141,7 +133,7 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
         .into_iter()
         .chain(["--shard-lease-namespace".to_string(), ns.name().to_string()])
         .collect();
-    let mut syncer_a = start_syncer("syncer-a", &syncer_kubeconfig, &common)?;
+    let mut syncer_a = start_syncer("syncer-a", &syncer_identity, &common)?;
     let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
 
     // Four Clusters on three members (two Clusters may share a member: their objects differ).
@@ -165,7 +157,7 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     .await?;
 
     // A second replica takes half of them.
-    let _syncer_b = start_syncer("syncer-b", &syncer_kubeconfig, &common)?;
+    let _syncer_b = start_syncer("syncer-b", &syncer_identity, &common)?;
     let split = wait_holders(
         &leases,
         &clusters,
