@@ -67,11 +67,14 @@ Usage: hack/clusters.sh [--run-dir DIR] [--port-base PORT] [--member-version NAM
                         COMMAND [ARGS]
 
 Commands:
-  up [--members N] [--host-node MEMBER]
+  up [--members N] [--host-node MEMBER] [--no-hub]
                        start etcd, the hub and N members (default 3); on an environment that
                        is already running it only starts what crashed or was stopped.
                        --host-node (FLOTILLA_HOST_NODE) also gives MEMBER one real node (see
-                       "The host node" below); needs root, containerd, runc and the CNI plugins
+                       "The host node" below); needs root, containerd, runc and the CNI plugins.
+                       --no-hub starts no hub of processes (the quick start's hub is the chart's,
+                       on the host node); 'env' then names the hub kubeconfig stored as
+                       kubeconfigs/${CHART_HUB_KUBECONFIG} in the run directory, once there is one
   down                 stop every process this environment recorded (by PID) and delete its data
   status               show each cluster, its processes and whether its apiserver is ready
   env                  print the export lines for tests and tools (FLOTILLA_HUB_KUBECONFIG, ...)
@@ -163,6 +166,8 @@ LOGS="${RUN_DIR}/logs"
 CLUSTERS="${RUN_DIR}/clusters"
 KUBECONFIGS="${RUN_DIR}/kubeconfigs"
 CONF="${RUN_DIR}/env.conf"
+# Where the quick start stores the kubeconfig of the hub its chart runs (up --no-hub).
+CHART_HUB_KUBECONFIG=flotilla-hub.kubeconfig
 
 APISERVER_TIMEOUT="${FLOTILLA_APISERVER_TIMEOUT:-180}"
 SMOKE_TIMEOUT="${FLOTILLA_SMOKE_TIMEOUT:-240}"
@@ -184,7 +189,7 @@ load_conf() {
   # shellcheck source=/dev/null
   source "${CONF}"
   [[ -x "${TOOLS_BIN}/kube-apiserver" ]] || die "tools missing in ${TOOLS_BIN}: run hack/build-tools.sh"
-  [[ -f "${CLUSTERS}/hub/version" ]] \
+  [[ -f "${CLUSTERS}/hub/version" || "${NO_HUB:-0}" == 1 ]] \
     || die "the environment in ${RUN_DIR} was started by an older hack/clusters.sh (one shared CA): run 'hack/clusters.sh --run-dir ${RUN_DIR} down' and 'up' again"
   check_member_versions
 }
@@ -1122,8 +1127,18 @@ cmd_env() {
   cat <<EOF
 export FLOTILLA_RUN_DIR=${RUN_DIR}
 export FLOTILLA_TOOLS_BIN=${TOOLS_BIN}
+EOF
+  if [[ -n "${hub}" ]]; then
+    cat <<EOF
 export FLOTILLA_HUB_KUBECONFIG=${KUBECONFIGS}/${hub}.kubeconfig
 export FLOTILLA_HUB_USER_KUBECONFIG=${KUBECONFIGS}/${hub}-user.kubeconfig
+EOF
+  elif [[ -f "${KUBECONFIGS}/${CHART_HUB_KUBECONFIG}" ]]; then
+    # No hub of processes (up --no-hub): the hub a chart runs, whose kubeconfig the quick start
+    # stored here.
+    echo "export FLOTILLA_HUB_KUBECONFIG=${KUBECONFIGS}/${CHART_HUB_KUBECONFIG}"
+  fi
+  cat <<EOF
 export FLOTILLA_MEMBER_KUBECONFIGS=${mk}
 export FLOTILLA_MEMBER_USER_KUBECONFIGS=${mu}
 EOF
@@ -1137,9 +1152,10 @@ EOF
 }
 
 cmd_up() {
-  local n=3 host="${FLOTILLA_HOST_NODE:-}"
+  local n=3 host="${FLOTILLA_HOST_NODE:-}" no_hub=0
   while [[ $# -gt 0 ]]; do
     case "$1" in
+      --no-hub) no_hub=1; shift ;;
       --members) n="$2"; shift 2 ;;
       --members=*) n="${1#*=}"; shift ;;
       --host-node) host="${2:?--host-node needs a member name}"; shift 2 ;;
@@ -1203,28 +1219,31 @@ DATA_DIR=${DATA_DIR}
 TOOLS_BIN=${TOOLS_BIN}
 KWOK_STAGES_DIR=${KWOK_STAGES_DIR}
 HOST_MEMBER=${host}
+NO_HUB=${no_hub}
 EOF
   HOST_MEMBER="${host}"
-  prepare_cluster hub hub "${PORT_BASE}" "${KUBERNETES_VERSION}"
-  local names=() i
+  NO_HUB="${no_hub}"
+  local names=() i hub=()
+  [[ "${NO_HUB}" == 1 ]] || hub=(hub)
+  [[ "${NO_HUB}" == 1 ]] || prepare_cluster hub hub "${PORT_BASE}" "${KUBERNETES_VERSION}"
   for i in $(seq 1 "${n}"); do
     prepare_cluster "member${i}" member $(( PORT_BASE + i )) "$(member_version "member${i}")"
     names+=("member${i}")
   done
   [[ -z "${HOST_MEMBER}" ]] || gen_host_node_creds "${HOST_MEMBER}"
   log "PKI and kubeconfigs written to ${RUN_DIR} ($(( $(now) - T0 ))s)"
-  for c in hub "${names[@]}"; do log "  $(describe_cluster "${c}")"; done
+  for c in "${hub[@]}" "${names[@]}"; do log "  $(describe_cluster "${c}")"; done
 
   start_etcd
   wait_etcd
   log "etcd ready on 127.0.0.1:$(etcd_port) ($(( $(now) - T0 ))s)"
-  start_clusters hub "${names[@]}"
+  start_clusters "${hub[@]}" "${names[@]}"
   if [[ ${n} -gt 0 ]]; then
     local t0; t0="$(now)"
     smoke_test "${names[@]}"
     log "smoke Deployment Available in ${names[*]} ($(( $(now) - t0 ))s)"
   fi
-  log "environment up in $(( $(now) - T0 ))s: hub + ${n} member(s); processes: $(recorded_procs | wc -l)"
+  log "environment up in $(( $(now) - T0 ))s: ${hub[*]:+hub + }${n} member(s); processes: $(recorded_procs | wc -l)"
   if [[ ${n} -ge 2 ]]; then
     log "older member(s): $(older_members | xargs) (see hack/clusters.sh --help for how the clusters differ)"
   fi

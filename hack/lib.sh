@@ -155,3 +155,43 @@ spec:
             - {key: kubernetes.io/hostname, operator: In, values: [$4]}
 EOF
 }
+
+# What the local environment needs from the machine, as "test:package" pairs: a command on the
+# PATH, or a file (a path) that Debian's package provides. The host node (up --host-node) needs
+# containerd, runc, the CNI plugins and a static C library (for its pause binary).
+PREREQUISITES=(
+  openssl:openssl curl:curl flock:util-linux setsid:util-linux cc:gcc make:make python3:python3
+  ip:iproute2 ps:procps base64:coreutils
+  containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins
+  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev
+)
+
+# Checks every prerequisite before anything is built, installs the missing Debian packages when
+# it can (root with apt-get, as on a fresh CI machine), and otherwise stops naming each missing
+# one and its package. Go and Rust are named too: no package manager installs the right ones.
+ensure_prerequisites() {
+  local p what pkg missing=() pkgs=()
+  for p in "${PREREQUISITES[@]}"; do
+    what="${p%%:*}"; pkg="${p#*:}"
+    if [[ "${what}" == /* ]]; then
+      [[ -e "${what}" || ( "${pkg}" == libc6-dev && -f /usr/lib/libc.a ) ]] && continue
+    else
+      command -v "${what}" >/dev/null 2>&1 && continue
+    fi
+    missing+=("${what} (Debian: ${pkg})")
+    [[ " ${pkgs[*]} " == *" ${pkg} "* ]] || pkgs+=("${pkg}")
+  done
+  if [[ ${#pkgs[@]} -gt 0 ]]; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      log "installing what this machine lacks: ${pkgs[*]}"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}"; } >&2 \
+        || die "could not install ${pkgs[*]} with apt-get (see above); missing: ${missing[*]}"
+    else
+      die "missing: ${missing[*]}; install them (as root: apt-get install ${pkgs[*]}) and run again"
+    fi
+  fi
+  command -v go >/dev/null 2>&1 \
+    || die "Go is required to build the Kubernetes binaries of the local environment (https://go.dev/dl)"
+  command -v cargo >/dev/null 2>&1 || die "Rust (cargo) is required (https://rustup.rs)"
+  return 0
+}

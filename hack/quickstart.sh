@@ -33,6 +33,11 @@ RELEASE=flotilla
 HOST=member1
 T0="$(now)"
 
+log "== checking this machine's prerequisites (missing Debian packages are installed when root)"
+ensure_prerequisites
+[[ "$(id -u)" == 0 ]] \
+  || die "the quick start runs a real node (containerd and a kubelet) and needs root; run it as root"
+
 log "== building the tools (the first time: about 20 minutes), the controllers and their image"
 "${HACK_DIR}/build-tools.sh" >/dev/null
 cargo build --workspace --bins --quiet
@@ -41,7 +46,8 @@ image="$("${HACK_DIR}/build-image.sh" --dev)"
 log "== starting three members; ${HOST} also gets a real node (containerd + kubelet): the host"
 CLUSTERS=("${HACK_DIR}/clusters.sh" --run-dir "${RUN_DIR}")
 # `eval "$(...)"` would go on after a failed start-up: check first.
-ENV_LINES="$("${CLUSTERS[@]}" up --members 3 --host-node "${HOST}")" \
+# No hub of processes: the hub is the chart's (clusters.sh env names its kubeconfig afterwards).
+ENV_LINES="$("${CLUSTERS[@]}" up --members 3 --host-node "${HOST}" --no-hub)" \
   || die "the local clusters did not start (see the messages above)"
 eval "${ENV_LINES}"
 "${CLUSTERS[@]}" load-image "${image}" >/dev/null
@@ -214,6 +220,19 @@ log "== applying the example workload to the hub (deploy/quickstart/workload.yam
 apply -f deploy/quickstart/workload.yaml
 "${K[@]}" -n demo wait deployment/web --for jsonpath='{.status.availableReplicas}'=10 --timeout 180s >/dev/null
 "${K[@]}" -n demo wait deployment/web --for condition=Available --timeout 60s >/dev/null
+# The Secret reaches every member, push and pull alike (its data travels in a hub Secret the
+# syncer of each member reads, never in the Work).
+for m in member1 member2 member3; do
+  t0="$(now)"
+  until "${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" -n demo \
+      get secret web-credentials >/dev/null 2>&1; do
+    if (( $(now) - t0 > 60 )); then
+      "${K[@]}" get works.flotilla.dev -n "flotilla-cluster-${m}" -o wide >&2 || true
+      die "the Secret web-credentials did not reach ${m}: the Works above say why"
+    fi
+    sleep 1
+  done
+done
 
 show() {
   echo

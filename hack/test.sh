@@ -20,6 +20,8 @@ CARGO_TEST_ARGS=()
 if [[ "${1:-}" == "--" ]]; then shift; CARGO_TEST_ARGS=("$@"); fi
 
 T0="$(now)"
+log "== checking this machine's prerequisites (missing Debian packages are installed when root)"
+ensure_prerequisites
 export FLOTILLA_RUN_DIR="${FLOTILLA_TEST_RUN_DIR:-${TMPDIR:-/tmp}/flotilla-test-env}"
 export FLOTILLA_PORT_BASE="${FLOTILLA_TEST_PORT_BASE:-17443}"
 CLUSTERS=("${HACK_DIR}/clusters.sh" --run-dir "${FLOTILLA_RUN_DIR}" --port-base "${FLOTILLA_PORT_BASE}")
