@@ -105,9 +105,23 @@ pub struct ChartIdentities {
     kubeconfigs: std::collections::BTreeMap<String, PathBuf>,
     args: std::collections::BTreeMap<String, Vec<String>>,
     _objects: ClusterScopedObjects,
+    /// With [`ChartIdentities::install_in_own_namespace`]: the release namespace, deleted last.
+    _own_namespace: Option<crate::TestNamespace>,
 }
 
 impl ChartIdentities {
+    /// Installs a release in a hub namespace of its own, `<prefix>-sys-<random>`, which stands
+    /// for `flotilla-system`: the tenants' namespaces then hold only what the test puts there (no
+    /// controller Leases, kubeconfig Secrets, ServiceAccounts or Roles of Flotilla's, which an
+    /// empty `resourceSelectors` would otherwise place).
+    pub async fn install_in_own_namespace(prefix: &str) -> Result<Self> {
+        let env = Environment::get();
+        let ns = crate::TestNamespace::create(&format!("{prefix}-sys"), &[&env.hub]).await?;
+        let mut this = Self::install(ns.name()).await?;
+        this._own_namespace = Some(ns);
+        Ok(this)
+    }
+
     /// Installs a release `e2e-<random>` of the chart's identities in `namespace`.
     pub async fn install(namespace: &str) -> Result<Self> {
         Self::install_with(namespace, &[]).await
@@ -161,6 +175,7 @@ impl ChartIdentities {
             kubeconfigs,
             args,
             _objects: objects,
+            _own_namespace: None,
         })
     }
 

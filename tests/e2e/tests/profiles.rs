@@ -112,11 +112,11 @@ impl CustomKind {
         args.extend(
             [
                 "--lease-namespace",
-                ns,
+                &fleet.identities.namespace,
                 "--cluster-selector",
                 &fleet.selector,
                 "--kubeconfig-secret-namespace",
-                ns,
+                &fleet.identities.namespace,
                 "--import-interval",
                 "5s",
             ]

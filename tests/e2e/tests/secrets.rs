@@ -24,8 +24,8 @@ use crate::splitter::Fleet;
 /// How long each step may take.
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The label of the Secrets the tests place (the test namespace holds the members' kubeconfig
-/// Secrets too, which stay where they are).
+/// The label of the Secrets the tests place (their namespaces may hold others, which stay where
+/// they are).
 const PLACED: &str = "e2e.flotilla.dev/placed";
 
 /// The etcd `hack/clusters.sh` runs every cluster on: `FLOTILLA_ETCD_URL`, or the client port it

@@ -306,8 +306,11 @@ impl Fleet {
         let ns = TestNamespace::create(prefix, &all).await?;
         let id = random_suffix();
         let selector = format!("{SELECTOR_LABEL}={id}");
-        // Every controller runs with the identity the chart gives it.
-        let identities = ChartIdentities::install(ns.name()).await?;
+        // Every controller runs with the identity the chart gives it, from a release namespace
+        // of its own (where the Leases and the members' kubeconfig Secrets are), as in a real
+        // install: the tenants' namespaces hold only the tests' objects.
+        let identities = ChartIdentities::install_in_own_namespace(prefix).await?;
+        let system = identities.namespace.clone();
         let (reg_identity, sync_identity, split_identity) = (
             identities.args("registration")?,
             identities.args("syncer")?,
@@ -315,7 +318,7 @@ impl Fleet {
         );
         let common = [
             "--lease-namespace",
-            ns.name(),
+            system.as_str(),
             "--cluster-selector",
             selector.as_str(),
         ];
@@ -325,7 +328,7 @@ impl Fleet {
             "--probe-interval",
             "2s",
             "--kubeconfig-secret-namespace",
-            ns.name(),
+            system.as_str(),
         ]);
         reg.extend(registration_flags);
         let mut sync: Vec<&str> = sync_identity.iter().map(String::as_str).collect();
@@ -334,7 +337,7 @@ impl Fleet {
             "--resync-interval",
             "5s",
             "--kubeconfig-secret-namespace",
-            ns.name(),
+            system.as_str(),
         ]);
         sync.extend(syncer_flags);
         let other = match second {
@@ -354,7 +357,7 @@ impl Fleet {
         let mut split: Vec<&str> = split_identity.iter().map(String::as_str).collect();
         split.extend([
             "--lease-namespace",
-            ns.name(),
+            system.as_str(),
             "--cluster-selector",
             split_selector.as_str(),
         ]);
@@ -378,7 +381,7 @@ impl Fleet {
         let mut members = Vec::new();
         for info in &members_info {
             let name = format!("e2e-{}", random_suffix());
-            register_push(&hub, ns.name(), &name, info, (SELECTOR_LABEL, &id)).await?;
+            register_push(&hub, &system, &name, info, (SELECTOR_LABEL, &id)).await?;
             members.push((name, info.client().await?));
         }
         // All three Ready before the Deployment appears: a member that joins later gets no replicas

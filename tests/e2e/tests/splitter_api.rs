@@ -226,11 +226,11 @@ fn start_negotiator(fleet: &Fleet) -> Result<ControllerProcess> {
     args.extend(
         [
             "--lease-namespace",
-            fleet.ns.name(),
+            &fleet.identities.namespace,
             "--cluster-selector",
             &fleet.selector,
             "--kubeconfig-secret-namespace",
-            fleet.ns.name(),
+            &fleet.identities.namespace,
             "--import-interval",
             "5s",
         ]
