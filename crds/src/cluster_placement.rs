@@ -57,8 +57,12 @@ use crate::placement::{
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPlacementSpec {
     /// Which cluster-scoped objects to place: an object is selected when any selector matches
-    /// it. At least one; there is no "everything" for cluster-scoped objects.
-    #[schemars(length(min = 1, max = 100))]
+    /// it. Empty: every object of every cluster-scoped kind in Flotilla's table of kinds
+    /// (Namespaces, CustomResourceDefinitions, ClusterRoles, ClusterRoleBindings, IngressClasses,
+    /// PriorityClasses, StorageClasses; docs/placement.md "Kinds"), but for those every cluster
+    /// has of its own, which are never placed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
     pub resource_selectors: Vec<ResourceSelector>,
 
     /// Which clusters get the selected objects. Every cluster when unset.

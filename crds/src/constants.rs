@@ -99,6 +99,12 @@ pub mod annotations {
     /// otherwise take over the member's objects).
     pub const ALLOW_ADOPT: &str = "flotilla.dev/allow-adopt";
 
+    /// On a hub Namespace, set by an admin: `"true"` lets its Placements place RoleBindings
+    /// whose subjects are users, groups, or ServiceAccounts not placed with them. Without it such
+    /// a binding is held back: a user or group name means whoever a member's authenticators say,
+    /// which need not be who it is on the hub.
+    pub const ALLOW_ANY_BINDING_SUBJECT: &str = "flotilla.dev/allow-any-binding-subject";
+
     /// On a hub Namespace, set by an admin: the most copies (placed objects × the members each
     /// goes to) its Placements may keep in the members, e.g. `"500"`; `"0"` allows none. Without
     /// it the splitter's `--max-copies-per-namespace` holds. Each copy is a manifest in a Work in
@@ -339,6 +345,13 @@ pub mod reasons {
     /// The hub could not check a workload's pods against its namespace's Pod Security level
     /// now: nothing new is placed, its copies stay as they are.
     pub const POD_SECURITY_UNKNOWN: &str = "PodSecurityUnknown";
+    /// A RoleBinding would grant more in a member than on the hub (a subject that is not a
+    /// ServiceAccount placed with it, or a role that is neither placed with it nor on the hub):
+    /// placed nowhere.
+    pub const BINDING_HELD_BACK: &str = "BindingHeldBack";
+    /// The hub could not tell now whether a RoleBinding grants more in a member than on the hub
+    /// (its ClusterRole could not be read): nothing new is placed, its copies stay as they are.
+    pub const BINDING_UNKNOWN: &str = "BindingUnknown";
     /// An older profile of the same kind is the one in use.
     pub const DUPLICATE: &str = "Duplicate";
     /// The hub CRD was created or updated from the negotiated schema.

@@ -10,9 +10,10 @@ use crate::cluster::{Taint, TaintEffect};
 use crate::common::{ConflictPolicy, DeletePolicy, IgnoreFields, patterns};
 use crate::condition::ConditionStatus;
 
-/// The types a Placement places when its `resourceSelectors` name none, as (group, version, kind,
-/// plural): what the splitter places and the negotiator imports by default.
-pub const DEFAULT_TYPES: [(&str, &str, &str, &str); 5] = [
+/// The built-in types the negotiator imports from every member whether or not a Placement names
+/// them, as (group, version, kind, plural). (What an empty `resourceSelectors` places is the
+/// interpreter's table of kinds, `flotilla_interpreter::table`.)
+pub const DEFAULT_IMPORTS: [(&str, &str, &str, &str); 5] = [
     ("apps", "v1", "Deployment", "deployments"),
     ("", "v1", "ConfigMap", "configmaps"),
     ("", "v1", "Secret", "secrets"),
@@ -71,7 +72,10 @@ pub const DEFAULT_TYPES: [(&str, &str, &str, &str); 5] = [
 #[serde(rename_all = "camelCase")]
 pub struct PlacementSpec {
     /// Which objects of this namespace to place. An object is selected when any selector matches
-    /// it. Empty: every object of every type Flotilla supports in the namespace.
+    /// it. Empty: every object of every namespaced kind in Flotilla's table of kinds (workloads,
+    /// Services, Ingresses, ConfigMaps, Secrets, ServiceAccounts, claims, budgets, autoscalers,
+    /// NetworkPolicies, Roles, RoleBindings, LimitRanges, ResourceQuotas; docs/placement.md
+    /// "Kinds"); a kind outside the table is placed only when a selector names it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub resource_selectors: Vec<ResourceSelector>,

@@ -29,7 +29,11 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "works/finalizers") "verbs" (list "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters") "verbs" (list "get" "list" "watch"))
 ) }}
-{{- /* The splitter creates pods only with dryRun=All: the hub's Pod Security admission judges a
+{{- /* The splitter reads every kind of the interpreter's table of kinds
+       (controllers/interpreter/src/table.rs: what an empty resourceSelectors places) and writes
+       the status of those whose status it shows on the hub; the e2e test
+       chart::the_splitters_rights_cover_the_table_of_kinds keeps these rules in step with it.
+       The splitter creates pods only with dryRun=All: the hub's Pod Security admission judges a
        Pod built from each placed workload's pod template in its namespace before it is placed.
        The hub runs no pods (it has no nodes), and RBAC cannot tell a dry run from a create.
        It writes Secrets only to hold the data of the Secrets its Works place, in the
@@ -42,12 +46,12 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "works") "verbs" (list "get" "list" "watch" "create" "patch" "update" "delete"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "apiextensions.k8s.io") "resources" (list "customresourcedefinitions") "verbs" (list "get" "list" "watch"))
-  (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "clusterroles" "clusterrolebindings") "verbs" (list "get" "list" "watch"))
+  (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "clusterroles" "clusterrolebindings" "roles" "rolebindings") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "apps") "resources" (list "deployments" "statefulsets" "daemonsets" "replicasets") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "apps") "resources" (list "deployments/status" "statefulsets/status" "daemonsets/status") "verbs" (list "get" "patch" "update"))
   (dict "apiGroups" (list "apps") "resources" (list "replicasets") "verbs" (list "create" "patch" "delete"))
   (dict "apiGroups" (list "apps") "resources" (list "replicasets/status") "verbs" (list "get" "patch"))
-  (dict "apiGroups" (list "") "resources" (list "configmaps" "secrets" "services" "serviceaccounts") "verbs" (list "get" "list" "watch"))
+  (dict "apiGroups" (list "") "resources" (list "configmaps" "secrets" "services" "serviceaccounts" "limitranges" "resourcequotas") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "") "resources" (list "secrets") "verbs" (list "create" "patch" "delete"))
   (dict "apiGroups" (list "batch") "resources" (list "jobs" "cronjobs") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "batch") "resources" (list "jobs/status" "cronjobs/status") "verbs" (list "get" "patch" "update"))
@@ -56,7 +60,9 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "") "resources" (list "services/status" "persistentvolumeclaims/status") "verbs" (list "get" "patch"))
   (dict "apiGroups" (list "policy") "resources" (list "poddisruptionbudgets") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "autoscaling") "resources" (list "horizontalpodautoscalers") "verbs" (list "get" "list" "watch"))
-  (dict "apiGroups" (list "networking.k8s.io") "resources" (list "ingresses") "verbs" (list "get" "list" "watch"))
+  (dict "apiGroups" (list "networking.k8s.io") "resources" (list "ingresses" "networkpolicies" "ingressclasses") "verbs" (list "get" "list" "watch"))
+  (dict "apiGroups" (list "scheduling.k8s.io") "resources" (list "priorityclasses") "verbs" (list "get" "list" "watch"))
+  (dict "apiGroups" (list "storage.k8s.io") "resources" (list "storageclasses") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "networking.k8s.io") "resources" (list "ingresses/status") "verbs" (list "get" "patch"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "apiresourceimports") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "workloadprofiles") "verbs" (list "get" "list" "watch"))

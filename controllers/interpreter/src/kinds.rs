@@ -123,22 +123,10 @@ pub fn generic() -> &'static dyn Interpreter {
     &Generic
 }
 
-/// The built-in interpreter of `kind` in `api_version`, if Flotilla has one.
+/// The built-in interpreter of `kind` in `api_version`, if Flotilla has one (the table of kinds
+/// says; a kind it copies whole has none).
 pub fn builtin(api_version: &str, kind: &str) -> Option<&'static dyn Interpreter> {
-    Some(match (api_version, kind) {
-        ("apps/v1", "Deployment") => &Deployment,
-        ("apps/v1", "ReplicaSet") => &ReplicaSet,
-        ("apps/v1", "StatefulSet") => &StatefulSet,
-        ("apps/v1", "DaemonSet") => &DaemonSet,
-        ("batch/v1", "Job") => &Job,
-        ("batch/v1", "CronJob") => &CronJob,
-        ("v1", "Service") => &Service,
-        ("v1", "PersistentVolumeClaim") => &PersistentVolumeClaim,
-        ("networking.k8s.io/v1", "Ingress") => &Ingress,
-        ("policy/v1", "PodDisruptionBudget") => &PodDisruptionBudget,
-        ("autoscaling/v2", "HorizontalPodAutoscaler") => &HorizontalPodAutoscaler,
-        _ => return None,
-    })
+    crate::table::lookup(api_version, kind).and_then(|k| k.interpreter)
 }
 
 fn divided(scheduling: ReplicaSchedulingType) -> bool {
@@ -168,7 +156,7 @@ struct Generic;
 impl Interpreter for Generic {}
 
 /// apps/v1 Deployment: replicas divided; its controller reports `Available`.
-struct Deployment;
+pub(crate) struct Deployment;
 impl Interpreter for Deployment {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         when_divided(scheduling, Divides::Replicas)
@@ -179,7 +167,7 @@ impl Interpreter for Deployment {
 }
 
 /// apps/v1 ReplicaSet: replicas divided; available once all its pods are.
-struct ReplicaSet;
+pub(crate) struct ReplicaSet;
 impl Interpreter for ReplicaSet {
     fn divides(&self, object: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         Deployment.divides(object, scheduling)
@@ -194,7 +182,7 @@ impl Interpreter for ReplicaSet {
 }
 
 /// apps/v1 StatefulSet: ordinals divided into disjoint ranges; available once all its pods are.
-struct StatefulSet;
+pub(crate) struct StatefulSet;
 impl Interpreter for StatefulSet {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         when_divided(scheduling, Divides::Ordinals)
@@ -208,7 +196,7 @@ impl Interpreter for StatefulSet {
 }
 
 /// apps/v1 DaemonSet: one copy per member, running on that member's nodes.
-struct DaemonSet;
+pub(crate) struct DaemonSet;
 impl Interpreter for DaemonSet {
     fn hub_status(&self) -> HubStatus {
         HubStatus::DaemonSet
@@ -224,7 +212,7 @@ impl Interpreter for DaemonSet {
 
 /// batch/v1 Job: a NonIndexed Job with `completions` divides them (once); an Indexed Job, or
 /// one that completes on its first success (no `completions`), runs whole on one member.
-struct Job;
+pub(crate) struct Job;
 impl Interpreter for Job {
     fn divides(&self, object: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         let spec = &object["spec"];
@@ -259,7 +247,7 @@ impl Interpreter for Job {
 }
 
 /// batch/v1 CronJob: under `Divided` on one member, so that each schedule fires once.
-struct CronJob;
+pub(crate) struct CronJob;
 impl Interpreter for CronJob {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         when_divided(scheduling, Divides::One)
@@ -271,7 +259,7 @@ impl Interpreter for CronJob {
 
 /// v1 Service: each member allocates its own addresses; the hub lists every member's
 /// load-balancer ingress.
-struct Service;
+pub(crate) struct Service;
 impl Interpreter for Service {
     fn prune(&self, manifest: &mut Value, managed: &[ManagedFieldsEntry]) {
         strip_service(manifest, managed);
@@ -282,7 +270,7 @@ impl Interpreter for Service {
 }
 
 /// networking.k8s.io/v1 Ingress: the hub lists every member's load-balancer ingress.
-struct Ingress;
+pub(crate) struct Ingress;
 impl Interpreter for Ingress {
     fn hub_status(&self) -> HubStatus {
         HubStatus::Ingress
@@ -290,7 +278,7 @@ impl Interpreter for Ingress {
 }
 
 /// v1 PersistentVolumeClaim: each member binds its own volume; healthy once bound.
-struct PersistentVolumeClaim;
+pub(crate) struct PersistentVolumeClaim;
 impl Interpreter for PersistentVolumeClaim {
     fn prune(&self, manifest: &mut Value, _: &[ManagedFieldsEntry]) {
         strip_claim(manifest);
@@ -310,7 +298,7 @@ impl Interpreter for PersistentVolumeClaim {
 /// policy/v1 PodDisruptionBudget: a `minAvailable` given as a number is divided like the
 /// replicas of the pods it protects; a percentage, and `maxUnavailable`, hold in every member
 /// as they are (a `maxUnavailable` divided would give members 0, which blocks every drain).
-struct PodDisruptionBudget;
+pub(crate) struct PodDisruptionBudget;
 impl Interpreter for PodDisruptionBudget {
     fn divides(&self, object: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         if divided(scheduling) && object["spec"]["minAvailable"].is_u64() {
@@ -327,7 +315,7 @@ impl Interpreter for PodDisruptionBudget {
 /// autoscaling/v2 HorizontalPodAutoscaler: under `Divided`, `maxReplicas` is divided like
 /// replicas and `minReplicas` in proportion (see [`proportional`]), so that the members'
 /// autoscalers together stay within the hub's bounds but for at most one replica per member.
-struct HorizontalPodAutoscaler;
+pub(crate) struct HorizontalPodAutoscaler;
 impl Interpreter for HorizontalPodAutoscaler {
     fn divides(&self, _: &Value, scheduling: ReplicaSchedulingType) -> Divides {
         when_divided(scheduling, Divides::Replicas)

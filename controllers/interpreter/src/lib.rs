@@ -14,15 +14,19 @@
 //!
 //! Kinds without an interpreter of their own get the generic one: copied whole to every chosen
 //! member, the hub object's status left alone, healthy by the generic rules.
-//! `docs/placement.md` has the table of every built-in kind.
+//!
+//! [`table`] is the one place that knows kinds: which an empty `resourceSelectors` places, which
+//! have an interpreter, what the splitter needs on the hub for each; `docs/placement.md` shows it.
 
 pub mod health;
 pub mod hub_made;
 mod kinds;
 pub mod profile;
+pub mod table;
 
 pub use kinds::{Divides, HubStatus, Interpreter, builtin, generic, interpreter, proportional};
 pub use profile::{HealthRule, Kinds, Profile};
+pub use table::{KINDS, Kind, Scope};
 
 /// Whether deleting a member's copy of a `kind` object (of `api_version`) would delete what
 /// others made in that member too: a Namespace takes everything in it, a

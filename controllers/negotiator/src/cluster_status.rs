@@ -27,7 +27,7 @@ use serde_json::json;
 use crate::NegotiatorArgs;
 use crate::metrics::NegotiatorMetrics;
 use crate::negotiation::Shared;
-use crate::types::DEFAULT_TYPES;
+use crate::types::DEFAULT_IMPORTS;
 use crate::verdict;
 
 /// The longest message kept per resource type in a Cluster's status.
@@ -58,7 +58,7 @@ pub fn summarize<'a>(
             }
         })
         .collect();
-    for (group, version, _, plural) in DEFAULT_TYPES {
+    for (group, version, _, plural) in DEFAULT_IMPORTS {
         if !out
             .iter()
             .any(|r| r.group == group && r.version == version && r.resource == plural)

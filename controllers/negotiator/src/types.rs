@@ -23,7 +23,7 @@ pub struct ResourceType {
 }
 
 /// The types imported even when no Placement names any: what the splitter places by default.
-pub use flotilla_api::placement::DEFAULT_TYPES;
+pub use flotilla_api::placement::DEFAULT_IMPORTS;
 
 impl ResourceType {
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
@@ -69,12 +69,9 @@ impl ResourceType {
         self.group == group && self.version == version && self.kind == kind
     }
 
-    /// The plural of a default type, known without asking the member.
+    /// The plural of a built-in type (the table of kinds), known without asking the member.
     pub fn default_plural(&self) -> Option<&'static str> {
-        DEFAULT_TYPES
-            .iter()
-            .find(|(g, v, k, _)| self.is(g, v, k))
-            .map(|(_, _, _, p)| *p)
+        flotilla_interpreter::table::lookup(&self.api_version(), &self.kind).map(|k| k.plural)
     }
 }
 
@@ -99,12 +96,13 @@ impl FromStr for ResourceType {
 
 /// The default types.
 pub fn defaults() -> impl Iterator<Item = ResourceType> {
-    DEFAULT_TYPES
+    DEFAULT_IMPORTS
         .iter()
         .map(|(g, v, k, _)| ResourceType::new(g, v, k))
 }
 
-/// Every type to import: the defaults, the `extra` ones and every type a Placement selects.
+/// Every type to import: the defaults, the `extra` ones and every type a Placement selects (every
+/// namespaced kind of the interpreter's table for a Placement that names none).
 /// Selectors that are not a valid apiVersion/kind are skipped (the splitter reports them).
 pub fn wanted<'a>(
     placements: impl IntoIterator<Item = &'a Placement>,
@@ -112,6 +110,13 @@ pub fn wanted<'a>(
 ) -> BTreeSet<ResourceType> {
     let mut types: BTreeSet<ResourceType> = defaults().chain(extra.iter().cloned()).collect();
     for p in placements {
+        // An empty list places every namespaced kind of the table: each is checked per member.
+        if p.spec.resource_selectors.is_empty() {
+            types.extend(
+                flotilla_interpreter::table::defaults(true)
+                    .map(|k| ResourceType::new(k.group, k.version, k.kind)),
+            );
+        }
         for s in &p.spec.resource_selectors {
             if let Ok(t) = ResourceType::from_api_version(&s.api_version, &s.kind) {
                 types.insert(t);

@@ -103,6 +103,17 @@ pub struct Splitter {
     triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
 }
 
+/// The kinds whose hub objects [`run`] watches from start-up, as (group, version, kind): the
+/// most placed ones. Every other kind is watched once a pass selects it
+/// ([`Splitter::learn_type`]).
+pub(crate) const WATCHED_FROM_START: [(&str, &str, &str); 5] = [
+    ("apps", "v1", "Deployment"),
+    ("", "v1", "ConfigMap"),
+    ("", "v1", "Secret"),
+    ("", "v1", "Service"),
+    ("", "v1", "ServiceAccount"),
+];
+
 impl Splitter {
     /// A type found before, and whether it is namespaced.
     pub(crate) fn known_type(&self, api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {

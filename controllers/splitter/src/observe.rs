@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use flotilla_api::placement::{DEFAULT_TYPES, ResourceSelector};
+use flotilla_api::placement::ResourceSelector;
 use flotilla_api::{Placement, Work, WorkloadProfile, annotations, labels, names};
-use flotilla_interpreter::{Kinds, Profile};
+use flotilla_interpreter::{Kinds, Profile, table};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -191,6 +191,19 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         Some(ns) => pod_security(state, ns, &placement.spec.resource_selectors, &types).await,
         None => BTreeMap::new(),
     };
+    let bindings = match &scope {
+        Some(ns) => {
+            bindings(
+                state,
+                ns,
+                &placement.spec.resource_selectors,
+                &types,
+                &referenced,
+            )
+            .await
+        }
+        None => BTreeMap::new(),
+    };
     let absent_since = state.absent_since(&placement);
     // Cluster-scoped objects go to no member namespace.
     let namespace_labels = scope.as_ref().and_then(|ns| {
@@ -205,7 +218,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .into_iter()
         .filter(|r| scope.is_some() && r.namespace() == scope)
         .collect();
-    let held_back = held_back(state, &works, &pod_security).await;
+    let held_back = held_back(state, &works, &pod_security, &bindings).await;
     // Adopting is an admin's decision: theirs for a ClusterPlacement, and where they annotated
     // the namespace.
     let adopt_allowed = scope.as_ref().is_none_or(|ns| {
@@ -244,6 +257,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         adopt_allowed,
         held_back,
         pod_security,
+        bindings,
         kinds: kinds(&state.profiles.state()),
         records,
         namespace_labels,
@@ -372,8 +386,14 @@ async fn dry_run(
 async fn held_back(
     state: &Splitter,
     works: &[Arc<Work>],
-    verdicts: &BTreeMap<ObjectKey, Verdict>,
+    pod_security: &BTreeMap<ObjectKey, Verdict>,
+    bindings: &BTreeMap<ObjectKey, Verdict>,
 ) -> BTreeMap<CopyKey, DynamicObject> {
+    let verdicts: BTreeMap<&ObjectKey, &Verdict> = pod_security
+        .iter()
+        .chain(bindings)
+        .filter(|(_, v)| **v != Verdict::Allowed)
+        .collect();
     let key_of = |m: &DynamicObject| {
         let t = m.types.as_ref()?;
         Some(ObjectKey::new(
@@ -412,6 +432,98 @@ async fn held_back(
     out
 }
 
+/// The verdicts on the RoleBindings a Placement of namespace `ns` selects (see
+/// [`crate::bindings`]): what the Placement places with them (its ServiceAccounts and Roles, and
+/// the ServiceAccounts its workloads run as), and whether the hub has the ClusterRoles they bind.
+async fn bindings(
+    state: &Splitter,
+    ns: &str,
+    selectors: &[ResourceSelector],
+    types: &[Listed],
+    referenced: &BTreeMap<crate::references::Reference, Option<DynamicObject>>,
+) -> BTreeMap<ObjectKey, Verdict> {
+    use crate::bindings::{CLUSTER_ROLE, Facts, RBAC_API_VERSION, ROLE, ROLE_BINDING, judge};
+    let selected = |api_version: &str, kind: &str| -> Vec<&DynamicObject> {
+        types
+            .iter()
+            .filter(|t| t.resource.api_version == api_version && t.resource.kind == kind)
+            .flat_map(|t| t.objects.iter())
+            .filter(|o| {
+                let name = o.name_any();
+                let selectable = Selectable {
+                    api_version,
+                    kind,
+                    name: &name,
+                    labels: o.labels(),
+                };
+                specificity(selectors, &selectable).is_some()
+                    && o.metadata.deletion_timestamp.is_none()
+            })
+            .collect()
+    };
+    let bindings = selected(RBAC_API_VERSION, ROLE_BINDING);
+    if bindings.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut facts = Facts {
+        namespace: ns.to_string(),
+        any_subject: state.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| {
+            n.annotations()
+                .get(crate::bindings::ALLOW_ANY_BINDING_SUBJECT)
+                .map(String::as_str)
+                == Some("true")
+        }),
+        ..Facts::default()
+    };
+    facts.accounts = selected("v1", "ServiceAccount")
+        .into_iter()
+        .map(|o| o.name_any())
+        .chain(
+            referenced
+                .iter()
+                .filter(|(r, o)| {
+                    r.kind == crate::references::RefKind::ServiceAccount && o.is_some()
+                })
+                .map(|(r, _)| r.name.clone()),
+        )
+        .collect();
+    facts.roles = selected(RBAC_API_VERSION, ROLE)
+        .into_iter()
+        .map(|o| o.name_any())
+        .collect();
+    let cluster_roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> =
+        Api::all(state.ctx.client.clone());
+    for b in &bindings {
+        let role = &b.data["roleRef"];
+        if role["kind"] != CLUSTER_ROLE {
+            continue;
+        }
+        let Some(name) = role["name"].as_str() else {
+            continue;
+        };
+        if facts.cluster_roles.contains_key(name) {
+            continue;
+        }
+        let exists = match cluster_roles.get_metadata_opt(name).await {
+            Ok(found) => Some(found.is_some()),
+            Err(e) => {
+                tracing::debug!(role = name, error = %e, "reading a ClusterRole failed");
+                None
+            }
+        };
+        facts.cluster_roles.insert(name.to_string(), exists);
+    }
+    bindings
+        .into_iter()
+        .map(|b| {
+            (
+                ObjectKey::new(RBAC_API_VERSION, ROLE_BINDING, &b.name_any()),
+                judge(&b.data, &facts),
+            )
+        })
+        .collect()
+}
+
 /// How many dry runs one pass sends at once.
 const POD_SECURITY_CONCURRENCY: usize = 8;
 
@@ -437,22 +549,17 @@ pub fn kinds(profiles: &[Arc<WorkloadProfile>]) -> Kinds {
 
 /// The types a Placement (`namespaced`) or a ClusterPlacement selects, as API resources, each
 /// once, with the selectors naming a type it cannot place (the hub does not serve it, or not in
-/// the placement's scope) and those naming a type that cannot be looked up now. The default
-/// types are known; others are looked up in the hub's discovery once, remembered, and watched
-/// from then on.
+/// the placement's scope) and those naming a type that cannot be looked up now. An empty list
+/// selects every kind of the interpreter's table in the placement's scope. The table's kinds are
+/// known; others are looked up in the hub's discovery once, remembered, and watched from then on.
 async fn selected_types(
     state: &Splitter,
     selectors: &[ResourceSelector],
     namespaced: bool,
 ) -> (Vec<ApiResource>, Vec<String>, Vec<Unreadable>) {
     if selectors.is_empty() {
-        // A ClusterPlacement names at least one type (its schema says so): nothing by default.
-        if !namespaced {
-            return (Vec::new(), Vec::new(), Vec::new());
-        }
-        let types = DEFAULT_TYPES
-            .iter()
-            .map(|(g, v, k, p)| resource(g, v, k, p))
+        let types = table::defaults(namespaced)
+            .map(|k| known(state, k))
             .collect();
         return (types, Vec::new(), Vec::new());
     }
@@ -487,11 +594,8 @@ async fn resolve(
     if let Some(why) = never_placed(group, kind) {
         return Err(TypeLookupError::Absent(why.into()));
     }
-    if let Some((g, v, k, p)) = DEFAULT_TYPES
-        .iter()
-        .find(|(g, v, k, _)| *g == group && *v == version && *k == kind)
-    {
-        return in_scope(resource(g, v, k, p), true, namespaced);
+    if let Some(k) = table::lookup(api_version, kind) {
+        return in_scope(known(state, k), k.namespaced(), namespaced);
     }
     if let Some((ar, type_namespaced)) = state.known_type(api_version, kind) {
         return in_scope(ar, type_namespaced, namespaced);
@@ -510,6 +614,18 @@ async fn resolve(
         }
         Err(e) => Err(TypeLookupError::Unknown(e)),
     }
+}
+
+/// The API resource of a kind of the table, watched (from start-up, or from now on).
+fn known(state: &Splitter, k: &table::Kind) -> ApiResource {
+    let ar = resource(k.group, k.version, k.kind, k.plural);
+    if !crate::controller::WATCHED_FROM_START
+        .iter()
+        .any(|(g, v, kind)| (*g, *v, *kind) == (k.group, k.version, k.kind))
+    {
+        state.learn_type(&k.api_version(), k.kind, &ar, k.namespaced());
+    }
+    ar
 }
 
 /// `ar` when a Placement (`placement_namespaced`) or a ClusterPlacement may place objects of it

@@ -188,8 +188,11 @@ pub struct Observation {
     /// The selected workloads whose pods the hub's Pod Security admission refuses in their
     /// namespace, or could not judge now (see [`crate::pod_security`]); the others passed.
     pub pod_security: BTreeMap<ObjectKey, Verdict>,
-    /// The manifests the members have now of the workloads [`Observation::pod_security`] holds
-    /// back, as their Works hold them: those copies keep them, whatever the hub object says now.
+    /// The selected RoleBindings that would grant more in a member than on the hub, or whose
+    /// role could not be looked up now (see [`crate::bindings`]); the others may be placed.
+    pub bindings: BTreeMap<ObjectKey, Verdict>,
+    /// The manifests the members have now of the objects [`Observation::pod_security`] and
+    /// [`Observation::bindings`] hold back, as their Works hold them: those copies keep them, whatever the hub object says now.
     pub held_back: BTreeMap<CopyKey, DynamicObject>,
     /// Whether the Placement may take over member objects Flotilla did not create
     /// (`conflictPolicy: Adopt`): a ClusterPlacement (an admin's) may; a Placement only where its
@@ -370,6 +373,9 @@ pub struct Findings {
     /// Selected workloads placed nowhere because their pods violate the namespace's Pod
     /// Security level (or it could not be checked now): `Kind name: why`.
     pub pod_security: Vec<String>,
+    /// Selected RoleBindings placed nowhere because they would grant more in a member than on
+    /// the hub (or that could not be told now): `RoleBinding name: why`.
+    pub bindings: Vec<String>,
     /// The Placement asks for `conflictPolicy: Adopt` where it is not allowed: its Works say
     /// `Abort`.
     pub adopt_refused: bool,
@@ -1026,7 +1032,27 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     format!("the hub could not check its pods against the namespace's Pod Security level now: {why}"),
                 )),
             });
-            if let Some((reason, why)) = &refused {
+            // Nor a binding that would grant more there than here (design rule 9).
+            let binding = obs.bindings.get(&key).and_then(|v| match v {
+                Verdict::Allowed => None,
+                Verdict::Violates(why) => Some((reasons::BINDING_HELD_BACK, why.clone())),
+                Verdict::Unknown(why) => Some((reasons::BINDING_UNKNOWN, why.clone())),
+            });
+            if let Some((reason, why)) = &binding {
+                out.findings
+                    .bindings
+                    .push(format!("{} {object_name}: {why}", ar.kind));
+                if *reason == reasons::BINDING_UNKNOWN {
+                    out.recheck_after = Some(
+                        out.recheck_after
+                            .map_or(POD_SECURITY_RETRY, |r| r.min(POD_SECURITY_RETRY)),
+                    );
+                }
+            }
+            let refused = refused.or(binding);
+            if let Some((reason, why)) = &refused
+                && !obs.bindings.contains_key(&key)
+            {
                 out.findings
                     .pod_security
                     .push(format!("{} {object_name}: {why}", ar.kind));
@@ -1339,6 +1365,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
         if obs
             .pod_security
             .get(&key.object)
+            .or(obs.bindings.get(&key.object))
             .is_some_and(|v| *v != Verdict::Allowed)
         {
             // As the member has it: the hub's template never reaches it. Without that manifest

@@ -248,6 +248,8 @@ pub fn placement_status(
         reasons::UNSUPPORTED_TYPE
     } else if !findings.pod_security.is_empty() {
         reasons::POD_SECURITY_VIOLATION
+    } else if !findings.bindings.is_empty() {
+        reasons::BINDING_HELD_BACK
     } else if findings.copy_quota.is_some() {
         reasons::COPY_QUOTA_EXCEEDED
     } else if selection.candidates.is_empty() {
@@ -262,6 +264,7 @@ pub fn placement_status(
     let scheduled = !selection.candidates.is_empty()
         && findings.unsupported.is_empty()
         && findings.pod_security.is_empty()
+        && findings.bindings.is_empty()
         && findings.copy_quota.is_none()
         && findings.unreadable.is_empty()
         && outcome.failed_writes.is_empty();
@@ -398,6 +401,12 @@ fn scheduled_message(
         message.push_str(&format!(
             "; placed nowhere for the namespace's Pod Security level (copies already in members are left as they were): {}",
             named(&findings.pod_security, "; ")
+        ));
+    }
+    if !findings.bindings.is_empty() {
+        message.push_str(&format!(
+            "; placed nowhere: it would grant more in the members than on the hub (copies already in members are left as they were): {}",
+            named(&findings.bindings, "; ")
         ));
     }
     if let Some(why) = &findings.copy_quota {
@@ -583,6 +592,16 @@ pub async fn report(
                 reasons::POD_SECURITY_VIOLATION,
                 "Place",
                 named(&findings.pod_security, "; "),
+            )
+            .await;
+    }
+    if before != after && !findings.bindings.is_empty() {
+        ctx.events
+            .warning_ref(
+                &reference,
+                reasons::BINDING_HELD_BACK,
+                "Place",
+                named(&findings.bindings, "; "),
             )
             .await;
     }

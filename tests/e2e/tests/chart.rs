@@ -57,11 +57,12 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     let docs = render("flotilla", "flotilla-system", &[]).await?;
     let count = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
     // One of each per controller; and for pull-mode agents two ClusterRoles (in their
-    // namespace, and certificate requests) and the binding of the second.
+    // namespace, and certificate requests) and the binding of the second, and the syncer's
+    // ClusterRole for Works' Secret data (which registration binds per member).
     for (kind, agents) in [
         ("Deployment", 0),
         ("ServiceAccount", 0),
-        ("ClusterRole", 2),
+        ("ClusterRole", 3),
         ("ClusterRoleBinding", 1),
         ("Role", 0),
         ("RoleBinding", 0),
@@ -95,6 +96,37 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
             ensure!(!text.contains("\"*\""), "no wildcard rights: {text}");
         }
     }
+    // The splitter may read every kind of the table of kinds, and write the status of those
+    // whose status it shows on the hub.
+    let splitter = rules_of(&docs, "flotilla:flotilla:splitter").context("the splitter's rules")?;
+    let grants = |group: &str, resource: &str, verb: &str| {
+        splitter.as_array().into_iter().flatten().any(|r| {
+            let has = |field: &str, v: &str| {
+                r[field]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|x| x == v))
+            };
+            has("apiGroups", group)
+                && has("resources", resource)
+                && has("verbs", verb)
+                && r.get("resourceNames").is_none()
+        })
+    };
+    let mut missing = Vec::new();
+    for kind in flotilla_interpreter::KINDS {
+        for (resource, verbs) in kind.hub_rights() {
+            for verb in verbs {
+                if !grants(kind.group, &resource, verb) {
+                    missing.push(format!("{verb} {resource}.{}", kind.group));
+                }
+            }
+        }
+    }
+    ensure!(
+        missing.is_empty(),
+        "the chart's splitter lacks rights the table of kinds needs: {}",
+        missing.join(", ")
+    );
     // Disabling a controller removes all of its objects.
     let docs = render(
         "flotilla",

@@ -14,6 +14,7 @@ mod chart_install;
 mod cluster_placements;
 mod environment;
 mod fleet;
+mod kinds;
 mod negotiator;
 mod negotiator_corpus;
 mod profiles;

@@ -18,8 +18,7 @@ use flotilla_e2e::{
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
-use k8s_openapi::api::rbac::v1::Role;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodTemplate, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -1557,8 +1556,8 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-                "metadata": {"name": "roles"},
-                "spec": {"resourceSelectors": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role"},
+                "metadata": {"name": "templates"},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "PodTemplate"},
                                                {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}],
                          "replicaScheduling": {"type": "Duplicated"}},
             }))?,
@@ -1567,21 +1566,26 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     for object in [
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": ns},
                "data": {"a": "b"}}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reader", "namespace": ns},
-               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+        json!({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "reader", "namespace": ns},
+               "template": {"spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}),
     ] {
         api::apply(hub, &object, false).await??;
     }
 
-    // The chart does not let the splitter read Roles (placing RBAC is the admin's call): said at
-    // once, with what to grant.
+    // The chart lets the splitter read the kinds of the table of kinds, not PodTemplates: said
+    // at once, with what to grant.
     let started = std::time::Instant::now();
-    wait_scheduled(&placements, "roles", "say Roles are forbidden", |c| {
-        c.status == "False"
-            && c.reason == reasons::FORBIDDEN
-            && c.message.contains("roles")
-            && c.message.contains("splitter.extraRules")
-    })
+    wait_scheduled(
+        &placements,
+        "templates",
+        "say PodTemplates are forbidden",
+        |c| {
+            c.status == "False"
+                && c.reason == reasons::FORBIDDEN
+                && c.message.contains("podtemplates")
+                && c.message.contains("splitter.extraRules")
+        },
+    )
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     eprintln!("Forbidden reported after {:?}", started.elapsed());
@@ -1590,27 +1594,28 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
 
     // Granted (as splitter.extraRules would): the Placement recovers within seconds.
     let mut rbac = ClusterScopedObjects::new(&env.hub);
-    let role = format!("{release}-roles");
+    let role = format!("{release}-podtemplates");
     for object in [
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-               "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["get", "list", "watch"]}]}),
+               "rules": [{"apiGroups": [""], "resources": ["podtemplates"], "verbs": ["get", "list", "watch"]}]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-               "subjects": [{"kind": "ServiceAccount", "name": format!("{release}-splitter"), "namespace": ns}]}),
+               "subjects": [{"kind": "ServiceAccount", "name": format!("{release}-splitter"),
+                             "namespace": fleet.identities.namespace}]}),
     ] {
         let (resource, _) = api::resource_of(hub, &object).await?;
         api::apply(hub, &object, false).await??;
         rbac.add(resource, role.clone());
     }
-    wait_scheduled(&placements, "roles", "recover once allowed", |c| {
+    wait_scheduled(&placements, "templates", "recover once allowed", |c| {
         c.status == "True"
     })
     .await?;
     let placed = wait_for(
-        "Role reader in every member",
+        "PodTemplate reader in every member",
         Duration::from_secs(30),
         || async {
-            let uids = copy_uids::<Role>(members, ns, "reader").await?;
+            let uids = copy_uids::<PodTemplate>(members, ns, "reader").await?;
             Ok(if uids.values().all(Option::is_some) {
                 Seen::Done(uids)
             } else {
@@ -1628,16 +1633,19 @@ async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies(
     Api::<Deployment>::namespaced(hub.clone(), ns)
         .create(&PostParams::default(), &deployment(1)?)
         .await?;
-    wait_scheduled(&placements, "roles", "say Roles are forbidden again", |c| {
-        c.reason == reasons::FORBIDDEN
-    })
+    wait_scheduled(
+        &placements,
+        "templates",
+        "say PodTemplates are forbidden again",
+        |c| c.reason == reasons::FORBIDDEN,
+    )
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     flotilla_e2e::holds_for(
-        "the member Roles to stay while the splitter may not read them",
+        "the member PodTemplates to stay while the splitter may not read them",
         Duration::from_secs(8),
         || async {
-            let now = copy_uids::<Role>(members, ns, "reader").await?;
+            let now = copy_uids::<PodTemplate>(members, ns, "reader").await?;
             Ok(if now == placed {
                 Ok(())
             } else {

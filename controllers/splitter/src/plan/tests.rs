@@ -180,6 +180,12 @@ fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
                 "CronJob" => resource("batch", "v1", "CronJob", "cronjobs"),
                 "Pipeline" => resource("example.com", "v1", "Pipeline", "pipelines"),
                 "Secret" => resource("", "v1", "Secret", "secrets"),
+                "RoleBinding" => resource(
+                    "rbac.authorization.k8s.io",
+                    "v1",
+                    "RoleBinding",
+                    "rolebindings",
+                ),
                 _ => resource("", "v1", "ConfigMap", "configmaps"),
             },
             objects,
@@ -211,6 +217,7 @@ fn mk_observation(
         records: Vec::new(),
         kinds: flotilla_interpreter::Kinds::default(),
         pod_security: BTreeMap::new(),
+        bindings: BTreeMap::new(),
         held_back: BTreeMap::new(),
         adopt_allowed: false,
         data_secrets: BTreeMap::new(),
@@ -2032,5 +2039,99 @@ fn the_secrets_of_a_work_share_its_hub_secret_and_their_data_counts_toward_its_s
             serde_json::to_string(w).expect("JSON").len() < 4096,
             "the Work is small"
         );
+    }
+}
+
+fn mk_role_binding(ns: &str, name: &str, subject: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("u-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [subject],
+    }))
+    .expect("rolebinding")
+}
+
+#[test]
+fn a_binding_that_grants_more_in_a_member_is_placed_nowhere_and_its_copies_stay() {
+    use crate::pod_security::Verdict;
+    let placement = mk_placement("shop", "p", json!({}));
+    let key = |name: &str| ObjectKey::new("rbac.authorization.k8s.io/v1", "RoleBinding", name);
+    let objects = || {
+        vec![
+            mk_role_binding(
+                "shop",
+                "web",
+                json!({"kind": "ServiceAccount", "name": "web"}),
+            ),
+            mk_role_binding("shop", "ops", json!({"kind": "Group", "name": "ops"})),
+        ]
+    };
+    let mut obs = mk_observation(placement.clone(), three(), objects(), vec![]);
+    obs.bindings.insert(key("web"), Verdict::Allowed);
+    obs.bindings
+        .insert(key("ops"), Verdict::Violates("it binds Group ops".into()));
+    let first = plan(&obs).expect("plan");
+    assert!(first.copies.keys().all(|k| k.object != key("ops")));
+    assert_eq!(
+        first.copies.len(),
+        3,
+        "the ServiceAccount's binding on every member"
+    );
+    let (_, decision) = first
+        .decisions
+        .iter()
+        .find(|(k, _)| *k == key("ops"))
+        .expect("a decision for ops");
+    assert!(decision.clusters.is_empty());
+    assert!(
+        decision
+            .excluded
+            .iter()
+            .all(|e| e.reason == reasons::BINDING_HELD_BACK)
+    );
+    assert_eq!(
+        first.findings.bindings,
+        ["RoleBinding ops: it binds Group ops"]
+    );
+    assert!(first.findings.pod_security.is_empty());
+
+    // Placed before, held back now (or not known now): its copies are left as they are.
+    for verdict in [
+        Verdict::Violates("it binds Group ops".into()),
+        Verdict::Unknown("the ClusterRole view could not be read".into()),
+    ] {
+        let mut obs = mk_observation(
+            placement.clone(),
+            three(),
+            objects(),
+            as_written(&first, true, true),
+        );
+        obs.bindings.insert(key("ops"), Verdict::Allowed);
+        let placed = plan(&obs).expect("plan");
+        assert_eq!(placed.copies.len(), 6);
+        let mut obs = mk_observation(
+            placement.clone(),
+            three(),
+            objects(),
+            as_written(&placed, true, true),
+        );
+        obs.bindings.insert(key("web"), verdict.clone());
+        obs.bindings.insert(key("ops"), Verdict::Allowed);
+        let p = plan(&obs).expect("plan");
+        assert!(p.deletes.is_empty(), "{verdict:?}: {:?}", p.deletes);
+        assert!(p.removals.is_empty(), "{verdict:?}: {:?}", p.removals);
+        assert!(
+            p.kept
+                .iter()
+                .filter(|(k, _)| k.object == key("web"))
+                .count()
+                == 3,
+            "{verdict:?}: {:?}",
+            p.kept
+        );
+        if matches!(verdict, Verdict::Unknown(_)) {
+            assert!(p.recheck_after.is_some());
+        }
     }
 }

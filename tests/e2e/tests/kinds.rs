@@ -1,0 +1,186 @@
+//! The table of kinds on the product path: a Placement without `resourceSelectors` places every
+//! namespaced kind of the interpreter's table, in two teams' namespaces with the same names, and
+//! holds back a RoleBinding that would grant more in a member than on the hub until an admin
+//! allows it.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use flotilla_api::{Placement, reasons};
+use flotilla_e2e::{Environment, Seen, api, wait_for};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::splitter::Fleet;
+
+/// How long placing may take.
+const WAIT: Duration = Duration::from_secs(90);
+
+/// What one team applies to its namespace: the same names in every namespace.
+fn objects(ns: &str) -> Vec<Value> {
+    let meta = |name: &str| json!({"name": name, "namespace": ns});
+    let view = |role_kind: &str, role: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role});
+    vec![
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement", "metadata": meta("all"),
+               "spec": {}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("app")}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta("reader"),
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": meta("app-reader"), "roleRef": view("Role", "reader"),
+               "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": ns}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": meta("app-view"), "roleRef": view("ClusterRole", "view"),
+               "subjects": [{"kind": "ServiceAccount", "name": "app"}]}),
+        // A group's name means whoever a member's authenticators say: held back.
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": meta("ops"), "roleRef": view("ClusterRole", "view"),
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"}]}),
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta("agent"),
+               "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                        "template": {"metadata": {"labels": {"app": "agent"}},
+                                     "spec": {"serviceAccountName": "app",
+                                              "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("deny-ingress"),
+               "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
+        json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": meta("defaults"),
+               "spec": {"limits": [{"type": "Container", "default": {"memory": "128Mi"}}]}}),
+    ]
+}
+
+/// The placed objects each member must have (the Placement and the held-back binding aside).
+const PLACED: [(&str, &str, &str); 7] = [
+    ("v1", "ServiceAccount", "app"),
+    ("rbac.authorization.k8s.io/v1", "Role", "reader"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "app-reader"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "app-view"),
+    ("apps/v1", "DaemonSet", "agent"),
+    ("networking.k8s.io/v1", "NetworkPolicy", "deny-ingress"),
+    ("v1", "LimitRange", "defaults"),
+];
+
+/// Whether `member` has `api_version`/`kind` `name` in `ns`.
+async fn has(
+    member: &Client,
+    ns: &str,
+    (api_version, kind, name): (&str, &str, &str),
+) -> Result<bool> {
+    let probe = json!({"apiVersion": api_version, "kind": kind,
+                       "metadata": {"name": name, "namespace": ns}});
+    Ok(api::api_for(member, &probe)
+        .await?
+        .get_opt(name)
+        .await?
+        .is_some())
+}
+
+/// Waits until every member has every object of `want` in `ns` and none of `absent`.
+async fn in_every_member(
+    fleet: &Fleet,
+    ns: &str,
+    want: &[(&str, &str, &str)],
+    absent: &[(&str, &str, &str)],
+) -> Result<()> {
+    wait_for(
+        &format!("every member to have the placed kinds in {ns}"),
+        WAIT,
+        || async {
+            let mut missing = Vec::new();
+            for (cluster, member) in &fleet.members {
+                for o in want {
+                    if !has(member, ns, *o).await? {
+                        missing.push(format!("{cluster}: no {} {}", o.1, o.2));
+                    }
+                }
+                for o in absent {
+                    if has(member, ns, *o).await? {
+                        missing.push(format!("{cluster}: {} {} is there", o.1, o.2));
+                    }
+                }
+            }
+            Ok(if missing.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(missing.join(", "))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))
+}
+
+/// The Placement's `Scheduled` condition: reason and message.
+async fn scheduled(hub: &Client, ns: &str) -> Result<(String, String)> {
+    let p = Api::<Placement>::namespaced(hub.clone(), ns)
+        .get("all")
+        .await?;
+    let c = p
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "Scheduled")
+        .context("no Scheduled condition")?;
+    Ok((c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign_bindings()
+-> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start_two_teams("kinds").await?;
+    let hub = &fleet.hub;
+    let other = fleet
+        .other
+        .as_ref()
+        .context("the second team's namespace")?;
+    let teams = [fleet.ns.name(), other.name()];
+    for ns in teams {
+        for object in objects(ns) {
+            api::apply(hub, &object, false)
+                .await?
+                .with_context(|| format!("applying {} to the hub", object["kind"]))?;
+        }
+    }
+    let ops = ("rbac.authorization.k8s.io/v1", "RoleBinding", "ops");
+    for ns in teams {
+        in_every_member(&fleet, ns, &PLACED, &[ops]).await?;
+        let (reason, message) = scheduled(hub, ns).await?;
+        ensure!(
+            reason == reasons::BINDING_HELD_BACK
+                && message.contains("RoleBinding ops")
+                && message.contains("Group ops"),
+            "the Placement says which binding is held back and why: {reason}: {message}"
+        );
+    }
+    // The hub DaemonSet shows its copies' pods, as GitOps tools read it.
+    crate::api::kstatus_current(&env, teams[0], "daemonset", "agent").await?;
+
+    // An admin lets the second team bind any subject: its binding follows, the first team's
+    // stays held back.
+    Api::<Namespace>::all(hub.clone())
+        .patch(
+            teams[1],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                flotilla_api::annotations::ALLOW_ANY_BINDING_SUBJECT: "true"}}})),
+        )
+        .await?;
+    in_every_member(&fleet, teams[1], &[ops], &[]).await?;
+    in_every_member(&fleet, teams[0], &PLACED, &[ops]).await?;
+    wait_for(
+        "the second team's Placement to be Scheduled",
+        WAIT,
+        || async {
+            let (reason, message) = scheduled(hub, teams[1]).await?;
+            Ok(if reason == "Scheduled" {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{reason}: {message}"))
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}
