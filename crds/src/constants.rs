@@ -205,6 +205,10 @@ pub mod conditions {
 
     /// Placement: every selected object has a placement decision.
     pub const SCHEDULED: &str = "Scheduled";
+    /// Placement: every object of its namespace of a kind in Flotilla's table of kinds is placed
+    /// by one of the namespace's Placements (`False`, reason `NotPlaced`: `status.notPlaced`
+    /// lists those that are not, and why).
+    pub const ALL_PLACED: &str = "AllPlaced";
 
     /// Hub objects (e.g. a Deployment's status): where the object runs; the message gives the
     /// distribution, e.g. `member1=4 member2=3 member3=3`.
@@ -352,6 +356,16 @@ pub mod reasons {
     /// The hub could not tell now whether a RoleBinding grants more in a member than on the hub
     /// (its ClusterRole could not be read): nothing new is placed, its copies stay as they are.
     pub const BINDING_UNKNOWN: &str = "BindingUnknown";
+    /// Placement `AllPlaced`: objects of the namespace are placed by no Placement (listed in
+    /// `status.notPlaced`); also the Event on each such hub object.
+    pub const NOT_PLACED: &str = "NotPlaced";
+    /// Placement `AllPlaced`: every object of the namespace of a known kind is placed.
+    pub const ALL_PLACED: &str = "AllPlaced";
+    /// `status.notPlaced`: no Placement of the namespace selects the object.
+    pub const NOT_SELECTED: &str = "NotSelected";
+    /// `status.notPlaced`: the hub made the object for itself (a controller of the hub owns it,
+    /// or it is the record of a Helm release installed into the hub): never placed.
+    pub const MADE_BY_THE_HUB: &str = "MadeByTheHub";
     /// An older profile of the same kind is the one in use.
     pub const DUPLICATE: &str = "Duplicate";
     /// The hub CRD was created or updated from the negotiated schema.

@@ -46,8 +46,8 @@ pub use negotiated_api_resource::{
     ImportSummary, NegotiatedApiResource, NegotiatedApiResourceSpec, NegotiatedApiResourceStatus,
 };
 pub use placement::{
-    ClusterAffinity, ClusterDecision, ClusterExclusion, ClusterWeight, Failover, ObjectDecision,
-    Placement, PlacementSpec, PlacementStatus, ReplicaDivision, ReplicaScheduling,
+    ClusterAffinity, ClusterDecision, ClusterExclusion, ClusterWeight, Failover, NotPlaced,
+    ObjectDecision, Placement, PlacementSpec, PlacementStatus, ReplicaDivision, ReplicaScheduling,
     ReplicaSchedulingType, ReplicaStrategy, ResourceSelector, Toleration, TolerationOperator,
 };
 pub use work::{ManifestIdentity, ManifestStatus, Work, WorkSpec, WorkStatus};

@@ -381,6 +381,35 @@ pub struct PlacementStatus {
     /// How many selected objects have a decision not listed in `decisions`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted_decisions: Option<i32>,
+
+    /// Objects of the namespace, of the kinds in Flotilla's table of kinds, that no Placement
+    /// places, and why (no Placement selects it, the hub made it, a policy holds it back, the
+    /// splitter may not read its type): at most 20, by kind and name; `notPlacedCount` counts
+    /// them all. The condition `AllPlaced` says whether there are any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub not_placed: Vec<NotPlaced>,
+
+    /// How many objects of the namespace no Placement places (`notPlaced` lists the first 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_placed_count: Option<i32>,
+}
+
+/// An object of a Placement's namespace that no Placement places, and why.
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NotPlaced {
+    pub api_version: String,
+    pub kind: String,
+    /// The object's name; empty when a whole type cannot be read.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `NotSelected`, `MadeByTheHub`, `Forbidden`, `TypeUnreadable`, `PodSecurityViolation`,
+    /// `BindingHeldBack`, ...
+    pub reason: String,
+    pub message: String,
 }
 
 /// Counts over a Placement's copies.

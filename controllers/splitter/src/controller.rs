@@ -9,7 +9,7 @@
 //! Clusters, the members' API imports, the selected objects of every type, the Works' status)
 //! and debounced, so a burst of changes becomes one pass.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::execute::execute;
 use crate::observe::observe;
-use crate::plan::{ObjectKey, plan};
+use crate::plan::{ObjectKey, Observation, Plan, plan};
 use crate::recent::RecentWrites;
 use crate::report::report;
 
@@ -95,6 +95,9 @@ pub struct Splitter {
     types: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
     /// Per Placement: the objects of its Works missing on the hub, and since when.
     absent: Mutex<HashMap<ObjectRef<Placement>, BTreeMap<ObjectKey, Timestamp>>>,
+    /// Per namespace: the objects no Placement places that an Event already announced, with
+    /// the reason (see [`Splitter::announce_left_out`]).
+    announced: Mutex<HashMap<String, BTreeSet<Announced>>>,
     /// The namespace this controller serves (`None`: every namespace).
     namespace: Option<String>,
     /// `--max-copies-per-namespace` (`None`: no limit).
@@ -102,6 +105,9 @@ pub struct Splitter {
     /// Starts passes of Placements from the watches of custom types.
     triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
 }
+
+/// An object announced as placed nowhere: apiVersion, kind, name and reason.
+type Announced = (String, String, String, String);
 
 /// The kinds whose hub objects [`run`] watches from start-up, as (group, version, kind): the
 /// most placed ones. Every other kind is watched once a pass selects it
@@ -176,6 +182,76 @@ impl Splitter {
                 }
             }
         });
+    }
+
+    /// An Event on each hub object of the namespace that no Placement places, once per object
+    /// and reason, from one Placement of the namespace (the oldest), so that `kubectl describe`
+    /// of the object says it is not placed and why.
+    pub(crate) async fn announce_left_out(&self, obs: &Observation, plan: &Plan) {
+        /// At most this many Events per pass (the next passes announce the rest).
+        const MAX_EVENTS: usize = 50;
+        let placement = &*obs.placement;
+        let Some(ns) = placement.namespace() else {
+            return;
+        };
+        let oldest = obs
+            .neighbours
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .min_by_key(|p| (p.metadata.creation_timestamp.clone(), p.name_any()));
+        if oldest.is_none_or(|p| p.name_any() != placement.name_any()) {
+            return;
+        }
+        let key = |l: &crate::coverage::LeftOut| {
+            (
+                l.entry.api_version.clone(),
+                l.entry.kind.clone(),
+                l.entry.name.clone(),
+                l.entry.reason.clone(),
+            )
+        };
+        let now: BTreeSet<_> = plan.findings.left_out.iter().map(key).collect();
+        let before = self
+            .announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ns)
+            .cloned()
+            .unwrap_or_default();
+        let mut announced: BTreeSet<_> = before.intersection(&now).cloned().collect();
+        for l in plan
+            .findings
+            .left_out
+            .iter()
+            .filter(|l| !l.entry.name.is_empty() && !before.contains(&key(l)))
+            .take(MAX_EVENTS)
+        {
+            let reference = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(l.entry.api_version.clone()),
+                kind: Some(l.entry.kind.clone()),
+                name: Some(l.entry.name.clone()),
+                namespace: Some(ns.clone()),
+                uid: l.uid.clone(),
+                ..Default::default()
+            };
+            self.ctx
+                .events
+                .normal_ref(
+                    &reference,
+                    flotilla_api::reasons::NOT_PLACED,
+                    "Place",
+                    format!(
+                        "not placed on any member: {} ({})",
+                        l.entry.message, l.entry.reason
+                    ),
+                )
+                .await;
+            announced.insert(key(l));
+        }
+        self.announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ns, announced);
     }
 
     /// What earlier passes of `placement` found missing on the hub, and since when.
@@ -529,6 +605,7 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         recent,
         types: Default::default(),
         absent: Default::default(),
+        announced: Default::default(),
         namespace: namespace.map(str::to_string),
         max_copies: (args.max_copies_per_namespace > 0)
             .then(|| usize::try_from(args.max_copies_per_namespace).unwrap_or(usize::MAX)),
@@ -868,6 +945,7 @@ async fn reconcile(placement: Arc<Placement>, state: Arc<Splitter>) -> Result<Ac
         let outcome = execute(&state.ctx.client, &plan, &state.recent).await?;
         let executed = started.elapsed();
         report(&state.ctx, &observation, &plan, &outcome).await?;
+        state.announce_left_out(&observation, &plan).await;
         tracing::debug!(
             placement = %placement.name_any(),
             copies = plan.copies.len(),

@@ -13,6 +13,7 @@
 //! | [`ordinals`] | pure: a divided StatefulSet's ordinal range per member (disjoint; let go before taking) |
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`pod_security`] | pure: the Pod Security dry run of a workload's pod template, and its verdicts |
+//! | [`coverage`] | pure: the objects of a namespace that no Placement places, and why |
 //! | [`bindings`] | pure: whether a placed RoleBinding grants no more in a member than on the hub |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
 //! | [`history`] | pure: a placed Deployment's hub ReplicaSet records, one per revision |
@@ -28,6 +29,7 @@ pub mod aggregate;
 pub mod bindings;
 pub mod compatibility;
 pub mod controller;
+pub mod coverage;
 pub mod division;
 pub mod eligibility;
 pub mod execute;

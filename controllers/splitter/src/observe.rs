@@ -191,6 +191,10 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         Some(ns) => pod_security(state, ns, &placement.spec.resource_selectors, &types).await,
         None => BTreeMap::new(),
     };
+    let (rest_of_namespace, rest_unreadable) = match &scope {
+        Some(ns) => rest_of_namespace(state, ns, &types).await,
+        None => (Vec::new(), Vec::new()),
+    };
     let bindings = match &scope {
         Some(ns) => {
             bindings(
@@ -258,6 +262,8 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         held_back,
         pod_security,
         bindings,
+        rest_of_namespace,
+        rest_unreadable,
         kinds: kinds(&state.profiles.state()),
         records,
         namespace_labels,
@@ -430,6 +436,37 @@ async fn held_back(
         }
     }
     out
+}
+
+/// The objects of namespace `ns` of the table's namespaced kinds that this pass did not list
+/// (`listed`), for the report of what no Placement places, and the kinds that could not be
+/// listed.
+async fn rest_of_namespace(
+    state: &Splitter,
+    ns: &str,
+    listed: &[Listed],
+) -> (Vec<Listed>, Vec<Unreadable>) {
+    let (mut rest, mut unreadable) = (Vec::new(), Vec::new());
+    for k in table::defaults(true) {
+        let ar = resource(k.group, k.version, k.kind, k.plural);
+        if listed.iter().any(|l| l.resource == ar) {
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(state.ctx.client.clone(), ns, &ar);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => rest.push(Listed {
+                resource: ar,
+                objects: list.items,
+            }),
+            Err(e) => unreadable.push(Unreadable::new(
+                &ar.api_version,
+                &ar.kind,
+                &format!("list {} in namespace {ns}", ar.plural),
+                &e,
+            )),
+        }
+    }
+    (rest, unreadable)
 }
 
 /// The verdicts on the RoleBindings a Placement of namespace `ns` selects (see

@@ -191,6 +191,11 @@ pub struct Observation {
     /// The selected RoleBindings that would grant more in a member than on the hub, or whose
     /// role could not be looked up now (see [`crate::bindings`]); the others may be placed.
     pub bindings: BTreeMap<ObjectKey, Verdict>,
+    /// The namespace's objects of the table's namespaced kinds this Placement does not select
+    /// (listed for [`crate::coverage`]), and those kinds that could not be listed; empty for a
+    /// ClusterPlacement.
+    pub rest_of_namespace: Vec<Listed>,
+    pub rest_unreadable: Vec<Unreadable>,
     /// The manifests the members have now of the objects [`Observation::pod_security`] and
     /// [`Observation::bindings`] hold back, as their Works hold them: those copies keep them, whatever the hub object says now.
     pub held_back: BTreeMap<CopyKey, DynamicObject>,
@@ -382,6 +387,9 @@ pub struct Findings {
     /// Placing every wanted copy would take the namespace beyond its copy limit: no new copy
     /// was placed (why, with the numbers).
     pub copy_quota: Option<String>,
+    /// The objects of the namespace that no Placement places, and why (see
+    /// [`crate::coverage`]); empty for a ClusterPlacement.
+    pub left_out: Vec<crate::coverage::LeftOut>,
 }
 
 /// What one pass does, and why.
@@ -898,6 +906,35 @@ fn conflict_policy(obs: &Observation) -> ConflictPolicy {
 }
 
 /// Plans one pass of `obs.placement`.
+/// The objects of the namespace no Placement places (see [`crate::coverage`]).
+fn left_out(obs: &Observation) -> Vec<crate::coverage::LeftOut> {
+    let held: BTreeMap<ObjectKey, (String, String)> = obs
+        .pod_security
+        .iter()
+        .map(|(k, v)| {
+            (
+                k,
+                v,
+                reasons::POD_SECURITY_VIOLATION,
+                reasons::POD_SECURITY_UNKNOWN,
+            )
+        })
+        .chain(
+            obs.bindings
+                .iter()
+                .map(|(k, v)| (k, v, reasons::BINDING_HELD_BACK, reasons::BINDING_UNKNOWN)),
+        )
+        .filter_map(|(k, v, violates, unknown)| match v {
+            Verdict::Allowed => None,
+            Verdict::Violates(why) => Some((k.clone(), (violates.to_string(), why.clone()))),
+            Verdict::Unknown(why) => Some((k.clone(), (unknown.to_string(), why.clone()))),
+        })
+        .collect();
+    let listed: Vec<&Listed> = obs.types.iter().chain(&obs.rest_of_namespace).collect();
+    let unreadable: Vec<&Unreadable> = obs.unreadable.iter().chain(&obs.rest_unreadable).collect();
+    crate::coverage::left_out(&listed, &obs.neighbours, &held, &unreadable)
+}
+
 pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     let placement = &*obs.placement;
     let name = placement.name_any();
@@ -937,6 +974,9 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     };
     out.findings.adopt_refused = spec.conflict_policy == ConflictPolicy::Adopt
         && conflict_policy(obs) != spec.conflict_policy;
+    if placement.namespace().is_some() {
+        out.findings.left_out = left_out(obs);
+    }
     // The live Works that hold each copy (a copy moving from a Work of one object into the
     // Work of its type is in both for a while), and the replicas each copy asks for now.
     let mut held: BTreeMap<&CopyKey, Vec<&Holder>> = BTreeMap::new();

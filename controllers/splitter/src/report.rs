@@ -323,6 +323,63 @@ pub fn placement_status(
     if omitted > 0 {
         status["omittedDecisions"] = json!(omitted);
     }
+    // Nothing is left out silently: what of the namespace no Placement places, and why.
+    if placement.namespace().is_some() {
+        let left_out = &findings.left_out;
+        let all_placed = if left_out.is_empty() {
+            condition(
+                conditions::ALL_PLACED,
+                true,
+                reasons::ALL_PLACED,
+                "every object of the namespace of a kind Flotilla knows is placed".into(),
+            )
+        } else {
+            let first: Vec<String> = left_out
+                .iter()
+                .take(3)
+                .map(|l| {
+                    format!(
+                        "{} {} ({})",
+                        l.entry.kind,
+                        if l.entry.name.is_empty() {
+                            "*"
+                        } else {
+                            &l.entry.name
+                        },
+                        l.entry.reason
+                    )
+                })
+                .collect();
+            condition(
+                conditions::ALL_PLACED,
+                false,
+                reasons::NOT_PLACED,
+                format!(
+                    "{} object(s) of the namespace are placed nowhere (status.notPlaced says why): {}{}",
+                    left_out.len(),
+                    first.join(", "),
+                    if left_out.len() > first.len() {
+                        ", …"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        };
+        if let Some(list) = status["conditions"].as_array_mut() {
+            list.push(all_placed);
+        }
+        if !left_out.is_empty() {
+            status["notPlaced"] = json!(
+                left_out
+                    .iter()
+                    .take(crate::coverage::MAX_LISTED)
+                    .map(|l| &l.entry)
+                    .collect::<Vec<_>>()
+            );
+            status["notPlacedCount"] = json!(left_out.len());
+        }
+    }
     let old = placement
         .status
         .as_ref()

@@ -153,6 +153,13 @@ async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign
                 && message.contains("Group ops"),
             "the Placement says which binding is held back and why: {reason}: {message}"
         );
+        let (status, reason, message) = all_placed(hub, ns, "all").await?;
+        ensure!(
+            status == "False"
+                && reason == reasons::NOT_PLACED
+                && message.contains("RoleBinding ops"),
+            "AllPlaced says the binding is placed nowhere: {status} {reason}: {message}"
+        );
     }
     // The hub DaemonSet shows its copies' pods, as GitOps tools read it.
     crate::api::kstatus_current(&env, teams[0], "daemonset", "agent").await?;
@@ -182,5 +189,120 @@ async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign
         },
     )
     .await?;
+    Ok(())
+}
+
+/// The Placement's `AllPlaced` condition: status, reason and message.
+async fn all_placed(hub: &Client, ns: &str, name: &str) -> Result<(String, String, String)> {
+    let p = Api::<Placement>::namespaced(hub.clone(), ns)
+        .get(name)
+        .await?;
+    let c = p
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == flotilla_api::conditions::ALL_PLACED)
+        .context("no AllPlaced condition")?;
+    Ok((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn an_object_no_placement_places_is_reported_on_the_placement_and_on_the_object() -> Result<()>
+{
+    let fleet = Fleet::start("leftout").await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    for object in [
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "deployments", "namespace": ns},
+               "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}]}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "forgotten", "namespace": ns},
+               "data": {"a": "b"}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+    wait_for(
+        "the Placement to say the ConfigMap is placed nowhere",
+        WAIT,
+        || async {
+            let p = Api::<Placement>::namespaced(hub.clone(), ns)
+                .get("deployments")
+                .await?;
+            let listed = p
+                .status
+                .as_ref()
+                .map(|s| s.not_placed.clone())
+                .unwrap_or_default();
+            let (status, reason, message) = all_placed(hub, ns, "deployments").await?;
+            Ok(
+                if status == "False"
+                    && reason == reasons::NOT_PLACED
+                    && message.contains("ConfigMap forgotten")
+                    && listed.iter().any(|n| {
+                        n.kind == "ConfigMap"
+                            && n.name == "forgotten"
+                            && n.reason == reasons::NOT_SELECTED
+                    })
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{status} {reason}: {message}; {listed:?}"))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    // kubectl describe configmap forgotten shows why.
+    wait_for(
+        "an Event on the ConfigMap saying it is not placed",
+        WAIT,
+        || async {
+            let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(hub.clone(), ns)
+                .list(
+                    &kube::api::ListParams::default()
+                        .fields("involvedObject.kind=ConfigMap,involvedObject.name=forgotten"),
+                )
+                .await?;
+            Ok(
+                match events
+                    .items
+                    .iter()
+                    .find(|e| e.reason.as_deref() == Some(reasons::NOT_PLACED))
+                {
+                    Some(e) => Seen::Done(e.message.clone().unwrap_or_default()),
+                    None => Seen::not_yet(format!("{} other events", events.items.len())),
+                },
+            )
+        },
+    )
+    .await?;
+
+    // A second Placement takes the ConfigMap: nothing is left out any more.
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "settings", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}]}}),
+        false,
+    )
+    .await??;
+    // A Deployment makes the first Placement look again now.
+    api::apply(
+        hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nudge", "namespace": ns}}),
+        false,
+    )
+    .await??;
+    wait_for("both Placements to say AllPlaced", WAIT, || async {
+        let a = all_placed(hub, ns, "deployments").await?;
+        let b = all_placed(hub, ns, "settings").await?;
+        Ok(if a.0 == "True" && b.0 == "True" {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{a:?} / {b:?}"))
+        })
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
 }

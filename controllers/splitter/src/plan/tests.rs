@@ -218,6 +218,8 @@ fn mk_observation(
         kinds: flotilla_interpreter::Kinds::default(),
         pod_security: BTreeMap::new(),
         bindings: BTreeMap::new(),
+        rest_of_namespace: Vec::new(),
+        rest_unreadable: Vec::new(),
         held_back: BTreeMap::new(),
         adopt_allowed: false,
         data_secrets: BTreeMap::new(),
