@@ -105,6 +105,9 @@ pub struct ChartIdentities {
     kubeconfigs: std::collections::BTreeMap<String, PathBuf>,
     args: std::collections::BTreeMap<String, Vec<String>>,
     _objects: ClusterScopedObjects,
+    /// The rules given to the splitter with `splitter.extraRules` (see
+    /// [`ChartIdentities::allow_splitter`]).
+    splitter_rules: std::sync::Mutex<Vec<Value>>,
     /// With [`ChartIdentities::install_in_own_namespace`]: the release namespace, deleted last.
     _own_namespace: Option<crate::TestNamespace>,
 }
@@ -175,8 +178,41 @@ impl ChartIdentities {
             kubeconfigs,
             args,
             _objects: objects,
+            splitter_rules: Default::default(),
             _own_namespace: None,
         })
+    }
+
+    /// Lets the splitter place a custom kind (`plural` of `group`) as an admin does, with `helm
+    /// upgrade --set-json splitter.extraRules=...`: read its objects and write their status (for
+    /// a kind a WorkloadProfile describes). The chart's splitter reads only the kinds of the table
+    /// of kinds.
+    pub async fn allow_splitter(&self, group: &str, plural: &str) -> Result<()> {
+        let rules = {
+            let mut rules = self
+                .splitter_rules
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            rules.push(serde_json::json!({"apiGroups": [group], "resources": [plural],
+                                          "verbs": ["get", "list", "watch"]}));
+            rules.push(serde_json::json!({"apiGroups": [group],
+                                          "resources": [format!("{plural}/status")],
+                                          "verbs": ["get", "patch"]}));
+            serde_json::to_string(&*rules)?
+        };
+        let value = format!("splitter.extraRules={rules}");
+        let docs = render(&self.release, &self.namespace, &["--set-json", &value]).await?;
+        let role = format!("flotilla:{}:splitter", self.release);
+        let hub = Environment::get().hub.client().await?;
+        for doc in docs
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == role.as_str())
+        {
+            api::apply(&hub, doc, false)
+                .await?
+                .with_context(|| format!("upgrading ClusterRole {role}"))?;
+        }
+        Ok(())
     }
 
     /// The hub kubeconfig of `controller` (`registration`, `syncer`, `splitter`, `negotiator`).

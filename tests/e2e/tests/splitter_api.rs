@@ -70,6 +70,7 @@ async fn wait_holders(
 /// Placement `widgets` of the fleet's namespace, placing every Widget of `group`; the Widgets'
 /// API resource.
 async fn place_widgets(fleet: &Fleet, group: &str) -> Result<ApiResource> {
+    fleet.identities.allow_splitter(group, "widgets").await?;
     let placement: Placement = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
         "metadata": {"name": "widgets"},
@@ -319,6 +320,10 @@ async fn a_route_using_a_newer_releases_field_skips_the_member_on_the_older_rele
         }
     }
     let negotiator = start_negotiator(&fleet)?;
+    fleet
+        .identities
+        .allow_splitter("gateway.networking.k8s.io", "httproutes")
+        .await?;
     place(
         &fleet,
         "routes",
