@@ -50,6 +50,7 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "apps") "resources" (list "deployments" "statefulsets" "daemonsets" "replicasets") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "apps") "resources" (list "deployments/status" "statefulsets/status" "daemonsets/status") "verbs" (list "get" "patch" "update"))
   (dict "apiGroups" (list "apps") "resources" (list "replicasets") "verbs" (list "create" "patch" "delete"))
+  (dict "apiGroups" (list "apps") "resources" (list "controllerrevisions") "verbs" (list "get" "list" "create" "patch" "delete"))
   (dict "apiGroups" (list "apps") "resources" (list "replicasets/status") "verbs" (list "get" "patch"))
   (dict "apiGroups" (list "") "resources" (list "configmaps" "secrets" "services" "serviceaccounts" "limitranges" "resourcequotas") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "") "resources" (list "secrets") "verbs" (list "create" "patch" "delete"))

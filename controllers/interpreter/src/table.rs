@@ -20,6 +20,8 @@ pub enum History {
     None,
     /// A ReplicaSet record per revision (a Deployment's).
     ReplicaSets,
+    /// A ControllerRevision per revision (a StatefulSet's, a DaemonSet's).
+    ControllerRevisions,
 }
 
 /// One kind Flotilla knows.
@@ -65,6 +67,17 @@ impl Kind {
         let mut rights = vec![(self.plural.to_string(), &["get", "list", "watch"][..])];
         if self.hub_status() {
             rights.push((format!("{}/status", self.plural), &["get", "patch"][..]));
+        }
+        match self.history {
+            History::None => {}
+            History::ReplicaSets => rights.push((
+                "replicasets".to_string(),
+                &["get", "list", "watch", "create", "patch", "delete"][..],
+            )),
+            History::ControllerRevisions => rights.push((
+                "controllerrevisions".to_string(),
+                &["get", "list", "create", "patch", "delete"][..],
+            )),
         }
         rights
     }
@@ -121,9 +134,9 @@ pub static KINDS: &[Kind] = &[
         "statefulsets",
         Namespaced,
         Some(&kinds::StatefulSet),
-        None,
+        ControllerRevisions,
         "`Divided`: disjoint ordinal ranges (see StatefulSets); `Duplicated`: every ordinal in every member",
-        "`status`",
+        "`status`; the ControllerRevisions of its revisions (see History)",
         "`replicas`, `currentReplicas`, `updatedReplicas` summed, `readyReplicas` and `availableReplicas` summed over reachable members, `observedGeneration` once every copy observed the current spec, `currentRevision`/`updateRevision` where every copy has the same one, `Placed` naming each member's ordinals; a copy is available once all its pods are"
     ),
     kind!(
@@ -133,9 +146,9 @@ pub static KINDS: &[Kind] = &[
         "daemonsets",
         Namespaced,
         Some(&kinds::DaemonSet),
-        None,
+        ControllerRevisions,
         "whole in every member (each runs it on its own nodes)",
-        "`status`",
+        "`status`; the ControllerRevisions of its revisions (see History)",
         "the counts of every member summed (`desiredNumberScheduled`, `numberReady`, `numberAvailable`, …; an unreachable member's pods count as unavailable), `observedGeneration` once every copy observed the current spec; a copy is available once all its pods are"
     ),
     kind!(
@@ -500,9 +513,13 @@ mod tests {
                 k.kind
             );
             let rights = k.hub_rights();
+            assert_eq!(
+                k.history == History::ControllerRevisions,
+                matches!(k.kind, "StatefulSet" | "DaemonSet")
+            );
             assert_eq!(rights[0].1, ["get", "list", "watch"]);
             assert_eq!(
-                rights.len() == 2,
+                rights.iter().any(|(r, _)| r.ends_with("/status")),
                 k.hub_status(),
                 "{}: status rights exactly when the splitter writes the hub status",
                 k.kind

@@ -16,6 +16,7 @@
 //! | [`coverage`] | pure: the objects of a namespace that no Placement places, and why |
 //! | [`bindings`] | pure: whether a placed RoleBinding grants no more in a member than on the hub |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
+//! | [`revisions`] | pure: a placed StatefulSet's or DaemonSet's hub ControllerRevisions, one per revision |
 //! | [`history`] | pure: a placed Deployment's hub ReplicaSet records, one per revision |
 //! | [`specificity`] | pure: which of several Placements places an object |
 //! | [`references`] | pure: what a workload's pod template refers to (follows it) |
@@ -43,6 +44,7 @@ pub mod references;
 pub mod release;
 pub mod render;
 pub mod report;
+pub mod revisions;
 pub mod specificity;
 
 use clap::Args;

@@ -613,6 +613,7 @@ pub async fn report(
 
     write_batch_statuses(ctx, &ns, plan, &current, &now).await;
     write_histories(ctx, obs, plan, &current).await;
+    write_revisions(ctx, obs, plan).await;
 
     let status = placement_status(placement, plan, outcome, &current, &now);
     let old = placement
@@ -840,6 +841,89 @@ async fn write_batch_statuses(
 /// those that differ from what the splitter last wrote, deletes those beyond the history
 /// limit, and writes each one's status from the copies where it says something new. What the
 /// hub refuses is logged and left: the Placement's own status is written still.
+/// The hub ControllerRevisions of the placed StatefulSets and DaemonSets (see
+/// [`crate::revisions`]).
+async fn write_revisions(ctx: &Context, obs: &Observation, plan: &Plan) {
+    use crate::revisions::{Revision, revisions};
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    let Some(ns) = obs.placement.namespace() else {
+        return;
+    };
+    let placed: BTreeSet<&ObjectKey> = plan.copies.keys().map(|k| &k.object).collect();
+    let workloads: Vec<(&kube::api::ApiResource, &DynamicObject)> = obs
+        .types
+        .iter()
+        .filter(|t| {
+            t.resource.api_version == "apps/v1"
+                && matches!(t.resource.kind.as_str(), "StatefulSet" | "DaemonSet")
+        })
+        .flat_map(|t| t.objects.iter().map(move |o| (&t.resource, o)))
+        .filter(|(ar, o)| {
+            placed.contains(&ObjectKey::new(&ar.api_version, &ar.kind, &o.name_any()))
+        })
+        .collect();
+    if workloads.is_empty() {
+        return;
+    }
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ns);
+    let existing = match api
+        .list(&kube::api::ListParams::default().labels(RECORD))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(%ns, error = %e, "listing the hub's ControllerRevisions failed");
+            return;
+        }
+    };
+    let apply = PatchParams::apply(field_managers::SPLITTER).force();
+    for (ar, workload) in workloads {
+        let Some(uid) = workload.metadata.uid.as_deref() else {
+            continue;
+        };
+        let mine: Vec<Revision> = existing
+            .iter()
+            .filter(|r| {
+                r.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid && o.controller == Some(true))
+            })
+            .map(|r| Revision {
+                name: r.name_any(),
+                uid: r.metadata.uid.clone(),
+                revision: r.revision.unwrap_or(0),
+            })
+            .collect();
+        let mut object = match serde_json::to_value(workload) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        object["apiVersion"] = json!(ar.api_version);
+        object["kind"] = json!(ar.kind);
+        let wanted = revisions(&object, &mine);
+        let what = format!("{} {ns}/{}", ar.kind, workload.name_any());
+        if let Some((name, manifest)) = &wanted.apply
+            && let Err(e) = api.patch(name, &apply, &Patch::Apply(manifest)).await
+        {
+            tracing::warn!(object = %what, revision = %name, error = %e, "writing a ControllerRevision failed");
+        }
+        for gone in &wanted.prune {
+            let dp = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: gone.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            if let Err(e) = api.delete(&gone.name, &dp).await {
+                tracing::warn!(object = %what, revision = %gone.name, error = %e, "pruning a ControllerRevision failed");
+            }
+        }
+    }
+}
+
 async fn write_histories(ctx: &Context, obs: &Observation, plan: &Plan, current: &Current<'_>) {
     let ns = obs.placement.namespace().unwrap_or_default();
     let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);

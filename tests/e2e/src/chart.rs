@@ -193,8 +193,10 @@ impl ChartIdentities {
                 .splitter_rules
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            rules.push(serde_json::json!({"apiGroups": [group], "resources": [plural],
-                                          "verbs": ["get", "list", "watch"]}));
+            rules.push(
+                serde_json::json!({"apiGroups": [group], "resources": [plural],
+                                          "verbs": ["get", "list", "watch"]}),
+            );
             rules.push(serde_json::json!({"apiGroups": [group],
                                           "resources": [format!("{plural}/status")],
                                           "verbs": ["get", "patch"]}));

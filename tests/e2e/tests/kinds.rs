@@ -306,3 +306,133 @@ async fn an_object_no_placement_places_is_reported_on_the_placement_and_on_the_o
     .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
 }
+
+/// The image of `kind`/`name` in `ns` of `client` (the first container's).
+async fn image_of(client: &Client, ns: &str, kind: &str, name: &str) -> Result<Option<String>> {
+    let probe = json!({"apiVersion": "apps/v1", "kind": kind,
+                       "metadata": {"name": name, "namespace": ns}});
+    Ok(api::api_for(client, &probe)
+        .await?
+        .get_opt(name)
+        .await?
+        .and_then(|o| {
+            o.data["spec"]["template"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .map(String::from)
+        }))
+}
+
+/// Waits until every member's copy of `kind`/`name` runs `image`.
+async fn members_run(fleet: &Fleet, kind: &str, name: &str, image: &str) -> Result<()> {
+    let ns = fleet.ns.name();
+    wait_for(
+        &format!("every member's {kind} {name} to run {image}"),
+        WAIT,
+        || async {
+            let mut seen = Vec::new();
+            for (cluster, member) in &fleet.members {
+                let got = image_of(member, ns, kind, name).await?;
+                if got.as_deref() != Some(image) {
+                    seen.push(format!("{cluster}: {got:?}"));
+                }
+            }
+            Ok(if seen.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(seen.join(", "))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))
+}
+
+#[tokio::test]
+async fn rollout_history_and_undo_of_statefulsets_and_daemonsets_work_through_the_hub() -> Result<()>
+{
+    let env = Environment::get();
+    let fleet = Fleet::start("history").await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    let workload = |kind: &str, image: &str| {
+        let mut spec = json!({"selector": {"matchLabels": {"app": "db"}},
+                              "template": {"metadata": {"labels": {"app": "db"}},
+                                           "spec": {"containers": [{"name": "db", "image": image}]}}});
+        if kind == "StatefulSet" {
+            spec["replicas"] = json!(3);
+            spec["serviceName"] = json!("db");
+        }
+        json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "db", "namespace": ns},
+               "spec": spec})
+    };
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "workloads", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "StatefulSet"},
+                                               {"apiVersion": "apps/v1", "kind": "DaemonSet"}]}}),
+        false,
+    )
+    .await??;
+    let (one, two) = ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.10");
+    for kind in ["StatefulSet", "DaemonSet"] {
+        api::apply(hub, &workload(kind, one), false).await??;
+        members_run(&fleet, kind, "db", one).await?;
+        api::apply(hub, &workload(kind, two), false).await??;
+        members_run(&fleet, kind, "db", two).await?;
+        let resource = kind.to_lowercase();
+        let target = format!("{resource}/db");
+        let history = wait_for(
+            &format!("kubectl rollout history {target} to list two revisions"),
+            WAIT,
+            || async {
+                let out =
+                    crate::api::kubectl(&env, &["-n", ns, "rollout", "history", &target]).await?;
+                let revisions: Vec<&str> = out
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+                    .collect();
+                Ok(if revisions.len() == 2 {
+                    Seen::Done(out.clone())
+                } else {
+                    Seen::not_yet(out.clone())
+                })
+            },
+        )
+        .await?;
+        let first = crate::api::kubectl(
+            &env,
+            &["-n", ns, "rollout", "history", &target, "--revision", "1"],
+        )
+        .await?;
+        ensure!(
+            first.contains(one),
+            "revision 1 of {target} is the first template:\n{first}\n{history}"
+        );
+        // Undo: the hub object takes the first template back, and the members follow.
+        crate::api::kubectl(&env, &["-n", ns, "rollout", "undo", &target]).await?;
+        ensure!(
+            image_of(hub, ns, kind, "db").await?.as_deref() == Some(one),
+            "kubectl rollout undo {target} put the first template back on the hub"
+        );
+        members_run(&fleet, kind, "db", one).await?;
+        wait_for(
+            &format!("the undone template of {target} to be revision 3"),
+            WAIT,
+            || async {
+                let out =
+                    crate::api::kubectl(&env, &["-n", ns, "rollout", "history", &target]).await?;
+                Ok(
+                    if out.lines().any(|l| l.trim_start().starts_with('3'))
+                        && !out.lines().any(|l| l.trim_start().starts_with('1'))
+                    {
+                        Seen::Done(())
+                    } else {
+                        Seen::not_yet(out)
+                    },
+                )
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}

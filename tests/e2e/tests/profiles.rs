@@ -95,7 +95,10 @@ impl CustomKind {
         let crd_resource = ApiResource::erase::<CustomResourceDefinition>(&());
         let mut cleanup = vec![ClusterScopedObjects::new(&env.hub)];
         // The admin lets the chart's splitter read the kind and write its status.
-        fleet.identities.allow_splitter(&kind.group, &kind.plural).await?;
+        fleet
+            .identities
+            .allow_splitter(&kind.group, &kind.plural)
+            .await?;
         install_crd(hub, crd).await?;
         for (i, (_, client)) in members.iter().enumerate() {
             let mut member = ClusterScopedObjects::new(&env.members[i]);
