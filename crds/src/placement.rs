@@ -514,6 +514,11 @@ pub struct ClusterDecision {
     /// Whether the copy is available in the member (`Available` of its Work).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<ConditionStatus>,
+
+    /// What to know of this copy, e.g. that a Service's member runs none of the pods it selects
+    /// (no endpoints there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A selected cluster that an object does not go to.

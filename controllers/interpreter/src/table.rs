@@ -183,7 +183,7 @@ pub static KINDS: &[Kind] = &[
         Namespaced,
         Some(&kinds::Service),
         None,
-        "to every candidate",
+        "to every candidate, even one that runs none of the pods it selects (clients there find it, and it serves as soon as pods arrive); such a member's decision carries a `note`: no endpoints there, and where the pods run",
         "`status`; cluster IPs always, IP families and node ports unless someone set them",
         "`loadBalancer.ingress`: every member's load balancer, each address once"
     ),

@@ -16,6 +16,7 @@
 //! | [`coverage`] | pure: the objects of a namespace that no Placement places, and why |
 //! | [`bindings`] | pure: whether a placed RoleBinding grants no more in a member than on the hub |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
+//! | [`services`] | pure: the members where a placed Service has no endpoints (a note on its decision) |
 //! | [`revisions`] | pure: a placed StatefulSet's or DaemonSet's hub ControllerRevisions, one per revision |
 //! | [`history`] | pure: a placed Deployment's hub ReplicaSet records, one per revision |
 //! | [`specificity`] | pure: which of several Placements places an object |
@@ -45,6 +46,7 @@ pub mod release;
 pub mod render;
 pub mod report;
 pub mod revisions;
+pub mod services;
 pub mod specificity;
 
 use clap::Args;

@@ -1556,6 +1556,20 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     out.findings.unsupported = obs.unsupported.clone();
     out.findings.unreadable = obs.unreadable.clone();
     out.selection = selection;
+    // A Service goes everywhere; where it has no endpoints, its decision says so.
+    let objects: BTreeMap<ObjectKey, &Value> = obs
+        .types
+        .iter()
+        .flat_map(|t| {
+            t.objects.iter().map(move |o| {
+                (
+                    ObjectKey::new(&t.resource.api_version, &t.resource.kind, &o.name_any()),
+                    &o.data,
+                )
+            })
+        })
+        .collect();
+    crate::services::note_empty_members(&mut out.decisions, &objects);
     Ok(out)
 }
 

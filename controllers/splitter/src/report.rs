@@ -544,6 +544,7 @@ fn bounded_decisions(plan: &Plan, current: &Current<'_>) -> (Vec<ObjectDecision>
                 || d.clusters.iter().any(|c| {
                     c.applied != Some(ConditionStatus::True)
                         || c.available != Some(ConditionStatus::True)
+                        || c.note.is_some()
                 });
             (notable, d)
         })

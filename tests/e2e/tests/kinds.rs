@@ -436,3 +436,64 @@ async fn rollout_history_and_undo_of_statefulsets_and_daemonsets_work_through_th
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_service_goes_everywhere_and_its_decision_says_where_it_has_no_endpoints() -> Result<()> {
+    let fleet = Fleet::start("services").await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    for object in [
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "web", "namespace": ns},
+               "spec": {"replicaScheduling": {"type": "Divided", "division": "Even"}}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+               "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+    ] {
+        api::apply(hub, &object, false).await??;
+    }
+    let service = ("v1", "Service", "web");
+    in_every_member(&fleet, ns, &[service], &[]).await?;
+    let notes = wait_for(
+        "the Service's decision to note the two members without its pods",
+        WAIT,
+        || async {
+            let p = Api::<Placement>::namespaced(hub.clone(), ns)
+                .get("web")
+                .await?;
+            let decisions = p.status.map(|s| s.decisions).unwrap_or_default();
+            let replicas: Vec<(String, Option<i32>)> = decisions
+                .iter()
+                .filter(|d| d.kind == "Deployment")
+                .flat_map(|d| d.clusters.iter().map(|c| (c.cluster.clone(), c.replicas)))
+                .collect();
+            let notes: Vec<(String, String)> = decisions
+                .iter()
+                .filter(|d| d.kind == "Service")
+                .flat_map(|d| d.clusters.iter())
+                .filter_map(|c| Some((c.cluster.clone(), c.note.clone()?)))
+                .collect();
+            Ok(if notes.len() == 2 {
+                Seen::Done((notes, replicas))
+            } else {
+                Seen::not_yet(format!("notes {notes:?}, replicas {replicas:?}"))
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let (notes, replicas) = notes;
+    for (cluster, note) in &notes {
+        ensure!(
+            replicas
+                .iter()
+                .any(|(c, r)| c == cluster && r.unwrap_or(0) == 0)
+                && note.contains("no endpoints here")
+                && note.contains("Deployment web"),
+            "the note is on a member without replicas ({replicas:?}): {cluster}: {note}"
+        );
+    }
+    Ok(())
+}
