@@ -166,8 +166,6 @@ LOGS="${RUN_DIR}/logs"
 CLUSTERS="${RUN_DIR}/clusters"
 KUBECONFIGS="${RUN_DIR}/kubeconfigs"
 CONF="${RUN_DIR}/env.conf"
-# Where the quick start stores the kubeconfig of the hub its chart runs (up --no-hub).
-CHART_HUB_KUBECONFIG=flotilla-hub.kubeconfig
 
 APISERVER_TIMEOUT="${FLOTILLA_APISERVER_TIMEOUT:-180}"
 SMOKE_TIMEOUT="${FLOTILLA_SMOKE_TIMEOUT:-240}"

@@ -36,6 +36,10 @@ known_k8s_version() { # version
   return 1
 }
 
+# The file in a run directory's kubeconfigs/ where the quick start stores the kubeconfig of the
+# hub its chart runs; hack/clusters.sh env names it when there is no hub of processes (up --no-hub).
+CHART_HUB_KUBECONFIG=flotilla-hub.kubeconfig
+
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 

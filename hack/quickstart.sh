@@ -79,7 +79,7 @@ fi
 log "the hub and the controllers are ready after $(( $(now) - t0 ))s:"
 "${HOST_K[@]}" -n "${NS}" get pods -o wide >&2
 
-HUB_KUBECONFIG="${RUN_DIR}/kubeconfigs/flotilla-hub.kubeconfig"
+HUB_KUBECONFIG="${RUN_DIR}/kubeconfigs/${CHART_HUB_KUBECONFIG}"
 ( umask 077; "${HOST_K[@]}" -n "${NS}" get secret "${RELEASE}-hub-admin-kubeconfig" \
     -o jsonpath='{.data.kubeconfig}' | base64 -d >"${HUB_KUBECONFIG}" )
 K=("${TOOLS_BIN}/kubectl" --kubeconfig "${HUB_KUBECONFIG}")
@@ -284,6 +284,8 @@ Explore:
   kubectl --kubeconfig ${HUB_KUBECONFIG} describe clusters.flotilla.dev member3
   curl -s 127.0.0.1:${REGISTRATION_METRICS}/metrics | grep flotilla_registration_clusters
   helm --kubeconfig ${HOST_KUBECONFIG} -n ${NS} status ${RELEASE}
-The hub's kubeconfig is the Secret ${RELEASE}-hub-admin-kubeconfig in ${NS} on ${HOST}.
+The hub's kubeconfig is the Secret ${RELEASE}-hub-admin-kubeconfig in ${NS} on ${HOST}, kept as
+${HUB_KUBECONFIG}; eval "\$(hack/clusters.sh --run-dir ${RUN_DIR} env)" exports it as
+FLOTILLA_HUB_KUBECONFIG, with the members' kubeconfigs.
 Stop everything and delete its data: hack/clusters.sh --run-dir ${RUN_DIR} down
 EOF
