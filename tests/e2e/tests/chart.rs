@@ -997,10 +997,27 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
         "the splitter must not create Clusters: {code} {message}"
     );
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "evil"},
+        "metadata": {"generateName": "evil-"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))?;
     let pods = Api::<Pod>::namespaced(clients["splitter"].clone(), tenant.name());
-    let (code, message) = refusal(pods.create(&PostParams::default(), &pod).await);
+    // Each admission policy is enforced a moment after it is created: one made meanwhile is
+    // deleted and tried again.
+    let (code, message) = wait_for(
+        "the splitter's policy to refuse a Pod made for real",
+        Duration::from_secs(30),
+        || async {
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(made) => {
+                    Api::<Pod>::namespaced(hub.clone(), tenant.name())
+                        .delete(&kube::ResourceExt::name_any(&made), &Default::default())
+                        .await?;
+                    Ok(Seen::not_yet("created"))
+                }
+                other => Ok(Seen::Done(refusal(other))),
+            }
+        },
+    )
+    .await?;
     ensure!(
         code == 403 && message.contains("only as a dry run"),
         "the splitter must not create a Pod for real: {code} {message}"

@@ -520,19 +520,31 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
             "{secret}: the Cluster must not contain the token"
         );
         let events: Api<Event> = Api::namespaced(s.hub.clone(), "default");
-        let notes: Vec<String> = events
-            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|e| e.message)
-            .collect();
-        ensure!(
-            notes
-                .iter()
-                .any(|n| n.contains(*reason) || n.contains("Ready is False")),
-            "{secret}: a Warning Event: {notes:?}"
-        );
+        // The Event follows the status write: allow it a moment on a loaded machine.
+        let notes = wait_for(
+            &format!("{secret}: a Warning Event"),
+            Duration::from_secs(20),
+            || async {
+                let notes: Vec<String> = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter_map(|e| e.message)
+                    .collect();
+                Ok(
+                    if notes
+                        .iter()
+                        .any(|n| n.contains(*reason) || n.contains("Ready is False"))
+                    {
+                        Seen::Done(notes)
+                    } else {
+                        Seen::not_yet(format!("{notes:?}"))
+                    },
+                )
+            },
+        )
+        .await?;
         ensure!(
             !notes.iter().any(|n| n.contains(&token)),
             "{secret}: Events must not contain the token"

@@ -131,7 +131,14 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
             Some("flotilla-agent"),
         ),
         ("patch", "", "nodes", None),
-        ("create", "rbac.authorization.k8s.io", "roles", None),
+        // Placed Roles and RoleBindings, yes (flotilla:syncer:rbac); cluster-wide grants, no.
+        ("create", "rbac.authorization.k8s.io", "clusterroles", None),
+        (
+            "escalate",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            None,
+        ),
     ] {
         let request = Request {
             verb,
@@ -153,6 +160,9 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         ("batch", "jobs"),
         ("batch", "cronjobs"),
         ("", "services"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("networking.k8s.io", "networkpolicies"),
     ] {
         let request = Request {
             verb: "patch",
