@@ -101,8 +101,10 @@ pub fn defaults() -> impl Iterator<Item = ResourceType> {
         .map(|(g, v, k, _)| ResourceType::new(g, v, k))
 }
 
-/// Every type to import: the defaults, the `extra` ones and every type a Placement selects (every
-/// namespaced kind of the interpreter's table for a Placement that names none).
+/// Every type to import: the defaults, the `extra` ones and every type a Placement names. (A
+/// Placement that names none places every kind of the interpreter's table; of those, only the
+/// defaults are imported unless another Placement or `--extra-type` names them: each import is
+/// an OpenAPI document per member to read and compare.)
 /// Selectors that are not a valid apiVersion/kind are skipped (the splitter reports them).
 pub fn wanted<'a>(
     placements: impl IntoIterator<Item = &'a Placement>,
@@ -110,13 +112,6 @@ pub fn wanted<'a>(
 ) -> BTreeSet<ResourceType> {
     let mut types: BTreeSet<ResourceType> = defaults().chain(extra.iter().cloned()).collect();
     for p in placements {
-        // An empty list places every namespaced kind of the table: each is checked per member.
-        if p.spec.resource_selectors.is_empty() {
-            types.extend(
-                flotilla_interpreter::table::defaults(true)
-                    .map(|k| ResourceType::new(k.group, k.version, k.kind)),
-            );
-        }
         for s in &p.spec.resource_selectors {
             if let Ok(t) = ResourceType::from_api_version(&s.api_version, &s.kind) {
                 types.insert(t);

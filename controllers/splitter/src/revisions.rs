@@ -42,7 +42,9 @@ pub struct Revisions {
 pub fn revisions(workload: &Value, existing: &[Revision]) -> Revisions {
     let name = workload["metadata"]["name"].as_str().unwrap_or_default();
     let template = &workload["spec"]["template"];
-    let hash = template_hash(template);
+    // With the kind: a StatefulSet and a DaemonSet of the same name and template in one namespace
+    // each have revisions of their own.
+    let hash = template_hash(&json!({"kind": workload["kind"], "template": template}));
     let current = format!("{name}-{hash}");
     let newest_old = existing
         .iter()
@@ -164,6 +166,10 @@ mod tests {
             written(&revisions(&sts("db:1", None), &both)),
             (v1.clone(), 3)
         );
+        // A DaemonSet of the same name and template has revisions of its own.
+        let mut ds = sts("db:1", None);
+        ds["kind"] = json!("DaemonSet");
+        assert_ne!(written(&revisions(&ds, &[])).0, v1);
         // A limit of 1 old revision prunes the oldest.
         let pruned = revisions(&sts("db:3", Some(1)), &both);
         assert_eq!(pruned.prune, vec![both[0].clone()]);
