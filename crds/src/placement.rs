@@ -401,7 +401,9 @@ pub struct PlacementStatus {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NotPlaced {
+    /// API version of the object.
     pub api_version: String,
+    /// Kind of the object.
     pub kind: String,
     /// The object's name; empty when a whole type cannot be read.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -409,6 +411,7 @@ pub struct NotPlaced {
     /// `NotSelected`, `MadeByTheHub`, `Forbidden`, `TypeUnreadable`, `PodSecurityViolation`,
     /// `BindingHeldBack`, ...
     pub reason: String,
+    /// Why, in words.
     pub message: String,
 }
 
