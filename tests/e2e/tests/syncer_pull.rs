@@ -46,14 +46,15 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     // The hub's controllers of this test, with the chart's identities: its own Clusters only.
     let identities = ChartIdentities::install(hub_ns.name()).await?;
     let reg_identity = identities.args("registration")?;
-    let mut hub_flags: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
-    hub_flags.extend([
+    let hub_flags = [
         "--lease-namespace",
         hub_ns.name(),
         "--cluster-selector",
         cluster_selector.as_str(),
-    ]);
-    let hub_controller = ControllerProcess::start("flotilla-registration", &hub_flags)?;
+    ];
+    let mut reg_flags: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
+    reg_flags.extend(hub_flags);
+    let hub_controller = ControllerProcess::start("flotilla-registration", &reg_flags)?;
     let agent_identity = MemberIdentity::install(
         &member_info,
         MEMBER_AGENT,
@@ -472,7 +473,10 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         },
     )
     .await?;
-    let hub_syncer = ControllerProcess::start("flotilla-syncer", &hub_flags)?;
+    let syncer_identity = identities.args("syncer")?;
+    let mut syncer_flags: Vec<&str> = syncer_identity.iter().map(String::as_str).collect();
+    syncer_flags.extend(hub_flags);
+    let hub_syncer = ControllerProcess::start("flotilla-syncer", &syncer_flags)?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
     clusters.delete(&cluster, &DeleteParams::default()).await?;
     wait_for(
