@@ -34,8 +34,11 @@ pub const DEFAULT_IMPORTS: [(&str, &str, &str, &str); 5] = [
     shortname = "fpl",
     category = "flotilla",
     doc = "Places objects of its namespace on member clusters: which objects (resource selectors), \
-           which clusters (affinity, tolerations), how the replicas of Deployments and ReplicaSets \
-           are spread (duplicated or divided), and what happens on failure and deletion. When two \
+           which clusters (affinity, tolerations), how divisible workloads share their work \
+           (duplicated or divided: Deployments and ReplicaSets by replicas, StatefulSets by \
+           ordinals, Jobs by completions, PodDisruptionBudgets and HorizontalPodAutoscalers \
+           with them, custom kinds by their WorkloadProfile), and what happens on failure and \
+           deletion. When two \
            Placements select one object, the more specific one wins (a selector by name over one \
            by labels over one by kind over an empty one); a tie is reported, never resolved \
            silently.",
@@ -90,9 +93,13 @@ pub struct PlacementSpec {
     #[schemars(length(max = 32))]
     pub tolerations: Vec<Toleration>,
 
-    /// How the replicas of divisible workloads (Deployments, ReplicaSets) are spread over the
-    /// chosen clusters. Default: `type: Divided, division: Even`, so the replica count on the hub
-    /// is the total that runs. Other objects are copied to every chosen cluster.
+    /// How divisible workloads share their work over the chosen clusters: Deployments and
+    /// ReplicaSets by replicas, StatefulSets by disjoint ordinal ranges, NonIndexed Jobs by
+    /// completions (CronJobs and Indexed Jobs run on one cluster), a PodDisruptionBudget's
+    /// numeric `minAvailable` and a HorizontalPodAutoscaler's `maxReplicas` like replicas, and
+    /// custom kinds as their accepted WorkloadProfile says (docs/placement.md "Kinds"). Default:
+    /// `type: Divided, division: Even`, so the count on the hub is the total that runs. Other
+    /// objects are copied to every chosen cluster.
     #[serde(default)]
     pub replica_scheduling: ReplicaScheduling,
 
@@ -233,7 +240,8 @@ pub enum TolerationOperator {
     Exists,
 }
 
-/// How replicas of divisible workloads are spread over the chosen clusters.
+/// How divisible workloads (Deployments, ReplicaSets, StatefulSets, Jobs, budgets, autoscalers,
+/// profiled custom kinds) share their work over the chosen clusters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(
     validation = Rule::new("self.type != 'Divided' || has(self.division)")
