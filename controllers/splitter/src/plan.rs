@@ -197,7 +197,8 @@ pub struct Observation {
     pub rest_of_namespace: Vec<Listed>,
     pub rest_unreadable: Vec<Unreadable>,
     /// The manifests the members have now of the objects [`Observation::pod_security`] and
-    /// [`Observation::bindings`] hold back, as their Works hold them: those copies keep them, whatever the hub object says now.
+    /// [`Observation::bindings`] hold back, as their Works hold them: those copies keep them,
+    /// whatever the hub object says now.
     pub held_back: BTreeMap<CopyKey, DynamicObject>,
     /// Whether the Placement may take over member objects Flotilla did not create
     /// (`conflictPolicy: Adopt`): a ClusterPlacement (an admin's) may; a Placement only where its
@@ -905,7 +906,6 @@ fn conflict_policy(obs: &Observation) -> ConflictPolicy {
     }
 }
 
-/// Plans one pass of `obs.placement`.
 /// The objects of the namespace no Placement places (see [`crate::coverage`]).
 fn left_out(obs: &Observation) -> Vec<crate::coverage::LeftOut> {
     let held: BTreeMap<ObjectKey, (String, String)> = obs
@@ -935,6 +935,7 @@ fn left_out(obs: &Observation) -> Vec<crate::coverage::LeftOut> {
     crate::coverage::left_out(&listed, &obs.neighbours, &held, &unreadable)
 }
 
+/// Plans one pass of `obs.placement`.
 pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     let placement = &*obs.placement;
     let name = placement.name_any();
@@ -1063,45 +1064,41 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             placing.insert(key.clone());
             let manifest = member_manifest(kind, &object, Share::default());
             let mut excluded_here: Vec<ClusterExclusion> = Vec::new();
-            // Pods the hub would refuse in this namespace go to no member (design rule 9).
-            let refused = obs.pod_security.get(&key).and_then(|v| match v {
-                Verdict::Allowed => None,
-                Verdict::Violates(why) => Some((reasons::POD_SECURITY_VIOLATION, why.clone())),
-                Verdict::Unknown(why) => Some((
+            // Pods the hub would refuse in this namespace, and a binding that would grant more
+            // in a member than here, go to no member (design rule 9).
+            let refused = [
+                (
+                    &obs.pod_security,
+                    &mut out.findings.pod_security,
+                    reasons::POD_SECURITY_VIOLATION,
                     reasons::POD_SECURITY_UNKNOWN,
-                    format!("the hub could not check its pods against the namespace's Pod Security level now: {why}"),
-                )),
+                    "the hub could not check its pods against the namespace's Pod Security level now: ",
+                ),
+                (
+                    &obs.bindings,
+                    &mut out.findings.bindings,
+                    reasons::BINDING_HELD_BACK,
+                    reasons::BINDING_UNKNOWN,
+                    "",
+                ),
+            ]
+            .into_iter()
+            .find_map(|(verdicts, found, violates, unknown, unknown_prefix)| {
+                let (reason, why) = match verdicts.get(&key)? {
+                    Verdict::Allowed => return None,
+                    Verdict::Violates(why) => (violates, why.clone()),
+                    Verdict::Unknown(why) => (unknown, format!("{unknown_prefix}{why}")),
+                };
+                found.push(format!("{} {object_name}: {why}", ar.kind));
+                Some((reason, why))
             });
-            // Nor a binding that would grant more there than here (design rule 9).
-            let binding = obs.bindings.get(&key).and_then(|v| match v {
-                Verdict::Allowed => None,
-                Verdict::Violates(why) => Some((reasons::BINDING_HELD_BACK, why.clone())),
-                Verdict::Unknown(why) => Some((reasons::BINDING_UNKNOWN, why.clone())),
-            });
-            if let Some((reason, why)) = &binding {
-                out.findings
-                    .bindings
-                    .push(format!("{} {object_name}: {why}", ar.kind));
-                if *reason == reasons::BINDING_UNKNOWN {
-                    out.recheck_after = Some(
-                        out.recheck_after
-                            .map_or(POD_SECURITY_RETRY, |r| r.min(POD_SECURITY_RETRY)),
-                    );
-                }
-            }
-            let refused = refused.or(binding);
-            if let Some((reason, why)) = &refused
-                && !obs.bindings.contains_key(&key)
-            {
-                out.findings
-                    .pod_security
-                    .push(format!("{} {object_name}: {why}", ar.kind));
-                if *reason == reasons::POD_SECURITY_UNKNOWN {
-                    out.recheck_after = Some(
-                        out.recheck_after
-                            .map_or(POD_SECURITY_RETRY, |r| r.min(POD_SECURITY_RETRY)),
-                    );
-                }
+            if refused.as_ref().is_some_and(|(r, _)| {
+                [reasons::POD_SECURITY_UNKNOWN, reasons::BINDING_UNKNOWN].contains(r)
+            }) {
+                out.recheck_after = Some(
+                    out.recheck_after
+                        .map_or(POD_SECURITY_RETRY, |r| r.min(POD_SECURITY_RETRY)),
+                );
             }
             let candidates: Vec<Candidate> = selection
                 .candidates

@@ -838,10 +838,6 @@ async fn write_batch_statuses(
     }
 }
 
-/// Keeps the hub ReplicaSet records of every placed Deployment (see [`crate::history`]): writes
-/// those that differ from what the splitter last wrote, deletes those beyond the history
-/// limit, and writes each one's status from the copies where it says something new. What the
-/// hub refuses is logged and left: the Placement's own status is written still.
 /// The hub ControllerRevisions of the placed StatefulSets and DaemonSets (see
 /// [`crate::revisions`]).
 async fn write_revisions(ctx: &Context, obs: &Observation, plan: &Plan) {
@@ -855,8 +851,10 @@ async fn write_revisions(ctx: &Context, obs: &Observation, plan: &Plan) {
         .types
         .iter()
         .filter(|t| {
-            t.resource.api_version == "apps/v1"
-                && matches!(t.resource.kind.as_str(), "StatefulSet" | "DaemonSet")
+            flotilla_interpreter::table::lookup(&t.resource.api_version, &t.resource.kind)
+                .is_some_and(|k| {
+                    k.history == flotilla_interpreter::table::History::ControllerRevisions
+                })
         })
         .flat_map(|t| t.objects.iter().map(move |o| (&t.resource, o)))
         .filter(|(ar, o)| {
@@ -925,6 +923,10 @@ async fn write_revisions(ctx: &Context, obs: &Observation, plan: &Plan) {
     }
 }
 
+/// Keeps the hub ReplicaSet records of every placed Deployment (see [`crate::history`]): writes
+/// those that differ from what the splitter last wrote, deletes those beyond the history
+/// limit, and writes each one's status from the copies where it says something new. What the
+/// hub refuses is logged and left: the Placement's own status is written still.
 async fn write_histories(ctx: &Context, obs: &Observation, plan: &Plan, current: &Current<'_>) {
     let ns = obs.placement.namespace().unwrap_or_default();
     let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
