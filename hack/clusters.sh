@@ -1222,8 +1222,10 @@ EOF
   HOST_MEMBER="${host}"
   NO_HUB="${no_hub}"
   local names=() i hub=()
-  [[ "${NO_HUB}" == 1 ]] || hub=(hub)
-  [[ "${NO_HUB}" == 1 ]] || prepare_cluster hub hub "${PORT_BASE}" "${KUBERNETES_VERSION}"
+  if [[ "${NO_HUB}" != 1 ]]; then
+    hub=(hub)
+    prepare_cluster hub hub "${PORT_BASE}" "${KUBERNETES_VERSION}"
+  fi
   for i in $(seq 1 "${n}"); do
     prepare_cluster "member${i}" member $(( PORT_BASE + i )) "$(member_version "member${i}")"
     names+=("member${i}")

@@ -62,28 +62,6 @@ pub async fn render(release: &str, namespace: &str, extra: &[&str]) -> Result<Ve
     Ok(docs.into_iter().filter(|d| d.is_object()).collect())
 }
 
-/// Installs the chart's ServiceAccounts and RBAC as release `release` in `namespace` (not its
-/// Deployments: there are no container images here, the binaries run as local processes with
-/// the same identities). The cluster-scoped objects are deleted when the result is dropped.
-pub async fn install_identities(
-    hub: &Client,
-    release: &str,
-    namespace: &str,
-) -> Result<ClusterScopedObjects> {
-    install_identities_with(hub, release, namespace, &[]).await
-}
-
-/// [`install_identities`] with chart values: `values` are more `helm template` arguments, e.g.
-/// `["--set", "syncer.shardByCluster=true"]`.
-pub async fn install_identities_with(
-    hub: &Client,
-    release: &str,
-    namespace: &str,
-    values: &[&str],
-) -> Result<ClusterScopedObjects> {
-    apply_identities(hub, render(release, namespace, values).await?).await
-}
-
 /// The flags of the chart's Deployments that name identities and roles (the ClusterRoles that
 /// registration binds, the syncer's ServiceAccount): a controller run by a test gets them as the
 /// chart passes them, so the identities it binds are the chart's.
@@ -223,6 +201,11 @@ impl ChartIdentities {
             .get(controller)
             .map(|p| p.to_string_lossy().into_owned())
             .ok_or_else(|| anyhow!("the chart has no {controller} (release {})", self.release))
+    }
+
+    /// A hub client with `controller`'s identity.
+    pub async fn client(&self, controller: &str) -> Result<Client> {
+        crate::client_from_kubeconfig(std::path::Path::new(&self.kubeconfig(controller)?)).await
     }
 
     /// `--kubeconfig <its hub kubeconfig>` and the identity flags the chart gives `controller`.

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api;
-use flotilla_e2e::chart::{self, ChartIdentities, chart, helm_run, render};
+use flotilla_e2e::chart::{ChartIdentities, chart, helm_run, render};
 use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, wait_for};
@@ -554,11 +554,8 @@ async fn the_negotiator_writes_only_the_crds_it_publishes() -> Result<()> {
     let hub = env.hub.client().await?;
     api::install_crds(&hub).await?;
     let ns = TestNamespace::create("chart-vap", &[&env.hub]).await?;
-    let release = format!("e2e-{}", random_suffix());
-    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
-    let kubeconfig =
-        chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, "negotiator").await?;
-    let negotiator = flotilla_e2e::client_from_kubeconfig(&kubeconfig).await?;
+    let identities = ChartIdentities::install(ns.name()).await?;
+    let negotiator = identities.client("negotiator").await?;
     let crd = |name: &str, group: &str, published: bool| {
         let labels = if published {
             json!({"flotilla.dev/published": "true"})
@@ -657,16 +654,11 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     api::install_crds(&hub).await?;
     let ns = TestNamespace::create("chart-deny", &[&env.hub]).await?;
     let tenant = TestNamespace::create("chart-tenant", &[&env.hub]).await?;
-    let release = format!("e2e-{}", random_suffix());
-    let _identities = chart::install_identities(&hub, &release, ns.name()).await?;
+    let identities = ChartIdentities::install(ns.name()).await?;
+    let release = identities.release.clone();
     let mut clients = std::collections::BTreeMap::new();
     for controller in CONTROLLERS {
-        let kubeconfig =
-            chart::service_account_kubeconfig(&env, &hub, ns.name(), &release, controller).await?;
-        clients.insert(
-            controller,
-            flotilla_e2e::client_from_kubeconfig(&kubeconfig).await?,
-        );
+        clients.insert(controller, identities.client(controller).await?);
     }
     let registration = clients["registration"].clone();
 
