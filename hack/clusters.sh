@@ -425,7 +425,7 @@ wait_apiserver() { # name
   done
 }
 
-HUB_CONTROLLERS="namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,certificatesigningrequest-signing-controller"
+HUB_CONTROLLERS="namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,certificatesigningrequest-signing-controller,ttl-after-finished-controller"
 
 start_controllers() { # name
   local name="$1" dir="${CLUSTERS}/$1" controllers='*' bin index

@@ -129,7 +129,10 @@ pub const JOB_GENERATED_LABELS: [&str; 4] = [
 ];
 
 /// A Job's generated selector and the generated labels of its pod template (and of the Job
-/// itself, should they have been copied there): each member generates its own.
+/// itself, should they have been copied there): each member generates its own. And its
+/// `ttlSecondsAfterFinished`: a member that deleted its finished copy would never report the
+/// completion (and Flotilla would apply the copy again, to run again); the hub's TTL controller
+/// deletes the hub Job once the members' copies are all finished, and the copies go with it.
 pub(crate) fn strip_job(manifest: &mut Value) {
     let uid = manifest
         .pointer("/metadata/uid")
@@ -138,6 +141,7 @@ pub(crate) fn strip_job(manifest: &mut Value) {
     let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
+    spec.remove("ttlSecondsAfterFinished");
     if spec.get("manualSelector").and_then(Value::as_bool) == Some(true) {
         return;
     }
@@ -523,6 +527,7 @@ mod tests {
             "metadata": {"name": "pi", "namespace": "shop", "uid": uid,
                          "labels": {"team": "a", "controller-uid": uid}},
             "spec": {"manualSelector": manual, "completions": 2, "parallelism": 2,
+                "ttlSecondsAfterFinished": 0,
                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
                 "template": {"metadata": {"labels": {
                     "app": "pi", "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
@@ -538,6 +543,8 @@ mod tests {
         assert!(spec.get("selector").is_none(), "{job}");
         assert_eq!(spec["template"]["metadata"]["labels"], json!({"app": "pi"}));
         assert_eq!(job["metadata"]["labels"], json!({"team": "a"}));
+        // A member never deletes its copy of a finished Job: the hub's TTL does, for all.
+        assert!(spec.get("ttlSecondsAfterFinished").is_none(), "{job}");
         // The rest of the spec is the user's.
         assert_eq!(
             (spec["completions"].clone(), spec["parallelism"].clone()),
@@ -549,8 +556,11 @@ mod tests {
     #[test]
     fn a_job_that_chose_its_selector_keeps_it() {
         let mut job = stored_job(true);
-        let before = job.clone();
+        let mut before = job.clone();
         strip_allocated("batch/v1", "Job", &mut job, &[]);
+        if let Some(spec) = before["spec"].as_object_mut() {
+            spec.remove("ttlSecondsAfterFinished");
+        }
         assert_eq!(job, before);
         // And a label that merely has the name of a generated one, without the hub's UID, stays.
         let mut job = stored_job(false);

@@ -160,7 +160,7 @@ pub static KINDS: &[Kind] = &[
         Some(&kinds::Job),
         None,
         "`Divided`: NonIndexed with `completions`: completions divided once, parallelism in proportion; Indexed or without `completions`: whole on one member (see Jobs and CronJobs); `Duplicated`: whole in every member",
-        "`status`; the selector and pod-template labels generated from the hub Job's UID, unless `manualSelector: true`",
+        "`status`; `ttlSecondsAfterFinished` (the hub deletes the finished Job, and the copies go with it); the selector and pod-template labels generated from the hub Job's UID, unless `manualSelector: true`",
         "`active`, `ready`, `succeeded`, `failed` summed, `startTime`, `SuccessCriteriaMet`/`Complete` with `completionTime` once every copy is complete and the successes reach `completions`, `FailureTarget`/`Failed` once one failed and none runs"
     ),
     kind!(

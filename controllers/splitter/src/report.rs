@@ -326,15 +326,29 @@ pub fn placement_status(
     // Nothing is left out silently: what of the namespace no Placement places, and why.
     if placement.namespace().is_some() {
         let left_out = &findings.left_out;
-        let all_placed = if left_out.is_empty() {
+        // What the hub made for itself (a Helm release's record, a controller's ReplicaSet)
+        // stays on the hub by design: listed, but nothing a user has to act on.
+        let missing: Vec<_> = left_out
+            .iter()
+            .filter(|l| l.entry.reason != reasons::MADE_BY_THE_HUB)
+            .collect();
+        let all_placed = if missing.is_empty() {
+            let hub_own = left_out.len();
             condition(
                 conditions::ALL_PLACED,
                 true,
                 reasons::ALL_PLACED,
-                "every object of the namespace of a kind Flotilla knows is placed".into(),
+                if hub_own == 0 {
+                    "every object of the namespace of a kind Flotilla knows is placed".into()
+                } else {
+                    format!(
+                        "every object of the namespace of a kind Flotilla knows is placed; \
+                         {hub_own} the hub made for itself stay there (status.notPlaced)"
+                    )
+                },
             )
         } else {
-            let first: Vec<String> = left_out
+            let first: Vec<String> = missing
                 .iter()
                 .take(3)
                 .map(|l| {
@@ -356,9 +370,9 @@ pub fn placement_status(
                 reasons::NOT_PLACED,
                 format!(
                     "{} object(s) of the namespace are placed nowhere (status.notPlaced says why): {}{}",
-                    left_out.len(),
+                    missing.len(),
                     first.join(", "),
-                    if left_out.len() > first.len() {
+                    if missing.len() > first.len() {
                         ", …"
                     } else {
                         ""

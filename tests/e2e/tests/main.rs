@@ -30,3 +30,4 @@ mod syncer_faults;
 mod syncer_pull;
 mod syncer_shard;
 mod syncer_watch;
+mod third_party_charts;

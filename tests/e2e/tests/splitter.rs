@@ -205,6 +205,13 @@ impl Fleet {
         .await
     }
 
+    /// As [`Fleet::start_as_chart`], with the splitter also serving the ClusterPlacements
+    /// labelled with the fleet's selector.
+    pub(crate) async fn start_as_chart_with_cluster_placements(prefix: &str) -> Result<Self> {
+        let members = Environment::get().require_members(3)?.to_vec();
+        Self::start_full(prefix, members, &[], &[], &[], Second::None, true).await
+    }
+
     /// With a second namespace served by the same splitter: two teams on one hub. The splitter
     /// runs as the chart's splitter ServiceAccount.
     pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {

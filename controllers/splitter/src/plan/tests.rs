@@ -2137,3 +2137,78 @@ fn a_binding_that_grants_more_in_a_member_is_placed_nowhere_and_its_copies_stay(
         }
     }
 }
+
+#[test]
+fn what_the_hub_made_for_itself_is_listed_but_everything_is_still_placed() {
+    use crate::report::{Current, Outcome, placement_status};
+    let placement = mk_placement("shop", "p", json!({}));
+    // Helm's record of a release installed into the hub: stays on the hub by design.
+    let mut record = mk_configmap("shop", "sh.helm.release.v1.web.v1", "u-record", "v");
+    record.types = Some(kube::api::TypeMeta {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+    });
+    record.data = json!({"type": "helm.sh/release.v1", "data": {"release": "H4sI"}});
+    let objects = vec![mk_configmap("shop", "settings", "u-settings", "v"), record];
+    let status_of = |objects: Vec<DynamicObject>| {
+        let p = plan(&mk_observation(placement.clone(), three(), objects, vec![])).expect("plan");
+        let outcome = Outcome::default();
+        placement_status(
+            &placement,
+            &p,
+            &outcome,
+            &Current::new(&p, &outcome, &[]),
+            NOW,
+        )
+    };
+    let status = status_of(objects.clone());
+    let s = &status["status"];
+    let all_placed = s["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "AllPlaced")
+        .expect("AllPlaced");
+    assert_eq!(all_placed["status"], "True", "{all_placed}");
+    assert!(
+        all_placed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1 the hub made for itself")),
+        "{all_placed}"
+    );
+    assert_eq!(s["notPlacedCount"], 1);
+    assert_eq!(s["notPlaced"][0]["reason"], reasons::MADE_BY_THE_HUB);
+
+    // Another Placement's neighbour that selects nothing leaves the ConfigMap out: that one
+    // counts.
+    let only_secrets = mk_placement(
+        "shop",
+        "p",
+        json!({"resourceSelectors": [{"apiVersion": "v1", "kind": "Secret"}]}),
+    );
+    let mut obs = mk_observation(only_secrets.clone(), three(), objects, vec![]);
+    obs.neighbours = vec![only_secrets.clone()];
+    let p = plan(&obs).expect("plan");
+    let outcome = Outcome::default();
+    let status = placement_status(
+        &only_secrets,
+        &p,
+        &outcome,
+        &Current::new(&p, &outcome, &[]),
+        NOW,
+    );
+    let all_placed = status["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "AllPlaced")
+        .expect("AllPlaced")
+        .clone();
+    assert_eq!(all_placed["status"], "False", "{all_placed}");
+    assert!(
+        all_placed["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("1 object(s)") && m.contains("ConfigMap settings")),
+        "{all_placed}"
+    );
+}
