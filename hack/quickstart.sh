@@ -12,7 +12,7 @@
 #            Available, and start it again
 # Everything it starts is stopped, and its data deleted, by: hack/clusters.sh down
 # Environment: FLOTILLA_RUN_DIR, FLOTILLA_PORT_BASE (see hack/clusters.sh --help) and
-# FLOTILLA_CONTROLLER_PORT (first of the 17 node ports the chart's pods listen on; default the
+# FLOTILLA_CONTROLLER_PORT (first of the 19 node ports the chart's pods listen on; default the
 # port base + 2637: 19080 with the default port base).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -122,73 +122,47 @@ mkdir -p "${RUN_DIR}/controllers"
 sa_kubeconfig_of "${HUB_KUBECONFIG}" "${NS}" flotilla-bootstrap-member3 "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig"
 M3_KUBECONFIG="$(member_kubeconfig member3)"
 M3=("${TOOLS_BIN}/kubectl" --kubeconfig "${M3_KUBECONFIG}")
-# The agent's and the pull syncer's identities in member3 (deploy/agent), without their
-# Deployments: member3 has only kwok nodes, so both run as pods on the host node, each with a
-# kubeconfig of its own member3 ServiceAccount.
-without_deployments() {
-  python3 -c 'import sys; docs = open(sys.argv[1]).read().split("\n---"); print("\n---".join(d for d in docs if "\nkind: Deployment" not in d))' "$1"
-}
-for f in agent syncer; do
-  without_deployments "deploy/agent/${f}.yaml" \
-    | "${M3[@]}" apply --server-side --force-conflicts --field-manager flotilla-quickstart -f - >/dev/null
-done
+# member3 has only kwok nodes: its agent, syncer and importer run hosted, as pods on the host
+# node, with the member chart (charts/flotilla-agent) installed twice: in member3 their
+# identities (ServiceAccounts and least-privilege RBAC), on the host the Deployments, which reach
+# member3 with kubeconfigs of those ServiceAccounts. In a member with nodes of its own, one
+# `helm install flotilla charts/flotilla-agent --set clusterName=...` does both.
+HELM=("${TOOLS_BIN}/helm")
+log "== helm install ${RELEASE} charts/flotilla-agent --set install.controllers=false (into member3: the identities)"
+"${HELM[@]}" --kubeconfig "${M3_KUBECONFIG}" upgrade --install "${RELEASE}" charts/flotilla-agent \
+  --namespace "${NS}" --create-namespace --set install.controllers=false --wait >/dev/null
 t0="$(now)"
-until [[ -n "$("${M3[@]}" get clusterrole flotilla:syncer -o jsonpath='{.rules[0].verbs}' 2>/dev/null)" ]]; do
-  (( $(now) - t0 < 60 )) || die "member3's controller-manager did not aggregate the ClusterRole flotilla:syncer"
+until [[ -n "$("${M3[@]}" get clusterrole "${RELEASE}:syncer" -o jsonpath='{.rules[0].verbs}' 2>/dev/null)" ]]; do
+  (( $(now) - t0 < 60 )) || die "member3's controller-manager did not aggregate the ClusterRole ${RELEASE}:syncer"
   sleep 1
 done
-sa_kubeconfig_of "${M3_KUBECONFIG}" "${NS}" flotilla-agent "${RUN_DIR}/controllers/member3-agent.kubeconfig"
-sa_kubeconfig_of "${M3_KUBECONFIG}" "${NS}" flotilla-syncer "${RUN_DIR}/controllers/member3-syncer.kubeconfig"
 AGENT_NS=flotilla-member3
 "${HOST_K[@]}" create namespace "${AGENT_NS}" --dry-run=client -o yaml | "${HOST_K[@]}" apply -f - >/dev/null
-"${HOST_K[@]}" -n "${AGENT_NS}" create secret generic member3 \
-  --from-file=bootstrap="${RUN_DIR}/controllers/member3-bootstrap.kubeconfig" \
+for c in agent syncer importer; do
+  sa_kubeconfig_of "${M3_KUBECONFIG}" "${NS}" "${RELEASE}-${c}" "${RUN_DIR}/controllers/member3-${c}.kubeconfig"
+done
+"${HOST_K[@]}" -n "${AGENT_NS}" create secret generic member3-kubeconfigs \
   --from-file=agent="${RUN_DIR}/controllers/member3-agent.kubeconfig" \
   --from-file=syncer="${RUN_DIR}/controllers/member3-syncer.kubeconfig" \
+  --from-file=importer="${RUN_DIR}/controllers/member3-importer.kubeconfig" \
   --dry-run=client -o yaml | "${HOST_K[@]}" apply -f - >/dev/null
-# A Deployment on the host node that runs a Flotilla binary for member3: name, first of its two
-# ports, the key of its member3 kubeconfig in the Secret member3, then the command.
-member3_pod() {
-  python3 - "${AGENT_NS}" "${NS}" "$@" <<'PY'
-import json, sys
-agent_ns, lease_ns, name, port, key, *command = sys.argv[1:]
-port = int(port)
-probe = lambda path: {"httpGet": {"path": path, "port": port + 1, "host": "127.0.0.1"}}
-print(json.dumps({
-    "apiVersion": "apps/v1", "kind": "Deployment",
-    "metadata": {"name": name, "namespace": agent_ns},
-    "spec": {
-        "replicas": 1, "strategy": {"type": "Recreate"},
-        "selector": {"matchLabels": {"app": name}},
-        "template": {"metadata": {"labels": {"app": name}}, "spec": {
-            "hostNetwork": True, "automountServiceAccountToken": False,
-            "nodeSelector": {"flotilla.dev/host-node": "true"},
-            "tolerations": [{"key": "flotilla.dev/host-node", "operator": "Exists", "effect": "NoSchedule"}],
-            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": name, "image": "flotilla.local/flotilla:dev", "imagePullPolicy": "Never",
-                "command": command[:1],
-                "args": command[1:] + [f"--lease-namespace={lease_ns}",
-                                       f"--metrics-address=0.0.0.0:{port}",
-                                       f"--health-address=0.0.0.0:{port + 1}"],
-                "env": [{"name": "FLOTILLA_KUBECONFIG", "value": f"/etc/flotilla/member3/{key}"},
-                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                "readinessProbe": probe("/readyz"), "livenessProbe": probe("/healthz"),
-                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "member3", "mountPath": "/etc/flotilla/member3", "readOnly": True}],
-            }],
-            "volumes": [{"name": "member3", "secret": {"secretName": "member3"}}],
-        }},
-    },
-}))
-PY
-}
-member3_pod member3-agent "${AGENT_PORT}" agent flotilla-registration agent --cluster-name=member3 \
-  --hub-kubeconfig=/etc/flotilla/member3/bootstrap --heartbeat-interval=5s | "${HOST_K[@]}" apply -f - >/dev/null
+"${HOST_K[@]}" -n "${AGENT_NS}" create secret generic flotilla-bootstrap \
+  --from-file=kubeconfig="${RUN_DIR}/controllers/member3-bootstrap.kubeconfig" \
+  --dry-run=client -o yaml | "${HOST_K[@]}" apply -f - >/dev/null
+log "== helm install member3 charts/flotilla-agent (into ${HOST}, namespace ${AGENT_NS}: the agent, syncer and importer, hosted)"
+# Not --wait: the syncer and importer become ready once the hub accepted member3.
+"${HELM[@]}" --kubeconfig "${HOST_KUBECONFIG}" upgrade --install member3 charts/flotilla-agent \
+  --namespace "${AGENT_NS}" --values deploy/quickstart/values-member3.yaml \
+  --set clusterName=member3 --set member.kubeconfigSecret=member3-kubeconfigs \
+  --set member.namespace="${NS}" --set member.release="${RELEASE}" \
+  --set agent.metricsPort="${AGENT_PORT}" --set agent.healthPort="$(( AGENT_PORT + 1 ))" \
+  --set syncer.metricsPort="$(( AGENT_PORT + 2 ))" --set syncer.healthPort="$(( AGENT_PORT + 3 ))" \
+  --set importer.metricsPort="$(( AGENT_PORT + 4 ))" --set importer.healthPort="$(( AGENT_PORT + 5 ))" \
+  >/dev/null
 t0="$(now)"
 until "${K[@]}" get clusters.flotilla.dev member3 >/dev/null 2>&1; do
   if (( $(now) - t0 > 120 )); then
+    "${HOST_K[@]}" -n "${AGENT_NS}" get pods -o wide >&2 || true
     "${HOST_K[@]}" -n "${AGENT_NS}" logs deploy/member3-agent --tail 20 >&2 || true
     die "the agent of member3 did not create its Cluster"
   fi
@@ -196,12 +170,9 @@ until "${K[@]}" get clusters.flotilla.dev member3 >/dev/null 2>&1; do
 done
 log "member3's agent created its Cluster and asks to join; accepting it (hubAcceptsClient: true)"
 "${K[@]}" patch clusters.flotilla.dev member3 --type merge -p '{"spec":{"hubAcceptsClient":true}}' >/dev/null
-
-log "== starting member3's syncer (pull), as the ServiceAccount of deploy/agent/syncer.yaml"
-member3_pod member3-syncer "$(( AGENT_PORT + 2 ))" syncer flotilla-syncer --pull --cluster-name=member3 \
-  | "${HOST_K[@]}" apply -f - >/dev/null
-for d in member3-agent member3-syncer; do
-  "${HOST_K[@]}" -n "${AGENT_NS}" rollout status "deploy/${d}" --timeout 120s >/dev/null
+for d in member3-agent member3-syncer member3-importer; do
+  "${HOST_K[@]}" -n "${AGENT_NS}" rollout status "deploy/${d}" --timeout 120s >/dev/null \
+    || die "${d} did not become ready: kubectl --kubeconfig ${HOST_KUBECONFIG} -n ${AGENT_NS} logs deploy/${d}"
 done
 
 log "== waiting for the members to be Ready"

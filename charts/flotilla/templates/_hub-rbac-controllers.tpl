@@ -32,7 +32,7 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
 {{- /* The splitter reads every kind of the interpreter's table of kinds
        (controllers/interpreter/src/table.rs: what an empty resourceSelectors places) and writes
        the status of those whose status it shows on the hub; the e2e test
-       chart::the_splitters_rights_cover_the_table_of_kinds keeps these rules in step with it.
+       chart::the_chart_lints_and_renders_every_controller keeps these rules in step with it.
        The splitter creates pods only with dryRun=All: the hub's Pod Security admission judges a
        Pod built from each placed workload's pod template in its namespace before it is placed.
        The hub runs no pods (it has no nodes), and RBAC cannot tell a dry run from a create.

@@ -82,7 +82,8 @@ pub struct AgentArgs {
 
     /// Bootstrap kubeconfig of the hub: a credential that may only create this member's Cluster
     /// and certificate requests. Needed to register, and again only when the stored credential
-    /// is lost or expired.
+    /// is lost or expired. A path that does not exist is taken as no bootstrap credential (the
+    /// admin may delete it once the member joined).
     #[arg(long, env = "FLOTILLA_BOOTSTRAP_KUBECONFIG", value_name = "PATH")]
     pub hub_kubeconfig: Option<PathBuf>,
 
@@ -298,6 +299,15 @@ struct Agent {
 /// Runs the agent until `ctx.shutdown`. `ctx.client` is the member's client.
 pub async fn run(ctx: Context, args: AgentArgs) -> anyhow::Result<()> {
     let bootstrap = match &args.hub_kubeconfig {
+        // An admin may delete the bootstrap credential once the member joined (the member chart
+        // mounts it as an optional volume): the stored credential serves from then on.
+        Some(path) if !path.exists() => {
+            tracing::warn!(
+                path = %path.display(),
+                "the bootstrap kubeconfig does not exist: only the stored hub credential can be used"
+            );
+            None
+        }
         Some(path) => {
             let invalid = |reason: String| AgentError::BootstrapKubeconfig {
                 path: path.display().to_string(),

@@ -284,7 +284,7 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     /// Starts the agent of `registration` in a member with `identity` there (see
-    /// [`MEMBER_AGENT`]), keeping its Lease and credential Secret in `namespace` of the member;
+    /// [`MEMBER_AGENT`]) and the flags the chart gives it, keeping its Lease and credential Secret in `namespace` of the member;
     /// `extra` flags are appended.
     pub fn start(
         identity: &MemberIdentity,
@@ -292,12 +292,11 @@ impl AgentProcess {
         registration: &Registration,
         extra: &[&str],
     ) -> Result<Self> {
-        let member_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
+        let flags = identity.flags();
         let hub_kubeconfig = registration.kubeconfig.to_string_lossy().into_owned();
         let identity = format!("agent-{}", registration.cluster);
-        let mut args = vec![
-            "--kubeconfig",
-            member_kubeconfig.as_str(),
+        let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+        args.extend([
             "--lease-namespace",
             namespace,
             "--identity",
@@ -308,7 +307,7 @@ impl AgentProcess {
             hub_kubeconfig.as_str(),
             "--hub-credential-namespace",
             namespace,
-        ];
+        ]);
         args.extend_from_slice(extra);
         let process =
             ControllerProcess::start_subcommand("flotilla-registration", &["agent"], &args)?;
@@ -335,54 +334,68 @@ impl AgentProcess {
     }
 }
 
-/// A component that runs in a pull-mode member, installed from a file of `deploy/agent`.
-#[derive(Clone, Copy, Debug)]
-pub struct MemberComponent {
-    /// The file, relative to `deploy/agent`.
-    pub file: &'static str,
-    /// Its ServiceAccount in `flotilla-system`.
-    pub account: &'static str,
-    /// Its aggregated ClusterRole, if it has one (filled in by the controller-manager).
-    pub aggregated_role: Option<&'static str>,
+/// A component of a pull-mode member, as the member chart (`charts/flotilla-agent`) installs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberComponent {
+    /// `flotilla-registration agent`.
+    Agent,
+    /// `flotilla-syncer --pull`.
+    Syncer,
+    /// `flotilla-negotiator importer`.
+    Importer,
 }
 
-/// The pull-mode agent: `deploy/agent/agent.yaml`.
-pub const MEMBER_AGENT: MemberComponent = MemberComponent {
-    file: "agent.yaml",
-    account: "flotilla-agent",
-    aggregated_role: None,
-};
+impl MemberComponent {
+    /// Its name in the chart (the label `app.kubernetes.io/component`, the key of its kubeconfig
+    /// when hosted).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Syncer => "syncer",
+            Self::Importer => "importer",
+        }
+    }
+}
 
-/// The pull-mode syncer: `deploy/agent/syncer.yaml`.
-pub const MEMBER_SYNCER: MemberComponent = MemberComponent {
-    file: "syncer.yaml",
-    account: "flotilla-syncer",
-    aggregated_role: Some("flotilla:syncer"),
-};
+/// The pull-mode agent.
+pub const MEMBER_AGENT: MemberComponent = MemberComponent::Agent;
+/// The pull-mode syncer.
+pub const MEMBER_SYNCER: MemberComponent = MemberComponent::Syncer;
+/// The pull-mode importer.
+pub const MEMBER_IMPORTER: MemberComponent = MemberComponent::Importer;
 
-/// The pull-mode importer: `deploy/agent/importer.yaml`.
-pub const MEMBER_IMPORTER: MemberComponent = MemberComponent {
-    file: "importer.yaml",
-    account: "flotilla-importer",
-    aggregated_role: None,
-};
+/// The member chart's directory.
+pub fn member_chart() -> PathBuf {
+    crate::repo_root().join("charts/flotilla-agent")
+}
 
-/// The identity of a component in a pull-mode member, installed from its `deploy/agent` file.
-/// Its cluster-scoped objects are deleted when dropped.
+/// The flags of the member chart's Deployments that name what a component's RBAC grants by name
+/// (its Lease, the credential Secret): a component run by a test gets them as the chart passes
+/// them.
+const MEMBER_IDENTITY_FLAGS: &[&str] = &["--lease-name", "--hub-credential-secret"];
+
+/// The identity of a component in a pull-mode member: the ServiceAccount and RBAC that the member
+/// chart installs (`helm template` of a release of its own, with `install.controllers=false`
+/// as a hosted install has it; not the Deployment: there are no container images here, the
+/// component runs as a local process with the same identity). Its cluster-scoped objects are
+/// deleted when dropped.
 pub struct MemberIdentity {
     /// A kubeconfig of the member with a token of the ServiceAccount.
     pub kubeconfig: PathBuf,
+    /// The chart's release.
+    pub release: String,
+    /// The flags the chart gives the component that its RBAC depends on (`--lease-name`,
+    /// `--hub-credential-secret`).
+    pub args: Vec<String>,
+    account: String,
     _objects: api::ClusterScopedObjects,
 }
 
 impl MemberIdentity {
-    /// Installs the ServiceAccount and RBAC of `component`'s file (not its Deployment: there
-    /// are no container images here, the component runs as a local process with the same
-    /// identity) in `member`, as a user would, except that `namespace` stands for
-    /// `flotilla-system`, `credential_secret` for the agent's credential Secret, and the names
-    /// of its ClusterRoles and ClusterRoleBindings end in `:<namespace>` (tests of one member run
-    /// side by side, each with its own). Waits until the member's controller-manager has
-    /// aggregated its ClusterRole, if any, then mints a token.
+    /// Installs `component`'s ServiceAccount and RBAC of the member chart in `member`, as a user
+    /// would, with `namespace` as the release namespace (it stands for `flotilla-system`) and
+    /// `credential_secret` as `hub.credentialSecret`. Waits until the member's
+    /// controller-manager has aggregated its ClusterRole, if any, then mints a token.
     pub async fn install(
         member: &ClusterInfo,
         component: MemberComponent,
@@ -390,50 +403,52 @@ impl MemberIdentity {
         credential_secret: &str,
     ) -> Result<Self> {
         let client = member.client().await?;
-        let path = crate::repo_root().join("deploy/agent").join(component.file);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
-            .with_context(|| format!("parsing {}", path.display()))?;
+        let release = format!("e2e-{}", random_suffix());
+        let chart = member_chart().to_string_lossy().into_owned();
+        let credential = format!("hub.credentialSecret={credential_secret}");
+        // The Deployments are rendered (a cluster name is needed for them) only for their flags.
+        let yaml = crate::chart::helm_run(&[
+            "template",
+            &release,
+            &chart,
+            "--namespace",
+            namespace,
+            "--set",
+            "clusterName=e2e",
+            "--set",
+            &credential,
+        ])
+        .await?;
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&yaml).context("parsing helm template output")?;
         let mut objects = api::ClusterScopedObjects::new(member);
-        for mut doc in docs.into_iter().filter(|d| d.is_object()) {
-            if doc["kind"] == "Deployment" || doc["kind"] == "Namespace" {
+        let mut args = Vec::new();
+        let mut aggregated = None;
+        for doc in docs
+            .into_iter()
+            .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == component.name())
+        {
+            if doc["kind"] == "Deployment" {
+                let container = &doc["spec"]["template"]["spec"]["containers"][0];
+                args.extend(
+                    container["args"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(serde_json::Value::as_str)
+                        .filter(|a| {
+                            MEMBER_IDENTITY_FLAGS
+                                .iter()
+                                .any(|f| a.split('=').next() == Some(f))
+                        })
+                        .map(String::from),
+                );
                 continue;
             }
+            if doc.get("aggregationRule").is_some() {
+                aggregated = doc["metadata"]["name"].as_str().map(String::from);
+            }
             let (resource, scope) = api::resource_of(&client, &doc).await?;
-            if scope == kube::discovery::Scope::Namespaced {
-                doc["metadata"]["namespace"] = json!(namespace);
-            } else {
-                let own = format!(
-                    "{}:{namespace}",
-                    doc["metadata"]["name"].as_str().unwrap_or("")
-                );
-                doc["metadata"]["name"] = json!(own);
-            }
-            if let Some(role) = doc.get_mut("roleRef")
-                && role["kind"] == "ClusterRole"
-            {
-                let own = format!("{}:{namespace}", role["name"].as_str().unwrap_or(""));
-                role["name"] = json!(own);
-            }
-            // (get_mut: indexing a mutable Value would add the missing key.)
-            let subjects = doc.get_mut("subjects").and_then(|s| s.as_array_mut());
-            for subject in subjects.into_iter().flatten() {
-                if subject["kind"] == "ServiceAccount" {
-                    subject["namespace"] = json!(namespace);
-                }
-            }
-            if doc["kind"] == "Role" {
-                let rules = doc.get_mut("rules").and_then(|r| r.as_array_mut());
-                for rule in rules.into_iter().flatten() {
-                    // The named Secret is the credential (create cannot be limited by name).
-                    if rule["resources"] == json!(["secrets"])
-                        && rule.get("resourceNames").is_some()
-                    {
-                        rule["resourceNames"] = json!([credential_secret]);
-                    }
-                }
-            }
             let name = doc["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
@@ -445,14 +460,18 @@ impl MemberIdentity {
                 objects.add(resource, name);
             }
         }
-        if let Some(role) = component.aggregated_role {
-            let role = &format!("{role}:{namespace}");
+        ensure!(
+            !args.is_empty(),
+            "the member chart rendered no {} Deployment",
+            component.name()
+        );
+        if let Some(role) = aggregated {
             let roles: Api<ClusterRole> = Api::all(client.clone());
             crate::wait_for(
                 &format!("{role} to aggregate its rules in {}", member.name),
                 Duration::from_secs(30),
                 || async {
-                    let rules = roles.get(role).await?.rules.unwrap_or_default();
+                    let rules = roles.get(&role).await?.rules.unwrap_or_default();
                     Ok(if rules.is_empty() {
                         crate::Seen::not_yet("no rules yet")
                     } else {
@@ -462,11 +481,38 @@ impl MemberIdentity {
             )
             .await?;
         }
-        let token = crate::chart::token_for(&client, namespace, component.account).await?;
+        let account = format!("{release}-{}", component.name());
+        let token = crate::chart::token_for(&client, namespace, &account).await?;
         Ok(Self {
             kubeconfig: crate::chart::cluster_kubeconfig_with_token(member, &token)?,
+            account: format!("system:serviceaccount:{namespace}:{account}"),
+            release,
+            args,
             _objects: objects,
         })
+    }
+
+    /// The Lease the chart names for the component (its `--lease-name`).
+    pub fn lease_name(&self) -> &str {
+        self.args
+            .iter()
+            .find_map(|a| a.strip_prefix("--lease-name="))
+            .unwrap_or_default()
+    }
+
+    /// The username of the component's ServiceAccount in the member.
+    pub fn username(&self) -> &str {
+        &self.account
+    }
+
+    /// `--kubeconfig <its member kubeconfig>` and the flags of [`MemberIdentity::args`].
+    pub fn flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            "--kubeconfig".to_string(),
+            self.kubeconfig.to_string_lossy().into_owned(),
+        ];
+        flags.extend(self.args.iter().cloned());
+        flags
     }
 }
 

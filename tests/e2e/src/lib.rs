@@ -18,7 +18,8 @@
 //!
 //! Controllers run on the product path: with the ServiceAccounts, RBAC, admission policies and
 //! flags the chart renders for a release of the test's own ([`chart::ChartIdentities`]), and in a
-//! member with the identities of `deploy/agent` ([`bootstrap::MemberIdentity`]).
+//! member with the identities of the member chart `charts/flotilla-agent`
+//! ([`bootstrap::MemberIdentity`]).
 //! [`process::ControllerProcess`] refuses to start one with an admin kubeconfig of any cluster of
 //! the environment. The tests themselves act as the admin and the users.
 

@@ -54,8 +54,8 @@ impl ControllerProcess {
     /// `subcommand` goes first, since a subcommand's flags follow it.
     ///
     /// Refuses to start a controller with an admin kubeconfig of any cluster of the environment:
-    /// the tests run every controller with the identity the chart (or, in a member, its
-    /// `deploy/agent` file) gives it, so that a missing right fails a test, not a user.
+    /// the tests run every controller with the identity the chart (or, in a member, the member
+    /// chart `charts/flotilla-agent`) gives it, so that a missing right fails a test, not a user.
     pub fn start_subcommand(binary: &str, subcommand: &[&str], args: &[&str]) -> Result<Self> {
         refuse_admin_credentials(binary, args)?;
         let path = controller_binary(binary)?;
@@ -162,7 +162,7 @@ fn refuse_admin_credentials(binary: &str, args: &[&str]) -> Result<()> {
             bail!(
                 "{binary} would run with the admin credentials of {cluster} ({}): run it with the \
                  identity the chart gives it (flotilla_e2e::chart::ChartIdentities) or, in a \
-                 member, its deploy/agent identity (flotilla_e2e::bootstrap::MemberIdentity)",
+                 member, the member chart's identity (flotilla_e2e::bootstrap::MemberIdentity)",
                 path.display()
             );
         }

@@ -851,3 +851,316 @@ async fn external_mode(release: &Release, existing: &ClusterInfo) -> Result<()> 
     );
     Ok(())
 }
+
+/// The member chart as a user installs it for a member without nodes of its own (as the quick
+/// start does for member3): `helm install --wait` of the identities in the member, and of the
+/// agent, syncer and importer, hosted, as pods on the real node that reach the member with
+/// kubeconfigs of those identities. The member joins the hub from the bootstrap kubeconfig, its
+/// schemas are imported and a Work is applied into it; `helm uninstall --wait` removes both
+/// releases and leaves what was applied in place.
+#[tokio::test]
+async fn the_member_chart_joins_a_pull_member_from_the_real_node() -> Result<()> {
+    use flotilla_api::cluster::{Cluster, ClusterSpec, SyncMode};
+    use flotilla_api::{ApiResourceImport, Work, labels, names};
+    use flotilla_e2e::TestNamespace;
+    use flotilla_e2e::bootstrap::{Registration, install_bootstrap, member_chart};
+    use flotilla_e2e::chart::{ChartIdentities, cluster_kubeconfig_with_token, token_for};
+    use flotilla_e2e::process::ControllerProcess;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use kube::api::PostParams;
+
+    const LABEL: &str = "e2e.flotilla.dev/agent-chart";
+    let env = Environment::get();
+    let (host, node) = host()?;
+    let member = env
+        .members
+        .iter()
+        .find(|m| m.name != host.name)
+        .context("a member other than the host")?
+        .clone();
+    let hub = env.hub.client().await?;
+    flotilla_e2e::api::install_crds(&hub).await?;
+    install_bootstrap(&hub).await?;
+    let hub_ns = TestNamespace::create("agent-chart", &[&env.hub]).await?;
+    let member_ns = TestNamespace::create("agent-chart", &[&member]).await?;
+    let host_ns = TestNamespace::create("agent-chart", &[&host]).await?;
+    let selector = random_suffix();
+    // The hub's registration controller with the hub chart's identity, serving this test's Cluster.
+    let identities = ChartIdentities::install(hub_ns.name()).await?;
+    let mut args = identities.args("registration")?;
+    args.extend(
+        [
+            "--lease-namespace",
+            hub_ns.name(),
+            "--cluster-selector",
+            &format!("{LABEL}={selector}"),
+        ]
+        .map(String::from),
+    );
+    let registration_controller = ControllerProcess::start(
+        "flotilla-registration",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    let registration = Registration::create(&env, &format!("e2e-achart-{selector}")).await?;
+    let cluster = registration.cluster.clone();
+    let mut c = Cluster::new(
+        &cluster,
+        ClusterSpec {
+            sync_mode: SyncMode::Pull,
+            hub_accepts_client: true,
+            ..Default::default()
+        },
+    );
+    c.metadata.labels = Some([(LABEL.to_string(), selector.clone())].into());
+    Api::<Cluster>::all(hub.clone())
+        .create(&PostParams::default(), &c)
+        .await?;
+
+    let chart = member_chart().to_string_lossy().into_owned();
+    let identity_release = format!("ids-{selector}");
+    let hosted_release = format!("agent-{selector}");
+    let helm_in = |cluster: &ClusterInfo, namespace: &str, args: Vec<String>| {
+        let kubeconfig = cluster.kubeconfig.clone();
+        let namespace = namespace.to_string();
+        async move {
+            let out = tokio::process::Command::new(helm())
+                .args(&args)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--namespace")
+                .arg(&namespace)
+                .output()
+                .await
+                .context("running helm")?;
+            ensure!(
+                out.status.success(),
+                "helm {} failed:\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    let strings = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+
+    let result = async {
+        // -- in the member: the identities
+        helm_in(
+            &member,
+            member_ns.name(),
+            strings(&[
+                "install",
+                &identity_release,
+                &chart,
+                "--set",
+                "install.controllers=false",
+                "--wait",
+                "--timeout",
+                "2m",
+            ]),
+        )
+        .await?;
+        let member_client = member.client().await?;
+        let mut kubeconfigs = BTreeMap::new();
+        for component in ["agent", "syncer", "importer"] {
+            let token = token_for(
+                &member_client,
+                member_ns.name(),
+                &format!("{identity_release}-{component}"),
+            )
+            .await?;
+            let path = cluster_kubeconfig_with_token(&member, &token)?;
+            kubeconfigs.insert(
+                component.to_string(),
+                k8s_openapi::ByteString(std::fs::read(path)?),
+            );
+        }
+        // -- on the host: the member's kubeconfigs, the bootstrap kubeconfig, the Deployments
+        let host_client = host.client().await?;
+        let secrets = Api::<Secret>::namespaced(host_client.clone(), host_ns.name());
+        for (name, data) in [
+            ("member-kubeconfigs", kubeconfigs),
+            (
+                "flotilla-bootstrap",
+                [(
+                    "kubeconfig".to_string(),
+                    k8s_openapi::ByteString(std::fs::read(&registration.kubeconfig)?),
+                )]
+                .into(),
+            ),
+        ] {
+            let secret = Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                data: Some(data),
+                ..Default::default()
+            };
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
+        let ports = node_ports()?;
+        let values = repo_root().join("deploy/quickstart/values-member3.yaml");
+        let mut install = strings(&[
+            "install",
+            &hosted_release,
+            &chart,
+            "--values",
+            &values.to_string_lossy(),
+            "--set",
+            &format!("clusterName={cluster}"),
+            "--set",
+            "member.kubeconfigSecret=member-kubeconfigs",
+            "--set",
+            &format!("member.namespace={}", member_ns.name()),
+            "--set",
+            &format!("member.release={identity_release}"),
+            "--wait",
+            "--timeout",
+            "3m",
+        ]);
+        for (i, component) in ["agent", "syncer", "importer"].iter().enumerate() {
+            install.push("--set".into());
+            install.push(format!("{component}.metricsPort={}", ports[2 * i]));
+            install.push("--set".into());
+            install.push(format!("{component}.healthPort={}", ports[2 * i + 1]));
+        }
+        let started = Instant::now();
+        helm_in(&host, host_ns.name(), install)
+            .await
+            .with_context(|| format!("registration log:\n{}", registration_controller.log()))?;
+        eprintln!(
+            "helm install --wait of the hosted agent, syncer and importer took {:?}",
+            started.elapsed()
+        );
+        let pods = Api::<Pod>::namespaced(host_client.clone(), host_ns.name())
+            .list(&ListParams::default())
+            .await?;
+        ensure!(
+            pods.items.len() == 3
+                && pods
+                    .items
+                    .iter()
+                    .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(node.as_str())),
+            "one pod per component, on the real node"
+        );
+
+        // -- the member joined, with its own credential, and is Ready
+        wait_for(
+            "the Cluster to be Ready from the hosted agent's heartbeats",
+            Duration::from_secs(90),
+            || async {
+                let c = Api::<Cluster>::all(hub.clone()).get(&cluster).await?;
+                let ready = c
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter())
+                    .find(|c| c.type_ == "Ready")
+                    .map(|c| c.status.clone());
+                Ok(if ready.as_deref() == Some("True") {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("Ready={ready:?}"))
+                })
+            },
+        )
+        .await?;
+        ensure!(
+            Api::<Secret>::namespaced(member_client.clone(), member_ns.name())
+                .get_opt("flotilla-hub-kubeconfig")
+                .await?
+                .is_some(),
+            "the agent keeps the hub credential in the member, not on the host"
+        );
+        // -- the importer sent the member's schemas
+        let imports: Api<ApiResourceImport> =
+            Api::namespaced(hub.clone(), &names::cluster_namespace(&cluster));
+        wait_for(
+            "the member's Deployment schema imported by the hosted importer",
+            Duration::from_secs(60),
+            || async {
+                Ok(match imports.get_opt("deployments.v1.apps").await? {
+                    Some(_) => Seen::Done(()),
+                    None => Seen::not_yet("no import"),
+                })
+            },
+        )
+        .await?;
+        // -- the syncer applies a Work into the member
+        let work: Work = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+            "metadata": {"name": "settings", "labels": {labels::CLUSTER: cluster}},
+            "spec": {"manifests": [
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "settings", "namespace": member_ns.name()},
+                 "data": {"color": "blue"}}]},
+        }))?;
+        Api::<Work>::namespaced(hub.clone(), &names::cluster_namespace(&cluster))
+            .create(&PostParams::default(), &work)
+            .await?;
+        let configmaps = Api::<ConfigMap>::namespaced(member_client.clone(), member_ns.name());
+        wait_for(
+            "the Work's ConfigMap applied into the member by the hosted syncer",
+            Duration::from_secs(60),
+            || async {
+                let color = configmaps
+                    .get_opt("settings")
+                    .await?
+                    .and_then(|c| c.data)
+                    .and_then(|d| d.get("color").cloned());
+                Ok(match color.as_deref() {
+                    Some("blue") => Seen::Done(()),
+                    other => Seen::not_yet(format!("color {other:?}")),
+                })
+            },
+        )
+        .await?;
+
+        // -- helm uninstall --wait: both releases go, the applied object stays
+        helm_in(
+            &host,
+            host_ns.name(),
+            strings(&["uninstall", &hosted_release, "--wait", "--timeout", "2m"]),
+        )
+        .await?;
+        helm_in(
+            &member,
+            member_ns.name(),
+            strings(&["uninstall", &identity_release, "--wait", "--timeout", "2m"]),
+        )
+        .await?;
+        ensure!(
+            Api::<ClusterRole>::all(member_client.clone())
+                .get_opt(&format!("{identity_release}:syncer"))
+                .await?
+                .is_none(),
+            "helm uninstall removes the member chart's ClusterRoles"
+        );
+        ensure!(
+            configmaps.get_opt("settings").await?.is_some(),
+            "uninstalling the member chart leaves what the syncer applied in place"
+        );
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("registration log:\n{}", registration_controller.log());
+        let _ = helm_in(
+            &host,
+            host_ns.name(),
+            strings(&["uninstall", &hosted_release, "--wait", "--timeout", "1m"]),
+        )
+        .await;
+        let _ = helm_in(
+            &member,
+            member_ns.name(),
+            strings(&["uninstall", &identity_release, "--timeout", "1m"]),
+        )
+        .await;
+    }
+    drop(registration);
+    result
+}

@@ -8,6 +8,7 @@
 /// negotiator is judged again by another's.
 pub(crate) static ONE_NEGOTIATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+mod agent_chart;
 mod api;
 mod chart;
 mod chart_install;

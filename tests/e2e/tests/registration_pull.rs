@@ -48,7 +48,7 @@ struct Fixture {
     member_ns: TestNamespace,
     _hub_ns: TestNamespace,
     hub_controller: ControllerProcess,
-    /// The agent's identity in the member (deploy/agent/agent.yaml).
+    /// The agent's identity in the member (the member chart's).
     agent_identity: MemberIdentity,
     /// Last: the hub controllers' identities outlive them.
     identities: ChartIdentities,
@@ -1069,7 +1069,7 @@ async fn a_pull_members_importer_imports_the_custom_types_placements_select() ->
     .await?
     .context("installing the member's CRD")?;
 
-    // The importer runs in the member with the identity of deploy/agent/importer.yaml, and
+    // The importer runs in the member with the member chart's identity for it, and
     // reaches the hub with the agent's credential only. No negotiator runs yet: the hub keeps no
     // list for the member, and the importer imports the defaults.
     let identity = MemberIdentity::install(
@@ -1079,24 +1079,24 @@ async fn a_pull_members_importer_imports_the_custom_types_placements_select() ->
         CREDENTIAL_SECRET,
     )
     .await?;
-    let importer_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
-    let importer = ControllerProcess::start_subcommand(
-        "flotilla-negotiator",
-        &["importer"],
-        &[
-            "--kubeconfig",
-            &importer_kubeconfig,
+    let mut importer_args = identity.flags();
+    importer_args.extend(
+        [
             "--lease-namespace",
             f.member_ns.name(),
             "--cluster-name",
             &me.cluster,
             "--hub-credential-namespace",
             f.member_ns.name(),
-            "--hub-credential-secret",
-            CREDENTIAL_SECRET,
             "--import-interval",
             "5s",
-        ],
+        ]
+        .map(String::from),
+    );
+    let importer = ControllerProcess::start_subcommand(
+        "flotilla-negotiator",
+        &["importer"],
+        &importer_args.iter().map(String::as_str).collect::<Vec<_>>(),
     )?;
     let imports: Api<ApiResourceImport> = Api::namespaced(f.hub.clone(), &own_ns);
     let gadgets = format!("gadgets.v1.{group}");

@@ -1,11 +1,11 @@
-//! The syncer in pull mode: it runs against the member with the ServiceAccount and RBAC of
-//! `deploy/agent/syncer.yaml` only, reaches the hub only with the credential the registration
-//! agent obtained (least privilege: Works of its own namespace), applies the member's Works
-//! (creating their target namespaces), brings their status up, reverts drift, holds each Work
-//! with its finalizer (the only change to a Work its credential may make) and deletes the member
-//! objects of a deleted Work — also one deleted while the syncer was not running. The
-//! negotiator's importer, also in the member, writes the member's schemas with the same
-//! credential.
+//! The syncer in pull mode: it runs against the member with the ServiceAccount and RBAC the
+//! member chart (`charts/flotilla-agent`) gives it only, reaches the hub only with the
+//! credential the registration agent obtained (least privilege: Works of its own namespace),
+//! applies the member's Works (creating their target namespaces), brings their status up,
+//! reverts drift, holds each Work with its finalizer (the only change to a Work its credential
+//! may make) and deletes the member objects of a deleted Work — also one deleted while the
+//! syncer was not running. The negotiator's importer, also in the member, writes the member's
+//! schemas with the same credential.
 
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     })?;
 
     // The syncer runs "in the member": its own cluster is the member, where it has only the
-    // ServiceAccount and RBAC of deploy/agent/syncer.yaml (flotilla-system being the test's
+    // ServiceAccount and RBAC the member chart gives it (flotilla-system being the test's
     // namespace); the hub is reached with the agent's credential only.
     let identity = MemberIdentity::install(
         &member_info,
@@ -111,11 +111,7 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         CREDENTIAL_SECRET,
     )
     .await?;
-    let account = format!(
-        "system:serviceaccount:{}:{}",
-        member_ns.name(),
-        MEMBER_SYNCER.account
-    );
+    let account = identity.username().to_string();
     // Least privilege: what a syncer may not do in the member.
     for (verb, group, resource, name) in [
         ("delete", "", "namespaces", None),
@@ -129,7 +125,7 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
             "update",
             "coordination.k8s.io",
             "leases",
-            Some("flotilla-agent"),
+            Some(agent_identity.lease_name()),
         ),
         ("patch", "", "nodes", None),
         // Placed Roles and RoleBindings, yes (flotilla:syncer:rbac); cluster-wide grants, no.
@@ -177,31 +173,31 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
             "the member syncer may patch {resource}"
         );
     }
-    let member_kubeconfig = identity.kubeconfig.to_string_lossy().into_owned();
+    let mut syncer_args = identity.flags();
+    syncer_args.extend(
+        [
+            "--lease-namespace",
+            member_ns.name(),
+            "--pull",
+            "--cluster-name",
+            &cluster,
+            "--hub-credential-namespace",
+            member_ns.name(),
+            "--resync-interval",
+            "5m",
+        ]
+        .map(String::from),
+    );
     let start_syncer = || {
         ControllerProcess::start(
             "flotilla-syncer",
-            &[
-                "--kubeconfig",
-                &member_kubeconfig,
-                "--lease-namespace",
-                member_ns.name(),
-                "--pull",
-                "--cluster-name",
-                &cluster,
-                "--hub-credential-namespace",
-                member_ns.name(),
-                "--hub-credential-secret",
-                CREDENTIAL_SECRET,
-                "--resync-interval",
-                "5m",
-            ],
+            &syncer_args.iter().map(String::as_str).collect::<Vec<_>>(),
         )
     };
     let syncer = start_syncer()?;
 
     // The negotiator's importer runs in the member too, with the ServiceAccount and RBAC of
-    // deploy/agent/importer.yaml only (leader election included), and writes the member's
+    // the member chart's identity only (leader election included), and writes the member's
     // schemas into its namespace on the hub with nothing but the agent's credential.
     let importer_identity = MemberIdentity::install(
         &member_info,
@@ -210,24 +206,24 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
         CREDENTIAL_SECRET,
     )
     .await?;
-    let importer_kubeconfig = importer_identity.kubeconfig.to_string_lossy().into_owned();
-    let importer = ControllerProcess::start_subcommand(
-        "flotilla-negotiator",
-        &["importer"],
-        &[
-            "--kubeconfig",
-            &importer_kubeconfig,
+    let mut importer_args = importer_identity.flags();
+    importer_args.extend(
+        [
             "--lease-namespace",
             member_ns.name(),
             "--cluster-name",
             &cluster,
             "--hub-credential-namespace",
             member_ns.name(),
-            "--hub-credential-secret",
-            CREDENTIAL_SECRET,
             "--import-interval",
             "5s",
-        ],
+        ]
+        .map(String::from),
+    );
+    let importer = ControllerProcess::start_subcommand(
+        "flotilla-negotiator",
+        &["importer"],
+        &importer_args.iter().map(String::as_str).collect::<Vec<_>>(),
     )?;
     let imports: Api<ApiResourceImport> =
         Api::namespaced(hub.clone(), &names::cluster_namespace(&cluster));
