@@ -977,30 +977,8 @@ async fn the_member_chart_joins_a_pull_member_from_the_real_node() -> Result<()>
                 k8s_openapi::ByteString(std::fs::read(path)?),
             );
         }
-        // -- on the host: the member's kubeconfigs, the bootstrap kubeconfig, the Deployments
-        let host_client = host.client().await?;
-        let secrets = Api::<Secret>::namespaced(host_client.clone(), host_ns.name());
-        for (name, data) in [
-            ("member-kubeconfigs", kubeconfigs),
-            (
-                "flotilla-bootstrap",
-                [(
-                    "kubeconfig".to_string(),
-                    k8s_openapi::ByteString(std::fs::read(&registration.kubeconfig)?),
-                )]
-                .into(),
-            ),
-        ] {
-            let secret = Secret {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.into()),
-                    ..Default::default()
-                },
-                data: Some(data),
-                ..Default::default()
-            };
-            secrets.create(&PostParams::default(), &secret).await?;
-        }
+        // -- on the host: the Deployments, which need the member's kubeconfigs and the
+        // bootstrap kubeconfig: without them the install fails at once, naming the Secret.
         let ports = node_ports()?;
         let values = repo_root().join("deploy/quickstart/values-member3.yaml");
         let mut install = strings(&[
@@ -1026,6 +1004,36 @@ async fn the_member_chart_joins_a_pull_member_from_the_real_node() -> Result<()>
             install.push(format!("{component}.metricsPort={}", ports[2 * i]));
             install.push("--set".into());
             install.push(format!("{component}.healthPort={}", ports[2 * i + 1]));
+        }
+        let missing = helm_in(&host, host_ns.name(), install.clone()).await;
+        ensure!(
+            missing
+                .as_ref()
+                .is_err_and(|e| format!("{e:#}").contains("member.kubeconfigSecret: the Secret")),
+            "helm install without the member's kubeconfigs fails naming them: {missing:?}"
+        );
+        let host_client = host.client().await?;
+        let secrets = Api::<Secret>::namespaced(host_client.clone(), host_ns.name());
+        for (name, data) in [
+            ("member-kubeconfigs", kubeconfigs),
+            (
+                "flotilla-bootstrap",
+                [(
+                    "kubeconfig".to_string(),
+                    k8s_openapi::ByteString(std::fs::read(&registration.kubeconfig)?),
+                )]
+                .into(),
+            ),
+        ] {
+            let secret = Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                data: Some(data),
+                ..Default::default()
+            };
+            secrets.create(&PostParams::default(), &secret).await?;
         }
         let started = Instant::now();
         helm_in(&host, host_ns.name(), install)

@@ -517,16 +517,22 @@ async fn agent_registers_only_after_the_hub_accepts_it() -> Result<()> {
         "the agent must not log credentials:\n{log}"
     );
 
-    // A restarted agent reuses the stored credential: no new request.
+    // A restarted agent reuses the stored credential: no new request. Its bootstrap kubeconfig
+    // is gone meanwhile (an admin may delete the bootstrap Secret once the member joined; the
+    // member chart mounts it as an optional volume): the agent starts all the same.
     agent.kill().await?;
+    std::fs::remove_file(&me.kubeconfig)?;
     let before = f.agent_requests(&me.cluster).await?.len();
     let restarted = f.agent(&me, &[])?;
     wait_for(
         "the restarted agent to use the stored credential",
         Duration::from_secs(30),
         || async {
+            let log = restarted.log();
             Ok(
-                if restarted.log().contains("using the stored hub credential") {
+                if log.contains("using the stored hub credential")
+                    && log.contains("the bootstrap kubeconfig does not exist")
+                {
                     Seen::Done(())
                 } else {
                     Seen::not_yet("not yet in its log")
