@@ -99,6 +99,12 @@ k() { "${KUBECTL}" --kubeconfig "${HUB}" "$@"; }
 k apply --server-side -f crds/yaml >/dev/null
 k wait --for condition=Established crd --all --timeout 60s >/dev/null
 k create namespace flotilla-system >/dev/null
+# The splitter's Pod Security check namespaces, as the chart makes them for a release named
+# flotilla (charts/flotilla/templates/_hub-pod-security.tpl; the splitter's default prefix).
+for level in baseline restricted; do
+  k create namespace "flotilla-pod-security-${level}" >/dev/null
+  k label namespace "flotilla-pod-security-${level}" "pod-security.kubernetes.io/enforce=${level}" >/dev/null
+done
 MEMBER_LIST=()
 IFS=',' read -r -a PAIRS <<<"${FLOTILLA_MEMBER_KUBECONFIGS}"
 for pair in "${PAIRS[@]}"; do

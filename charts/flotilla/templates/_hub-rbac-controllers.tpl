@@ -33,9 +33,10 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
        (controllers/interpreter/src/table.rs: what an empty resourceSelectors places) and writes
        the status of those whose status it shows on the hub; the e2e test
        chart::the_chart_lints_and_renders_every_controller keeps these rules in step with it.
-       The splitter creates pods only with dryRun=All: the hub's Pod Security admission judges a
-       Pod built from each placed workload's pod template in its namespace before it is placed.
-       The hub runs no pods (it has no nodes), and RBAC cannot tell a dry run from a create.
+       The splitter creates pods only with dryRun=All, and only in its Pod Security check
+       namespaces (_hub-pod-security.tpl): the hub's Pod Security admission judges a Pod built
+       from each placed workload's pod template before it is placed. The hub runs no pods (it
+       has no nodes), and RBAC cannot tell a dry run from a create.
        It writes Secrets only to hold the data of the Secrets its Works place, in the
        flotilla-cluster-* namespaces, and deletes one left without its Work once its Placement
        is gone (admission policy <release>-splitter). It deletes Works: those its Placements no
@@ -67,7 +68,6 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "networking.k8s.io") "resources" (list "ingresses/status") "verbs" (list "get" "patch"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "apiresourceimports") "verbs" (list "get" "list" "watch"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "workloadprofiles") "verbs" (list "get" "list" "watch"))
-  (dict "apiGroups" (list "") "resources" (list "pods") "verbs" (list "create"))
 ) }}
 {{- /* The negotiator keeps, in each pull member's namespace, the ConfigMap flotilla-import-types
        listing the types the member's importer imports (the importer may not read Placements).

@@ -86,8 +86,9 @@ pub struct Splitter {
     pub(crate) records: Store<ReplicaSet>,
     /// The WorkloadProfiles of custom kinds (only accepted ones are used).
     pub(crate) profiles: Store<WorkloadProfile>,
-    /// The hub's Pod Security verdicts on the pod templates of placed workloads.
-    pub(crate) pod_security: crate::pod_security::Verdicts,
+    /// How pod templates are judged, and the hub's Pod Security verdicts on those of placed
+    /// workloads.
+    pub(crate) pod_security: crate::pod_security::PodSecurity,
     /// The Works written by recent passes, until the cache has them.
     pub(crate) recent: Arc<RecentWrites>,
     /// Types found in the hub's discovery, by apiVersion and kind, each watched, with whether
@@ -601,7 +602,11 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         namespaces,
         records,
         profiles,
-        pod_security: Default::default(),
+        pod_security: crate::pod_security::PodSecurity {
+            default: args.default_pod_security_level,
+            check_namespace_prefix: args.pod_security_check_namespace_prefix.clone(),
+            verdicts: Default::default(),
+        },
         recent,
         types: Default::default(),
         absent: Default::default(),

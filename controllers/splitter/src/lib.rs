@@ -101,6 +101,20 @@ pub struct SplitterArgs {
     /// ClusterPlacements (the admins') have none.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub max_copies_per_namespace: u32,
+
+    /// The Pod Security level of a hub namespace that names none (no label
+    /// `pod-security.kubernetes.io/enforce`): a workload whose pods it forbids is placed nowhere,
+    /// and the member namespaces Flotilla creates for that namespace enforce it.
+    #[arg(long, value_enum, default_value_t = pod_security::Level::Baseline, value_name = "LEVEL")]
+    pub default_pod_security_level: pod_security::Level,
+
+    /// Where the hub judges pod templates: a Pod built from each is created as a dry run in the
+    /// namespace `<prefix><level>` (e.g. flotilla-pod-security-baseline), which must enforce that
+    /// level and let the splitter create Pods (the chart makes one per level). Not in the
+    /// tenant's namespace, whose LimitRanges, quotas or ServiceAccounts could refuse the Pod
+    /// before Pod Security looks at it.
+    #[arg(long, default_value = "flotilla-pod-security-", value_name = "PREFIX")]
+    pub pod_security_check_namespace_prefix: String,
 }
 
 /// Runs the controllers of `flotilla-splitter` until `ctx.shutdown` is cancelled.

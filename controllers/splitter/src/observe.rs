@@ -19,7 +19,8 @@ use crate::controller::Splitter;
 use crate::plan::{CopyKey, ObjectKey};
 use crate::plan::{Listed, Observation, Other, Unreadable, import_name, member_namespace_labels};
 use crate::pod_security::{
-    Verdict, Verdicts, pod_for_check, pod_security_labels, pod_template, verdict_of,
+    Level, Verdict, VerdictKey, Verdicts, pod_for_check, pod_template, verdict_of,
+    with_enforced_level,
 };
 use crate::references::references;
 use crate::specificity::{Selectable, specificity};
@@ -211,10 +212,12 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
     let absent_since = state.absent_since(&placement);
     // Cluster-scoped objects go to no member namespace.
     let namespace_labels = scope.as_ref().and_then(|ns| {
-        state
-            .namespaces
-            .get(&ObjectRef::new(ns))
-            .map(|n| member_namespace_labels(n.labels()))
+        state.namespaces.get(&ObjectRef::new(ns)).map(|n| {
+            with_enforced_level(
+                member_namespace_labels(n.labels()),
+                state.pod_security.default,
+            )
+        })
     });
     let records = state
         .records
@@ -308,19 +311,23 @@ async fn pod_security(
     types: &[Listed],
 ) -> BTreeMap<ObjectKey, Verdict> {
     use futures::StreamExt;
-    let labels = state
+    let level = state
         .namespaces
         .get(&ObjectRef::new(ns))
-        .map(|n| pod_security_labels(n.labels()))
-        .unwrap_or_default();
+        .map(|n| Level::enforced(n.labels(), state.pod_security.default))
+        .unwrap_or(state.pod_security.default);
+    if level == Level::Privileged {
+        return BTreeMap::new();
+    }
+    // Asked in the chart's namespace of that level, not the tenant's (see crate::pod_security).
     let pods: Api<DynamicObject> = Api::namespaced_with(
         state.ctx.client.clone(),
-        ns,
+        &format!("{}{level}", state.pod_security.check_namespace_prefix),
         &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
     );
     // Verdicts the cache has are read here; only new templates are cloned and sent.
     let mut verdicts = BTreeMap::new();
-    let mut unknown: Vec<(ObjectKey, Value, u64)> = Vec::new();
+    let mut unknown: Vec<(ObjectKey, Value, VerdictKey)> = Vec::new();
     for t in types {
         for o in &t.objects {
             let name = o.name_any();
@@ -337,8 +344,8 @@ async fn pod_security(
                 continue;
             };
             let key = ObjectKey::new(&t.resource.api_version, &t.resource.kind, &name);
-            let cached = Verdicts::key(ns, &labels, template);
-            match state.pod_security.get(cached) {
+            let cached = Verdicts::key(level, template);
+            match state.pod_security.verdicts.get(cached) {
                 Some(verdict) => {
                     verdicts.insert(key, verdict);
                 }
@@ -366,7 +373,7 @@ async fn dry_run(
     pods: Api<DynamicObject>,
     key: ObjectKey,
     template: Value,
-    cached: u64,
+    cached: VerdictKey,
 ) -> (ObjectKey, Verdict) {
     let verdict = match serde_json::from_value::<DynamicObject>(pod_for_check(&template)) {
         Ok(pod) => {
@@ -379,10 +386,10 @@ async fn dry_run(
                 Err(e) => verdict_of(Err(&e)),
             }
         }
-        // A template that is no Pod spec: the members refuse it anyway.
-        Err(_) => Verdict::Allowed,
+        // A template that is no Pod: nothing vouches for its pods.
+        Err(e) => Verdict::Violates(format!("its pod template is not a valid Pod: {e}")),
     };
-    state.pod_security.remember(cached, &verdict);
+    state.pod_security.verdicts.remember(cached, &verdict);
     (key, verdict)
 }
 

@@ -62,13 +62,16 @@ pub async fn render(release: &str, namespace: &str, extra: &[&str]) -> Result<Ve
     Ok(docs.into_iter().filter(|d| d.is_object()).collect())
 }
 
-/// The flags of the chart's Deployments that name identities and roles (the ClusterRoles that
-/// registration binds, the syncer's ServiceAccount): a controller run by a test gets them as the
-/// chart passes them, so the identities it binds are the chart's.
+/// The flags of the chart's Deployments that name identities, roles and the namespaces its RBAC
+/// grants (the ClusterRoles that registration binds, the syncer's ServiceAccount, the splitter's
+/// Pod Security check namespaces) and the chart's secure defaults (the default Pod Security
+/// level): a controller run by a test gets them as the chart passes them.
 const IDENTITY_FLAGS: &[&str] = &[
     "--agent-cluster-role",
     "--syncer-service-account",
     "--syncer-cluster-role",
+    "--default-pod-security-level",
+    "--pod-security-check-namespace-prefix",
 ];
 
 /// The chart's identities for one test, as `helm install` makes them: the ServiceAccounts, RBAC

@@ -57,22 +57,61 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     let docs = render("flotilla", "flotilla-system", &[]).await?;
     let count = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
     // One of each per controller; and for pull-mode agents two ClusterRoles (in their
-    // namespace, and certificate requests) and the binding of the second, and the syncer's
-    // ClusterRole for Works' Secret data (which registration binds per member).
-    for (kind, agents) in [
+    // namespace, and certificate requests) and the binding of the second, the syncer's
+    // ClusterRole for Works' Secret data (which registration binds per member), and the
+    // splitter's Role and RoleBinding in each of its two Pod Security check namespaces.
+    for (kind, more) in [
         ("Deployment", 0),
         ("ServiceAccount", 0),
         ("ClusterRole", 3),
         ("ClusterRoleBinding", 1),
-        ("Role", 0),
-        ("RoleBinding", 0),
+        ("Role", 2),
+        ("RoleBinding", 2),
     ] {
         ensure!(
-            count(kind) == CONTROLLERS.len() + agents,
-            "one {kind} per controller (and {agents} for agents), got {}",
+            count(kind) == CONTROLLERS.len() + more,
+            "one {kind} per controller (and {more} more), got {}",
             count(kind)
         );
     }
+    // The check namespaces enforce their level; the splitter's ClusterRole creates no Pods.
+    for level in ["baseline", "restricted"] {
+        let ns = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "Namespace"
+                    && d["metadata"]["name"] == format!("flotilla-pod-security-{level}").as_str()
+            })
+            .with_context(|| format!("the {level} check namespace"))?;
+        ensure!(
+            ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == level,
+            "the {level} check namespace enforces {level}"
+        );
+    }
+    ensure!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "ClusterRole" && d["rules"].to_string().contains("\"pods\"")),
+        "no ClusterRole of the chart creates Pods"
+    );
+    // An unknown default level fails the install, naming the value.
+    let bad = helm_run(&[
+        "template",
+        "flotilla",
+        &chart,
+        "--set",
+        "hub.mode=inCluster",
+        "--set",
+        "podSecurity.defaultLevel=strict",
+    ])
+    .await
+    .err()
+    .map(|e| format!("{e:#}"))
+    .unwrap_or_default();
+    ensure!(
+        bad.contains("podSecurity.defaultLevel: \"strict\" is not a Pod Security level"),
+        "podSecurity.defaultLevel=strict fails the install: {bad}"
+    );
     // The agent ClusterRole grants what the one of deploy/bootstrap does.
     let rules_of = |docs: &[Value], name: &str| {
         docs.iter()
@@ -991,7 +1030,23 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"generateName": "evil-"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))?;
-    let pods = Api::<Pod>::namespaced(clients["splitter"].clone(), tenant.name());
+    // The splitter creates Pods (dry runs, for Pod Security) only in its own check namespaces:
+    // not in a tenant's, not even as a dry run.
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let (code, message) = refusal(
+        Api::<Pod>::namespaced(clients["splitter"].clone(), tenant.name())
+            .create(&dry_run, &pod)
+            .await,
+    );
+    ensure!(
+        code == 403,
+        "the splitter must not create Pods in a tenant's namespace: {code} {message}"
+    );
+    let check_namespace = format!("{release}-pod-security-baseline");
+    let pods = Api::<Pod>::namespaced(clients["splitter"].clone(), &check_namespace);
     // Each admission policy is enforced a moment after it is created: one made meanwhile is
     // deleted and tried again.
     let (code, message) = wait_for(
@@ -1000,7 +1055,7 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
         || async {
             match pods.create(&PostParams::default(), &pod).await {
                 Ok(made) => {
-                    Api::<Pod>::namespaced(hub.clone(), tenant.name())
+                    Api::<Pod>::namespaced(hub.clone(), &check_namespace)
                         .delete(&kube::ResourceExt::name_any(&made), &Default::default())
                         .await?;
                     Ok(Seen::not_yet("created"))
@@ -1042,13 +1097,9 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
         code == 403 && message.contains("data Secrets of Works"),
         "the splitter must not delete a tenant's Secrets: {code} {message}"
     );
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
     pods.create(&dry_run, &pod)
         .await
-        .context("the splitter may dry-run a Pod")?;
+        .context("the splitter may dry-run a Pod in its check namespace")?;
     // The negotiator may create ConfigMaps (RBAC cannot restrict create by name): its policy
     // refuses any but its list of types, flotilla-import-types, in a flotilla-cluster-* namespace.
     let config_map = |namespace: &str, name: &str| {

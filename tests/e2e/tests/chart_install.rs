@@ -378,6 +378,7 @@ async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
     }
     controllers_lead(&hub, &release.namespace).await?;
     hub_signs_client_certificates(&hub, &release.name).await?;
+    hub_enforces_baseline_by_default(&hub).await?;
 
     // -- the hub at work: a member, a Placement, a Deployment placed on the member
     let member = env
@@ -653,6 +654,58 @@ async fn hub_signs_client_certificates(hub: &Client, name: &str) -> Result<()> {
         },
     )
     .await
+}
+
+/// The embedded hub's AdmissionConfiguration makes `baseline` (podSecurity.defaultLevel) the
+/// level of a namespace without Pod Security labels: a host-PID Pod is refused there, even as a
+/// dry run, and an ordinary one is not.
+async fn hub_enforces_baseline_by_default(hub: &Client) -> Result<()> {
+    let ns = format!("e2e-psa-{}", random_suffix());
+    Api::<Namespace>::all(hub.clone())
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await?;
+    let pods = Api::<Pod>::namespaced(hub.clone(), &ns);
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let pod = |host_pid: bool| -> Result<Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"generateName": "psa-"},
+            "spec": {"hostPID": host_pid, "automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}))?)
+    };
+    // The namespace's default ServiceAccount comes a moment after the namespace.
+    wait_for(
+        "an ordinary Pod admitted in an unlabelled hub namespace",
+        Duration::from_secs(30),
+        || async {
+            Ok(match pods.create(&dry_run, &pod(false)?).await {
+                Ok(_) => Seen::Done(()),
+                Err(e) => Seen::not_yet(e),
+            })
+        },
+    )
+    .await?;
+    let refused = pods.create(&dry_run, &pod(true)?).await;
+    let _ = Api::<Namespace>::all(hub.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    match refused {
+        Err(kube::Error::Api(s))
+            if s.code == 403
+                && s.message
+                    .contains("violates PodSecurity \"baseline:latest\"") =>
+        {
+            Ok(())
+        }
+        other => Err(anyhow!(
+            "a host-PID Pod must be refused at baseline in an unlabelled namespace: {other:?}"
+        )),
+    }
 }
 
 async fn secret_data(release: &Release, name: &str) -> Result<BTreeMap<String, Vec<u8>>> {

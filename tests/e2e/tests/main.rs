@@ -18,6 +18,7 @@ mod fleet;
 mod kinds;
 mod negotiator;
 mod negotiator_corpus;
+mod pod_security;
 mod profiles;
 mod quota;
 mod registration;
