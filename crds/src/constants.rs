@@ -99,6 +99,14 @@ pub mod annotations {
     /// otherwise take over the member's objects).
     pub const ALLOW_ADOPT: &str = "flotilla.dev/allow-adopt";
 
+    /// On a hub Namespace, set by an admin: `"true"` lets its Placements place objects into
+    /// member namespaces of the same name that Flotilla did not create (the members' own, say
+    /// `monitoring`), which hold what the member's admins put there: ServiceAccounts with rights,
+    /// no Pod Security labels from the hub. Without it (nor [`ALLOW_ADOPT`], which implies it)
+    /// only namespaces Flotilla created for the hub namespace take its objects; a manifest bound
+    /// for another reports `Applied=False, reason=NamespaceNotFlotillas`.
+    pub const ALLOW_EXISTING_NAMESPACES: &str = "flotilla.dev/allow-existing-namespaces";
+
     /// On a hub Namespace, set by an admin: `"true"` lets its Placements place RoleBindings
     /// whose subjects are users, groups, or ServiceAccounts not placed with them. Without it such
     /// a binding is held back: a user or group name means whoever a member's authenticators say,
@@ -269,6 +277,9 @@ pub mod reasons {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     /// An object not created by Flotilla exists in the member and `conflictPolicy` is `Abort`.
     pub const CONFLICT: &str = "Conflict";
+    /// A manifest's member namespace exists and Flotilla did not create it, and the Work may not
+    /// place into such namespaces (`spec.allowExistingNamespaces: false`).
+    pub const NAMESPACE_NOT_FLOTILLAS: &str = "NamespaceNotFlotillas";
     /// The member does not serve a manifest's resource type.
     pub const UNKNOWN_RESOURCE_TYPE: &str = "UnknownResourceType";
     /// The hub Secret that holds a Secret manifest's data (its `flotilla.dev/data-secret`) is

@@ -107,6 +107,15 @@ pub struct WorkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_labels: Option<BTreeMap<String, String>>,
 
+    /// Whether the manifests may be applied in member namespaces that exist and that Flotilla
+    /// did not create (the members' own). The splitter sets it: `true` where the hub namespace's
+    /// admin allows it (annotation `flotilla.dev/allow-existing-namespaces` or
+    /// `flotilla.dev/allow-adopt`) and for a ClusterPlacement's Works, else `false`, and such a
+    /// manifest reports `Applied=False, reason=NamespaceNotFlotillas`. Unset (a Work written by
+    /// hand, an admin's): yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_existing_namespaces: Option<bool>,
+
     /// When a manifest's object is healthy in the member (its `available`): a CEL expression over
     /// `self`, the member's object with its status. The splitter copies it from the accepted
     /// WorkloadProfile of the manifests' kind. Unset: the syncer's rules for the kind.
@@ -314,6 +323,7 @@ mod tests {
             conflict_policy: ConflictPolicy::Abort,
             ignore_fields: vec![],
             namespace_labels: Default::default(),
+            allow_existing_namespaces: None,
             health: None,
         };
         let value = serde_json::to_value(&spec).expect("serializes");
@@ -356,6 +366,7 @@ mod tests {
                 conflict_policy: ConflictPolicy::Abort,
                 ignore_fields: vec![],
                 namespace_labels: Default::default(),
+                allow_existing_namespaces: None,
                 health: None,
             },
         );

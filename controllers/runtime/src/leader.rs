@@ -240,7 +240,8 @@ impl LeaderElector {
 
     /// Renews the Lease every retry period until `shutdown` is cancelled (returns `Ok`, still
     /// holding it: the caller stops its controllers first, then [`Self::release`]s it, so no
-    /// standby leads while they still run) or leadership is lost (returns why).
+    /// standby leads while they still run) or leadership is lost (returns why). A shutdown
+    /// during a renewal that hangs is a shutdown, not a lost Lease.
     pub async fn hold(&mut self, shutdown: &CancellationToken) -> Result<(), LeadershipLost> {
         let mut last_renewal = Instant::now();
         let mut last_error = String::from("none");
@@ -251,7 +252,11 @@ impl LeaderElector {
             }
             let deadline = last_renewal + self.config.renew_deadline;
             let attempt = tokio::time::timeout_at(deadline.into(), self.try_acquire_or_renew());
-            match attempt.await {
+            let attempt = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                attempt = attempt => attempt,
+            };
+            match attempt {
                 Ok(Ok(true)) => last_renewal = Instant::now(),
                 Ok(Ok(false)) => {
                     return Err(LeadershipLost::TakenBy(
@@ -324,6 +329,44 @@ mod tests {
             renew_time: Some(MicroTime(Timestamp::UNIX_EPOCH)),
             ..LeaseSpec::default()
         }
+    }
+
+    /// A hub that never answers.
+    fn silent_hub() -> Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_while_a_renewal_hangs_is_a_shutdown_not_a_lost_lease() {
+        let mut elector = LeaderElector::new(
+            silent_hub(),
+            LeaseConfig {
+                namespace: "ns".into(),
+                name: "lease".into(),
+                identity: "me".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_millis(600),
+                retry_period: Duration::from_millis(100),
+            },
+        );
+        let shutdown = CancellationToken::new();
+        let cancel = shutdown.clone();
+        tokio::spawn(async move {
+            // Inside the first renewal, which hangs.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let held = elector.hold(&shutdown).await;
+        assert!(held.is_ok(), "{held:?}");
+        // Without a shutdown, the hanging renewal loses the Lease at the deadline.
+        let lost = elector.hold(&CancellationToken::new()).await;
+        assert!(
+            matches!(lost, Err(LeadershipLost::RenewDeadline { ref last_error, .. }) if last_error.contains("in time")),
+            "{lost:?}"
+        );
     }
 
     #[test]

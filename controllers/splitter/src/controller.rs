@@ -761,9 +761,12 @@ fn placements_of_namespace_on_change(
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         crate::plan::member_namespace_labels(ns.labels()).hash(&mut h);
-        ns.annotations()
-            .get(flotilla_api::annotations::ALLOW_ADOPT)
-            .hash(&mut h);
+        for annotation in [
+            flotilla_api::annotations::ALLOW_ADOPT,
+            flotilla_api::annotations::ALLOW_EXISTING_NAMESPACES,
+        ] {
+            ns.annotations().get(annotation).hash(&mut h);
+        }
         if !seen.changed(&ns.uid().unwrap_or_default(), h.finish()) {
             return;
         }

@@ -189,7 +189,16 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         }
     }
     let pod_security = match &scope {
-        Some(ns) => pod_security(state, ns, &placement.spec.resource_selectors, &types).await,
+        Some(ns) => {
+            pod_security(
+                state,
+                ns,
+                &placement.spec.resource_selectors,
+                &types,
+                &referenced,
+            )
+            .await
+        }
         None => BTreeMap::new(),
     };
     let (rest_of_namespace, rest_unreadable) = match &scope {
@@ -236,6 +245,15 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
                 == Some("true")
         })
     });
+    let existing_namespaces_allowed = adopt_allowed
+        || scope.as_ref().is_none_or(|ns| {
+            state.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| {
+                n.annotations()
+                    .get(flotilla_api::annotations::ALLOW_EXISTING_NAMESPACES)
+                    .map(String::as_str)
+                    == Some("true")
+            })
+        });
     let copy_limit = scope.as_ref().and_then(|ns| {
         copy_limit(
             state.namespaces.get(&ObjectRef::new(ns)).as_deref(),
@@ -262,6 +280,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         copy_limit,
         data_secrets,
         adopt_allowed,
+        existing_namespaces_allowed,
         held_back,
         pod_security,
         bindings,
@@ -303,12 +322,14 @@ pub fn copy_limit(
 /// The hub's Pod Security verdict on every selected workload of namespace `ns` (among the
 /// objects of `types`) whose pods it does not let in, or could not judge now (see
 /// [`crate::pod_security`]): a server-side dry run of a Pod built from its pod template, asked
-/// once per template and namespace level.
+/// once per template and namespace level. A workload whose pods would run as a ServiceAccount
+/// not placed with it (`referenced`: what its references found on the hub) is held back too.
 async fn pod_security(
     state: &Splitter,
     ns: &str,
     selectors: &[ResourceSelector],
     types: &[Listed],
+    referenced: &BTreeMap<crate::references::Reference, Option<DynamicObject>>,
 ) -> BTreeMap<ObjectKey, Verdict> {
     use futures::StreamExt;
     let level = state
@@ -316,9 +337,23 @@ async fn pod_security(
         .get(&ObjectRef::new(ns))
         .map(|n| Level::enforced(n.labels(), state.pod_security.default))
         .unwrap_or(state.pod_security.default);
-    if level == Level::Privileged {
-        return BTreeMap::new();
-    }
+    // The ServiceAccounts the Placement selects itself.
+    let accounts: std::collections::BTreeSet<String> = types
+        .iter()
+        .filter(|t| t.resource.api_version == "v1" && t.resource.kind == "ServiceAccount")
+        .flat_map(|t| t.objects.iter())
+        .filter(|o| {
+            let name = o.name_any();
+            let selectable = Selectable {
+                api_version: "v1",
+                kind: "ServiceAccount",
+                name: &name,
+                labels: o.labels(),
+            };
+            specificity(selectors, &selectable).is_some()
+        })
+        .map(|o| o.name_any())
+        .collect();
     // Asked in the chart's namespace of that level, not the tenant's (see crate::pod_security).
     let pods: Api<DynamicObject> = Api::namespaced_with(
         state.ctx.client.clone(),
@@ -344,6 +379,35 @@ async fn pod_security(
                 continue;
             };
             let key = ObjectKey::new(&t.resource.api_version, &t.resource.kind, &name);
+            if let Some(account) = service_account(template)
+                && !accounts.contains(account)
+            {
+                let reference = crate::references::Reference {
+                    kind: crate::references::RefKind::ServiceAccount,
+                    name: account.to_string(),
+                };
+                let why = match referenced.get(&reference) {
+                    Some(Some(_)) => None,
+                    Some(None) => Some(format!(
+                        "namespace {ns} of the hub has no ServiceAccount {account}"
+                    )),
+                    None => Some(format!(
+                        "the ServiceAccount {account} is not placed with it (select it, or let the Placement follow references)"
+                    )),
+                };
+                if let Some(why) = why {
+                    verdicts.insert(
+                        key,
+                        Verdict::Violates(format!(
+                            "its pods run as the ServiceAccount {account}, and {why}: in a member that name may be another identity, with rights the namespace does not have on the hub"
+                        )),
+                    );
+                    continue;
+                }
+            }
+            if level == Level::Privileged {
+                continue;
+            }
             let cached = Verdicts::key(level, template);
             match state.pod_security.verdicts.get(cached) {
                 Some(verdict) => {
@@ -364,6 +428,15 @@ async fn pod_security(
     verdicts.extend(asked);
     verdicts.retain(|_, v| *v != Verdict::Allowed);
     verdicts
+}
+
+/// The ServiceAccount the pods of `template` run as, unless it is the namespace's `default`.
+fn service_account(template: &Value) -> Option<&str> {
+    let spec = template.get("spec")?;
+    spec.get("serviceAccountName")
+        .or_else(|| spec.get("serviceAccount"))
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty() && *a != "default")
 }
 
 /// The hub's verdict on the pods of `template` (of workload `key`), asked now and remembered under

@@ -204,6 +204,12 @@ pub struct Observation {
     /// (`conflictPolicy: Adopt`): a ClusterPlacement (an admin's) may; a Placement only where its
     /// hub namespace has [`flotilla_api::annotations::ALLOW_ADOPT`].
     pub adopt_allowed: bool,
+    /// Whether its objects may go into member namespaces Flotilla did not create (see
+    /// [`flotilla_api::WorkSpec::allow_existing_namespaces`]): a ClusterPlacement's may; a
+    /// Placement's only where its hub namespace has
+    /// [`flotilla_api::annotations::ALLOW_EXISTING_NAMESPACES`] or
+    /// [`flotilla_api::annotations::ALLOW_ADOPT`].
+    pub existing_namespaces_allowed: bool,
     /// The hub Secrets that hold the data of the Secrets this Placement's Works place (see
     /// [`flotilla_api::work_data`]), as cached, by namespace and name: the UIDs of their owners.
     pub data_secrets: BTreeMap<WorkId, Vec<String>>,
@@ -591,6 +597,7 @@ fn spec_digest_with<'a>(
         conflict_policy: spec.conflict_policy,
         ignore_fields: spec.ignore_fields.clone(),
         namespace_labels: spec.namespace_labels.clone(),
+        allow_existing_namespaces: spec.allow_existing_namespaces,
         health: spec.health.clone(),
     };
     let json = serde_json::to_string(&empty)?;
@@ -1768,6 +1775,7 @@ fn pack(
                 spec: &placement.spec,
                 conflict_policy: conflict_policy(obs),
                 namespace_labels: obs.namespace_labels.as_ref(),
+                allow_existing_namespaces: Some(obs.existing_namespaces_allowed),
             };
             let mut work = bundle(&origin, shelf, index, Vec::new(), &replaced);
             // A custom kind's health rule, from its profile, for the syncer.

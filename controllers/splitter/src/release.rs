@@ -850,6 +850,7 @@ mod tests {
                 conflict_policy: flotilla_api::ConflictPolicy::Abort,
                 ignore_fields: vec![],
                 namespace_labels: Default::default(),
+                allow_existing_namespaces: None,
                 health: None,
             },
         );

@@ -339,6 +339,8 @@ pub struct Origin<'a> {
     /// The Works' conflict policy (the Placement's, unless its `Adopt` is not allowed).
     pub conflict_policy: ConflictPolicy,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+    /// See [`flotilla_api::WorkSpec::allow_existing_namespaces`].
+    pub allow_existing_namespaces: Option<bool>,
 }
 
 /// Work `index` of Placement `namespace/placement` (`origin`) for the objects of one type on one
@@ -357,6 +359,7 @@ pub fn bundle(
         spec,
         conflict_policy,
         namespace_labels,
+        allow_existing_namespaces,
     } = *origin;
     let group = shelf.api_version.split_once('/').map_or("", |(g, _)| g);
     let mut work = Work::new(
@@ -374,6 +377,7 @@ pub fn bundle(
             conflict_policy,
             ignore_fields: spec.ignore_fields.clone(),
             namespace_labels: namespace_labels.cloned(),
+            allow_existing_namespaces,
             health: None,
         },
     );
@@ -575,6 +579,7 @@ mod tests {
                 conflict_policy: ConflictPolicy::Abort,
                 ignore_fields: vec![],
                 namespace_labels: None,
+                allow_existing_namespaces: None,
                 health: None,
             },
         );
@@ -665,6 +670,7 @@ mod tests {
             spec: &spec,
             conflict_policy: ConflictPolicy::Abort,
             namespace_labels: Some(&labels),
+            allow_existing_namespaces: Some(false),
         };
         let w = bundle(&origin, &shelf, 2, vec![manifest.clone()], &[]);
         // The member namespace carries the hub namespace's labels.

@@ -115,6 +115,8 @@ type Checked = Arc<tokio::sync::Mutex<Known>>;
 #[derive(Debug, Default, PartialEq)]
 struct Known {
     exists: bool,
+    /// It existed before Flotilla came and no Work places it: the member's own.
+    members_own: bool,
     /// The labels last given to it, when a Work said what they are.
     labels: Option<BTreeMap<String, String>>,
 }
@@ -133,14 +135,15 @@ impl NamespaceCache {
     }
 
     /// Creates namespace `name` in member `cluster` and gives it `labels` (see
-    /// [`ensure_namespace`]), unless it is known to exist with them.
+    /// [`ensure_namespace`]), unless it is known to exist with them. Whether it is the member's
+    /// own (Flotilla did not create it).
     async fn ensure(
         &self,
         cluster: &str,
         client: &Client,
         name: &str,
         labels: Option<&BTreeMap<String, String>>,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<bool, kube::Error> {
         let entry = self
             .lock()
             .entry((cluster.to_string(), name.to_string()))
@@ -148,13 +151,13 @@ impl NamespaceCache {
             .clone();
         let mut known = entry.lock().await;
         if known.stale_for(labels) {
-            ensure_namespace(client, name, labels).await?;
+            known.members_own = ensure_namespace(client, name, labels).await?;
             known.exists = true;
             if let Some(l) = labels {
                 known.labels = Some(l.clone());
             }
         }
-        Ok(())
+        Ok(known.members_own)
     }
 
     /// Namespace `name` of member `cluster` may be gone (an apply into it failed).
@@ -191,24 +194,25 @@ fn reason_of(error: &kube::Error) -> &'static str {
 /// gives a namespace Flotilla created `labels` (the hub namespace's, its Pod Security level
 /// among them), with server-side apply, so that a label the hub namespace drops goes too;
 /// `None` leaves its labels as they are. A namespace the member had already is the member's,
-/// and is left as it is.
+/// and is left as it is. Whether it is the member's own: neither created by Flotilla nor placed
+/// by a Work (a ClusterPlacement's, an admin's).
 async fn ensure_namespace(
     client: &Client,
     name: &str,
     labels: Option<&BTreeMap<String, String>>,
-) -> Result<(), kube::Error> {
+) -> Result<bool, kube::Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     match namespaces.get_opt(name).await? {
-        // Not ours, or placed itself by a Work (a ClusterPlacement's copy of the hub Namespace,
-        // with its labels): the Work keeps it.
-        Some(existing) if !created_by_flotilla(&existing) || placed_by_a_work(&existing) => {
-            return Ok(());
-        }
+        // Placed itself by a Work (a ClusterPlacement's copy of the hub Namespace, with its
+        // labels): the Work keeps it.
+        Some(existing) if placed_by_a_work(&existing) => return Ok(false),
+        // Not ours.
+        Some(existing) if !created_by_flotilla(&existing) => return Ok(true),
         Some(_) => {}
         None => create_namespace(&namespaces, name).await?,
     }
     let Some(labels) = labels else {
-        return Ok(());
+        return Ok(false);
     };
     let mut applied = labels.clone();
     applied.insert(
@@ -226,7 +230,7 @@ async fn ensure_namespace(
             &Patch::Apply(patch),
         )
         .await?;
-    Ok(())
+    Ok(false)
 }
 
 fn placed_by_a_work(ns: &Namespace) -> bool {
@@ -340,6 +344,9 @@ pub struct WorkRef<'a> {
     pub policy: ConflictPolicy,
     /// The labels of the member namespaces its objects go to, if it says.
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+    /// Whether its objects may go into the members' own namespaces (unset: yes; see
+    /// [`flotilla_api::WorkSpec::allow_existing_namespaces`]).
+    pub allow_existing_namespaces: Option<bool>,
     /// Where its Secret manifests' data is read from.
     pub data: &'a HubData,
 }
@@ -431,6 +438,7 @@ pub async fn apply_manifest(
         replaces,
         policy,
         namespace_labels,
+        allow_existing_namespaces,
         data,
     } = *work;
     let id = &prepared.identity;
@@ -457,16 +465,36 @@ pub async fn apply_manifest(
         Err(e) => return (None, failed(reason_of(&e), id, e)),
     };
     let (api, namespace) = api_for(client, &resource, &scope, id);
-    if let Some(ns) = &namespace
-        && let Err(e) = shared
+    if let Some(ns) = &namespace {
+        match shared
             .namespaces
             .ensure(cluster, client, ns, namespace_labels)
             .await
-    {
-        return (
-            Some(resource),
-            failed(reason_of(&e), id, format!("creating namespace {ns}: {e}")),
-        );
+        {
+            Ok(true) if allow_existing_namespaces == Some(false) => {
+                return (
+                    Some(resource),
+                    failed(
+                        flotilla_api::reasons::NAMESPACE_NOT_FLOTILLAS,
+                        id,
+                        format!(
+                            "namespace {ns} exists in the member and Flotilla did not create it: \
+                             it is the member's, with what its admins put there, and takes the \
+                             hub namespace's objects only where the hub admin allows it \
+                             (annotation {}: \"true\" on the hub namespace)",
+                            flotilla_api::annotations::ALLOW_EXISTING_NAMESPACES
+                        ),
+                    ),
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return (
+                    Some(resource),
+                    failed(reason_of(&e), id, format!("creating namespace {ns}: {e}")),
+                );
+            }
+        }
     }
     // Nothing changed since this syncer applied it: nothing to send, no conflict to check.
     let hash = prepared.object["metadata"]["annotations"][annotations::MANIFEST_HASH].as_str();
@@ -655,6 +683,7 @@ mod tests {
         assert!(unknown.stale_for(None), "not known to exist");
         let labelled = Known {
             exists: true,
+            members_own: false,
             labels: Some(restricted.clone()),
         };
         // A Work written by hand (no namespaceLabels) next to the splitter's: nothing to do.

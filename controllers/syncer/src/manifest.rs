@@ -383,6 +383,7 @@ mod tests {
                 conflict_policy: Default::default(),
                 ignore_fields: ignore,
                 namespace_labels: Default::default(),
+                allow_existing_namespaces: None,
                 health: None,
             },
         );

@@ -108,6 +108,7 @@ mod tests {
                 conflict_policy: Default::default(),
                 ignore_fields: vec![],
                 namespace_labels: Default::default(),
+                allow_existing_namespaces: None,
                 health: None,
             },
         );

@@ -800,6 +800,7 @@ async fn apply(
         replaces: &replaces,
         policy: work.spec.conflict_policy,
         namespace_labels: work.spec.namespace_labels.as_ref(),
+        allow_existing_namespaces: work.spec.allow_existing_namespaces,
         data: &data,
     };
     // A few manifests of the Work at a time, in order; unchanged ones cost nothing.

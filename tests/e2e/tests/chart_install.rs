@@ -379,6 +379,7 @@ async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
     controllers_lead(&hub, &release.namespace).await?;
     hub_signs_client_certificates(&hub, &release.name).await?;
     hub_enforces_baseline_by_default(&hub).await?;
+    hub_refuses_external_ips(&hub).await?;
 
     // -- the hub at work: a member, a Placement, a Deployment placed on the member
     let member = env
@@ -704,6 +705,32 @@ async fn hub_enforces_baseline_by_default(hub: &Client) -> Result<()> {
         }
         other => Err(anyhow!(
             "a host-PID Pod must be refused at baseline in an unlabelled namespace: {other:?}"
+        )),
+    }
+}
+
+/// The embedded hub refuses Services with `externalIPs` (DenyServiceExternalIPs): placed on every
+/// member, one would take the traffic for those addresses there.
+async fn hub_refuses_external_ips(hub: &Client) -> Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "intercept"},
+        "spec": {"ports": [{"port": 80}], "externalIPs": ["8.8.8.8"]}}))?;
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match Api::<Service>::namespaced(hub.clone(), "default")
+        .create(&dry_run, &service)
+        .await
+    {
+        Err(kube::Error::Api(s))
+            if s.code == 403 && s.message.contains("external IPs is denied") =>
+        {
+            Ok(())
+        }
+        other => Err(anyhow!(
+            "a Service with externalIPs must be refused by the hub: {other:?}"
         )),
     }
 }

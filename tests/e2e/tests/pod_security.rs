@@ -175,3 +175,162 @@ async fn a_limit_range_in_the_tenants_namespace_does_not_let_a_host_escape_throu
     .await??;
     held_back_while_good_runs(&fleet, &ns, "baseline").await
 }
+
+/// A tenant whose hub namespace is named like a namespace the members have of their own
+/// (`monitoring`, `argocd`, …) gets neither that namespace nor its ServiceAccounts: nothing is
+/// applied into a member namespace Flotilla did not create unless the hub admin allows it, and a
+/// workload whose pods would run as a ServiceAccount the hub namespace does not have (so, in a
+/// member, the member's) is held back — also once the namespace is allowed.
+#[tokio::test]
+async fn a_tenant_gets_neither_a_members_own_namespace_nor_its_service_accounts() -> Result<()> {
+    use flotilla_api::{Work, annotations};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+
+    let fleet = Fleet::start_with_hub_namespace("own-ns", BTreeMap::new()).await?;
+    let ns = fleet
+        .other
+        .as_ref()
+        .map(|o| o.name().to_string())
+        .unwrap_or_default();
+    // The members' admins made this namespace, with an identity of their own that may do much.
+    for (_, client) in &fleet.members {
+        api::apply(
+            client,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            false,
+        )
+        .await??;
+        api::apply(
+            client,
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "admin", "namespace": ns}}),
+            false,
+        )
+        .await??;
+    }
+    api::apply(
+        &fleet.hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "apps", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"},
+                                               {"apiVersion": "v1", "kind": "ConfigMap"}],
+                         "replicaScheduling": {"type": "Duplicated"}}}),
+        false,
+    )
+    .await??;
+    api::apply(
+        &fleet.hub,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": ns}, "data": {"a": "b"}}),
+        false,
+    )
+    .await??;
+    let mut pod = good();
+    pod["serviceAccountName"] = json!("admin");
+    api::apply(&fleet.hub, &deployment(&ns, "escape", pod), false).await??;
+
+    // The ConfigMap's copies report the member's namespace as not Flotilla's.
+    let refused = |cluster: String| {
+        let fleet = &fleet;
+        let ns = ns.clone();
+        async move {
+            let works: Vec<Work> = api::works_from(&fleet.hub, &cluster, &ns).await?;
+            Ok::<_, anyhow::Error>(
+                works
+                    .iter()
+                    .flat_map(|w| w.status.iter().flat_map(|s| s.manifests.iter()))
+                    .filter(|m| m.identity.kind == "ConfigMap")
+                    .map(|m| m.reason.clone().unwrap_or_default())
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    wait_for(
+        "every member's copy of the ConfigMap to be refused: the namespace is the member's",
+        Duration::from_secs(60),
+        || async {
+            let mut wrong = Vec::new();
+            for (cluster, _) in &fleet.members {
+                let reasons = refused(cluster.clone()).await?;
+                if reasons != [flotilla_api::reasons::NAMESPACE_NOT_FLOTILLAS] {
+                    wrong.push(format!("{cluster}: {reasons:?}"));
+                }
+            }
+            Ok(Seen::unless(&wrong, ()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    for (cluster, client) in &fleet.members {
+        ensure!(
+            Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .get_opt("settings")
+                .await?
+                .is_none(),
+            "{cluster}: nothing is applied into the member's own namespace"
+        );
+    }
+    let placements: Api<Placement> = Api::namespaced(fleet.hub.clone(), &ns);
+    let says_service_account = || async {
+        let scheduled = placements
+            .get("apps")
+            .await?
+            .status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Scheduled"));
+        Ok(match scheduled {
+            Some(c)
+                if c.reason == reasons::POD_SECURITY_VIOLATION
+                    && c.message.contains("Deployment escape")
+                    && c.message.contains("ServiceAccount admin") =>
+            {
+                Seen::Done(())
+            }
+            other => Seen::not_yet(format!("{other:?}")),
+        })
+    };
+    wait_for(
+        "the Placement to say escape runs as a ServiceAccount the hub does not have",
+        Duration::from_secs(60),
+        says_service_account,
+    )
+    .await?;
+
+    // The hub admin allows the members' namespace: the ConfigMap goes in, the workload still not.
+    Api::<Namespace>::all(fleet.hub.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                annotations::ALLOW_EXISTING_NAMESPACES: "true"}}})),
+        )
+        .await?;
+    wait_for(
+        "the ConfigMap in every member once the admin allows it",
+        Duration::from_secs(60),
+        || async {
+            let mut missing = Vec::new();
+            for (cluster, client) in &fleet.members {
+                if Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                    .get_opt("settings")
+                    .await?
+                    .is_none()
+                {
+                    missing.push(cluster.clone());
+                }
+            }
+            Ok(Seen::unless(&missing, ()))
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    wait_for(
+        "the workload still held back",
+        Duration::from_secs(30),
+        says_service_account,
+    )
+    .await?;
+    let escaped = copies(&fleet, &ns, "escape").await?;
+    ensure!(escaped.is_empty(), "escape runs in {escaped:?}");
+    Ok(())
+}

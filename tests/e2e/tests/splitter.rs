@@ -120,6 +120,20 @@ async fn two_and_a_scratch_member(
     Ok((scratch, infos))
 }
 
+/// A test namespace exists in every member already, made for the same team: the hub admin lets
+/// its Placements use those member namespaces, as an admin who made them would.
+async fn allow_existing_namespaces(hub: &Client, ns: &str) -> Result<()> {
+    Api::<Namespace>::all(hub.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                annotations::ALLOW_EXISTING_NAMESPACES: "true"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
 /// A Cluster label that takes a Cluster out of the test splitter's `--cluster-selector` only.
 const SPLITTER_OUT: &str = "e2e.flotilla.dev/splitter-out";
 
@@ -310,6 +324,7 @@ impl Fleet {
         let mut all = vec![&env.hub];
         all.extend(members_info.iter());
         let ns = TestNamespace::create(prefix, &all).await?;
+        allow_existing_namespaces(&hub, ns.name()).await?;
         let id = random_suffix();
         let selector = format!("{SELECTOR_LABEL}={id}");
         // Every controller runs with the identity the chart gives it, from a release namespace
@@ -348,7 +363,11 @@ impl Fleet {
         sync.extend(syncer_flags);
         let other = match second {
             Second::None => None,
-            Second::Everywhere => Some(TestNamespace::create(&format!("{prefix}-b"), &all).await?),
+            Second::Everywhere => {
+                let other = TestNamespace::create(&format!("{prefix}-b"), &all).await?;
+                allow_existing_namespaces(&hub, other.name()).await?;
+                Some(other)
+            }
             Second::HubOnly(labels) => Some(
                 TestNamespace::create_in(&format!("{prefix}-b"), &[&env.hub], &all, labels).await?,
             ),

@@ -221,6 +221,7 @@ fn mk_observation(
         rest_of_namespace: Vec::new(),
         rest_unreadable: Vec::new(),
         held_back: BTreeMap::new(),
+        existing_namespaces_allowed: true,
         adopt_allowed: false,
         data_secrets: BTreeMap::new(),
         copy_limit: None,
@@ -344,6 +345,7 @@ fn a_specs_digest_from_its_manifests_json_is_its_digest() {
                 conflict_policy: Default::default(),
                 ignore_fields: ignore_fields.clone(),
                 namespace_labels: Default::default(),
+                allow_existing_namespaces: None,
                 health: None,
             };
             assert_eq!(
