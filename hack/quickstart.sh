@@ -131,11 +131,6 @@ HELM=("${TOOLS_BIN}/helm")
 log "== helm install ${RELEASE} charts/flotilla-agent --set install.controllers=false (into member3: the identities)"
 "${HELM[@]}" --kubeconfig "${M3_KUBECONFIG}" upgrade --install "${RELEASE}" charts/flotilla-agent \
   --namespace "${NS}" --create-namespace --set install.controllers=false --wait >/dev/null
-t0="$(now)"
-until [[ -n "$("${M3[@]}" get clusterrole "${RELEASE}:syncer" -o jsonpath='{.rules[0].verbs}' 2>/dev/null)" ]]; do
-  (( $(now) - t0 < 60 )) || die "member3's controller-manager did not aggregate the ClusterRole ${RELEASE}:syncer"
-  sleep 1
-done
 AGENT_NS=flotilla-member3
 "${HOST_K[@]}" create namespace "${AGENT_NS}" --dry-run=client -o yaml | "${HOST_K[@]}" apply -f - >/dev/null
 for c in agent syncer importer; do

@@ -93,3 +93,42 @@ the release that installed the identities there (member.release when hosted). */
 {{- define "flotillaAgent.httpGet" -}}
 {path: {{ .path }}, port: health{{ if .root.Values.hostNetwork }}, host: 127.0.0.1{{ end }}}
 {{- end -}}
+
+{{/* The pull syncer's rules for the namespaced kinds of Flotilla's table of kinds, and for the
+namespaces it creates. */}}
+{{- define "flotillaAgent.syncerDefaultRules" -}}
+- apiGroups: [apps]
+  resources: [deployments, statefulsets, daemonsets, replicasets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [configmaps, secrets, services, serviceaccounts, persistentvolumeclaims, limitranges, resourcequotas]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [batch]
+  resources: [jobs, cronjobs]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses, networkpolicies]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, create, patch]
+{{- end -}}
+
+{{/* The pull syncer's rules for placed Roles and RoleBindings. */}}
+{{- define "flotillaAgent.syncerRBACRules" -}}
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles]
+  verbs: [escalate]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, clusterroles]
+  verbs: [bind]
+{{- end -}}

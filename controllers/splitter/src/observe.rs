@@ -392,14 +392,17 @@ async fn pod_security(
                         "namespace {ns} of the hub has no ServiceAccount {account}"
                     )),
                     None => Some(format!(
-                        "the ServiceAccount {account} is not placed with it (select it, or let the Placement follow references)"
+                        "the ServiceAccount {account} is not placed with it (select it, or let \
+                         the Placement follow references)"
                     )),
                 };
                 if let Some(why) = why {
                     verdicts.insert(
                         key,
                         Verdict::Violates(format!(
-                            "its pods run as the ServiceAccount {account}, and {why}: in a member that name may be another identity, with rights the namespace does not have on the hub"
+                            "its pods run as the ServiceAccount {account}, and {why}: in a \
+                             member that name may be another identity, with rights the \
+                             namespace does not have on the hub"
                         )),
                     );
                     continue;

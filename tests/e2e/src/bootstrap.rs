@@ -10,7 +10,7 @@ use flotilla_api::cluster::Cluster;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
@@ -394,8 +394,7 @@ pub struct MemberIdentity {
 impl MemberIdentity {
     /// Installs `component`'s ServiceAccount and RBAC of the member chart in `member`, as a user
     /// would, with `namespace` as the release namespace (it stands for `flotilla-system`) and
-    /// `credential_secret` as `hub.credentialSecret`. Waits until the member's
-    /// controller-manager has aggregated its ClusterRole, if any, then mints a token.
+    /// `credential_secret` as `hub.credentialSecret`, then mints a token.
     pub async fn install(
         member: &ClusterInfo,
         component: MemberComponent,
@@ -423,7 +422,6 @@ impl MemberIdentity {
             serde_saphyr::from_multiple(&yaml).context("parsing helm template output")?;
         let mut objects = api::ClusterScopedObjects::new(member);
         let mut args = Vec::new();
-        let mut aggregated = None;
         for doc in docs
             .into_iter()
             .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == component.name())
@@ -445,9 +443,6 @@ impl MemberIdentity {
                 );
                 continue;
             }
-            if doc.get("aggregationRule").is_some() {
-                aggregated = doc["metadata"]["name"].as_str().map(String::from);
-            }
             let (resource, scope) = api::resource_of(&client, &doc).await?;
             let name = doc["metadata"]["name"]
                 .as_str()
@@ -465,22 +460,6 @@ impl MemberIdentity {
             "the member chart rendered no {} Deployment",
             component.name()
         );
-        if let Some(role) = aggregated {
-            let roles: Api<ClusterRole> = Api::all(client.clone());
-            crate::wait_for(
-                &format!("{role} to aggregate its rules in {}", member.name),
-                Duration::from_secs(30),
-                || async {
-                    let rules = roles.get(&role).await?.rules.unwrap_or_default();
-                    Ok(if rules.is_empty() {
-                        crate::Seen::not_yet("no rules yet")
-                    } else {
-                        crate::Seen::Done(())
-                    })
-                },
-            )
-            .await?;
-        }
         let account = format!("{release}-{}", component.name());
         let token = crate::chart::token_for(&client, namespace, &account).await?;
         Ok(Self {
