@@ -406,4 +406,34 @@ mod tests {
         });
         assert!(cluster.is_ready());
     }
+
+    /// The chart's admission policy lets the negotiator write only `status.resources` of a
+    /// Cluster: it must name every other field of the status, or a field added later would be
+    /// the negotiator's to forge.
+    #[test]
+    fn the_negotiators_policy_names_every_cluster_status_field_but_resources() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../charts/flotilla/templates/_hub-admission-policies.tpl"
+        );
+        let text = std::fs::read_to_string(path).expect("reading the admission policies");
+        let policy = text
+            .split("name: {{ $prefix }}-negotiator-clusters")
+            .nth(1)
+            .expect("the policy <release>-negotiator-clusters");
+        let schema = schemars::schema_for!(ClusterStatus);
+        let fields = schema
+            .as_object()
+            .and_then(|o| o.get("properties"))
+            .and_then(|p| p.as_object())
+            .expect("the properties of ClusterStatus");
+        assert!(fields.contains_key("resources"));
+        for field in fields.keys().filter(|f| *f != "resources") {
+            let compared = format!("object.?status.?{field} == oldObject.?status.?{field}");
+            assert!(
+                policy.contains(&compared),
+                "the policy must compare status.{field}"
+            );
+        }
+    }
 }

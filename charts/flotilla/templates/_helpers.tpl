@@ -166,6 +166,8 @@ index .Values "__flotillaHubPki".
 {{- $_ := set $pki "etcd-client.crt" $client.Cert -}}
 {{- $_ := set $pki "etcd-client.key" $client.Key -}}
 {{- end -}}
+{{- /* The key that encrypts Secrets and Works in etcd (hub.apiserver.encryptionAtRest). */ -}}
+{{- $_ := set $pki "encryption-key" (get $old "encryption-key" | default (randBytes 32)) -}}
 {{- /* One token per identity. */ -}}
 {{- range $id := list "admin" "controller-manager" "registration" "syncer" "splitter" "negotiator" -}}
 {{- $key := printf "token-%s" $id -}}
@@ -186,6 +188,35 @@ known by its ServiceAccount's user name and groups, so the chart's RBAC and admi
 {{- $user := printf "system:serviceaccount:%s:%s" $.Release.Namespace (include "flotilla.name" (dict "root" $ "controller" $c)) -}}
 {{- printf "%s,%s,%s,\"system:serviceaccounts,system:serviceaccounts:%s\"\n" (get $pki (printf "token-%s" $c)) $user $user $.Release.Namespace -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The embedded apiserver's EncryptionConfiguration: Secrets and Works with the release's key;
+what was stored before encryption (or with it off) stays readable. */}}
+{{- define "flotilla.hubEncryption" -}}
+{{- $pki := index .Values "__flotillaHubPki" -}}
+apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources: [secrets, works.flotilla.dev]
+    providers:
+      - secretbox:
+          keys:
+            - {name: key1, secret: {{ get $pki "encryption-key" | quote }}}
+      - identity: {}
+{{- end -}}
+
+{{/* The embedded apiserver's audit policy: who did what to which object, never a body (Secrets
+and Works carry tenants' data). Health checks, Lease renewals and Events are left out. */}}
+{{- define "flotilla.hubAuditPolicy" -}}
+{{- $rules := .Values.hub.apiserver.audit.policy -}}
+{{- if not $rules -}}
+{{- $rules = list
+  (dict "level" "None" "nonResourceURLs" (list "/healthz*" "/livez*" "/readyz*" "/version"))
+  (dict "level" "None" "verbs" (list "get" "update") "resources" (list (dict "group" "coordination.k8s.io" "resources" (list "leases"))))
+  (dict "level" "None" "resources" (list (dict "group" "" "resources" (list "events")) (dict "group" "events.k8s.io" "resources" (list "events"))))
+  (dict "level" "Metadata") -}}
+{{- end -}}
+{{- toYaml (dict "apiVersion" "audit.k8s.io/v1" "kind" "Policy" "omitStages" (list "RequestReceived") "rules" $rules) -}}
 {{- end -}}
 
 {{/* A kubeconfig of the embedded hub for a token: .root, .token, .user. */}}

@@ -18,7 +18,11 @@ Admission policies for what RBAC cannot say (Kubernetes 1.30+: ValidatingAdmissi
 - The splitter may create Pods only as a dry run (the hub's Pod Security admission judges each
   placed pod template that way), and write and delete Secrets only to hold the data of the
   Secrets its Works place (type flotilla.dev/work-data, in flotilla-cluster-* namespaces; it
-  deletes one left without its Work once its Placement is gone); RBAC can say neither.
+  deletes one left without its Work once its Placement is gone); and ReplicaSets and
+  ControllerRevisions only as the hub's history records of placed workloads (labelled
+  flotilla.dev/record, controlled by their workload); RBAC can say none of it.
+- The negotiator may write only status.resources of a Cluster: its conditions, version,
+  capacity and heartbeat decide where work goes, and are registration's and the agents'.
 */ -}}
 {{- if .Values.admissionPolicies.enabled }}
 {{- $prefix := printf "flotilla-%s" .Release.Name }}
@@ -101,6 +105,49 @@ spec:
         'the negotiator may only write the ConfigMap flotilla-import-types of the ' +
         'flotilla-cluster-* namespaces, not ' + request.namespace + '/' + request.name
       reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $prefix }}-negotiator-clusters
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+    app.kubernetes.io/component: negotiator
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: ["flotilla.dev"]
+        apiVersions: ["*"]
+        operations: ["UPDATE"]
+        resources: ["clusters/status"]
+  matchConditions:
+    - name: negotiator-identity
+      expression: request.userInfo.username == {{ $negotiator | quote }}
+  validations:
+    # Every field of ClusterStatus but resources (a unit test keeps this list whole): those
+    # decide where work goes, and are registration's and the agents'.
+    - expression: >-
+        object.?status.?conditions == oldObject.?status.?conditions &&
+        object.?status.?kubernetesVersion == oldObject.?status.?kubernetesVersion &&
+        object.?status.?allocatable == oldObject.?status.?allocatable &&
+        object.?status.?lastHeartbeatTime == oldObject.?status.?lastHeartbeatTime &&
+        object.?status.?clusterId == oldObject.?status.?clusterId
+      message: >-
+        the negotiator may only write status.resources of a Cluster (its compatibility summary),
+        not its conditions, version, capacity, heartbeat or ID
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $prefix }}-negotiator-clusters
+  labels:
+    {{- include "flotilla.labels" . | nindent 4 }}
+    app.kubernetes.io/component: negotiator
+spec:
+  policyName: {{ $prefix }}-negotiator-clusters
+  validationActions: ["Deny"]
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -222,11 +269,17 @@ spec:
     - expression: >-
         variables.resource != 'clusterroles' || !variables.writes ||
         (!has(object.aggregationRule) && has(object.rules) &&
-         object.rules.all(r, r.apiGroups == ['flotilla.dev'] &&
-           r.resources.all(x, x in ['clusters', 'clusters/status']) &&
-           has(r.resourceNames) && size(r.resourceNames) == 1 &&
-           object.metadata.name == 'flotilla:cluster:' + r.resourceNames[0] + ':agent'))
-      message: an agent's ClusterRole may only grant its own Cluster (by name)
+         object.rules.all(r, has(r.resourceNames) && size(r.resourceNames) == 1 &&
+           ((r.apiGroups == ['flotilla.dev'] &&
+             r.resources.all(x, x in ['clusters', 'clusters/status']) &&
+             object.metadata.name == 'flotilla:cluster:' + r.resourceNames[0] + ':agent') ||
+            (r.apiGroups == [''] && r.resources == ['namespaces'] && r.verbs == ['get'] &&
+             object.metadata.name == 'flotilla:cluster:' +
+               r.resourceNames[0].replace('flotilla-cluster-', '', 1) + ':agent' &&
+             r.resourceNames[0].startsWith('flotilla-cluster-')))))
+      message: >-
+        an agent's ClusterRole may only grant its own Cluster and read its own namespace (by
+        name)
       reason: Forbidden
     - expression: >-
         variables.resource != 'certificatesigningrequests' ||
@@ -342,10 +395,35 @@ spec:
         apiVersions: ["*"]
         operations: ["CREATE", "UPDATE", "DELETE"]
         resources: ["secrets"]
+      - apiGroups: ["apps"]
+        apiVersions: ["*"]
+        operations: ["CREATE", "UPDATE", "DELETE"]
+        resources: ["replicasets", "controllerrevisions"]
   matchConditions:
     - name: splitter-identity
       expression: request.userInfo.username == {{ $splitter | quote }}
+  variables:
+    # What the request writes or, for a DELETE, deletes.
+    - name: target
+      expression: "request.operation == 'DELETE' ? oldObject : object"
+    - name: record
+      expression: >-
+        variables.target != null && has(variables.target.metadata.labels) &&
+        'flotilla.dev/record' in variables.target.metadata.labels &&
+        has(variables.target.metadata.ownerReferences) &&
+        variables.target.metadata.ownerReferences.exists(o,
+          has(o.controller) && o.controller &&
+          o.kind in ['Deployment', 'StatefulSet', 'DaemonSet'])
   validations:
+    - expression: >-
+        !(request.resource.resource in ['replicasets', 'controllerrevisions']) ||
+        (variables.record &&
+         (request.operation != 'UPDATE' || 'flotilla.dev/record' in oldObject.metadata.?labels.orValue({})))
+      messageExpression: >-
+        'the splitter may only write and delete the hub history records of placed workloads ' +
+        '(labelled flotilla.dev/record, controlled by their Deployment, StatefulSet or ' +
+        'DaemonSet), not ' + request.resource.resource + ' ' + request.namespace + '/' + request.name
+      reason: Forbidden
     - expression: "request.resource.resource != 'pods' || request.dryRun == true"
       message: the splitter may create Pods only as a dry run (to ask Pod Security admission)
       reason: Forbidden

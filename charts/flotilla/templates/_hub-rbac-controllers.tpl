@@ -3,7 +3,9 @@
 The cluster-wide rights of each controller: exactly what its reconcilers use today.
 */ -}}
 {{- $rules := dict }}
-{{- /* Registration makes each accepted pull member's namespace and agent RBAC. RBAC cannot
+{{- /* Registration makes each accepted pull member's namespace and agent RBAC, and deletes the
+       namespace (with its Works) when the Cluster goes. It cannot touch a Work: the syncers leave
+       the member objects of Works deleted with their namespace in place. RBAC cannot
        restrict create by name, so the admission policy <release>-registration narrows these
        rights to flotilla-cluster-* namespaces and the agents' own bindings and roles; "bind" on
        the static agent ClusterRole replaces holding the rights in it. */}}
@@ -13,7 +15,6 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters") "verbs" (list "get" "list" "watch" "patch" "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters/status") "verbs" (list "get" "patch" "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters/finalizers") "verbs" (list "update"))
-  (dict "apiGroups" (list "flotilla.dev") "resources" (list "works") "verbs" (list "get" "list" "patch"))
   (dict "apiGroups" (list "") "resources" (list "namespaces") "verbs" (list "get" "create" "patch" "delete"))
   (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "rolebindings" "clusterroles" "clusterrolebindings") "verbs" (list "get" "create" "patch" "delete"))
   (dict "apiGroups" (list "rbac.authorization.k8s.io") "resources" (list "roles") "verbs" (list "delete"))
@@ -23,11 +24,14 @@ The cluster-wide rights of each controller: exactly what its reconcilers use tod
   (dict "apiGroups" (list "certificates.k8s.io") "resources" (list "certificatesigningrequests/approval") "verbs" (list "update"))
   (dict "apiGroups" (list "certificates.k8s.io") "resources" (list "signers") "resourceNames" (list "kubernetes.io/kube-apiserver-client") "verbs" (list "approve"))
 ) }}
+{{- /* The syncer reads a deleted Work's namespace: a Work deleted with its namespace leaves its
+       member objects in place. */}}
 {{- $_ := set $rules "syncer" (list
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "works") "verbs" (list "get" "list" "watch" "patch" "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "works/status") "verbs" (list "get" "patch" "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "works/finalizers") "verbs" (list "update"))
   (dict "apiGroups" (list "flotilla.dev") "resources" (list "clusters") "verbs" (list "get" "list" "watch"))
+  (dict "apiGroups" (list "") "resources" (list "namespaces") "verbs" (list "get"))
 ) }}
 {{- /* The splitter reads every kind of the interpreter's table of kinds
        (controllers/interpreter/src/table.rs: what an empty resourceSelectors places) and writes

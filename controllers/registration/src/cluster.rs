@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::condition::set_condition;
 use flotilla_api::{
-    Cluster, ClusterStatus, DeletePolicy, SyncMode, Work, annotations, conditions, field_managers,
-    finalizers, labels, names, reasons,
+    Cluster, ClusterStatus, SyncMode, annotations, conditions, field_managers, finalizers, labels,
+    names, reasons,
 };
 use flotilla_runtime::member_client::{MemberClientError, read_secret};
 use flotilla_runtime::{Context, ErrorCategory, MemberClients};
@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
@@ -722,8 +722,8 @@ async fn revoke_agent_rbac(client: &kube::Client, cluster: &str) -> Result<(), E
     Ok(())
 }
 
-/// Removal: revoke access, orphan the member objects of every Work, delete the namespace, and
-/// let the finalizer go once it is gone.
+/// Removal: revoke access, delete the namespace (with its Works, whose member objects the
+/// syncers leave in place), and let the finalizer go once it is gone.
 async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Error> {
     let name = cluster.name_any();
     let client = state.ctx.client.clone();
@@ -756,20 +756,8 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
         return Ok(Action::await_change());
     };
     if ns.metadata.deletion_timestamp.is_none() {
-        let works: Api<Work> = Api::namespaced(client.clone(), &ns_name);
-        let mut orphaned = 0;
-        for work in works.list(&ListParams::default()).await?.items {
-            if work.spec.delete_policy != DeletePolicy::Orphan {
-                works
-                    .patch(
-                        &work.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"spec": {"deletePolicy": "Orphan"}})),
-                    )
-                    .await?;
-                orphaned += 1;
-            }
-        }
+        // The Works go with the namespace, and the syncers leave their objects in the member: a
+        // namespace's deletion never deletes what members run.
         namespaces
             .delete(&ns_name, &DeleteParams::background())
             .await?;
@@ -781,8 +769,8 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
                 "Removing",
                 "Remove",
                 format!(
-                    "revoked the agent's access, marked {orphaned} Work(s) Orphan (objects in the member \
-                     are left in place) and deleting namespace {ns_name}"
+                    "revoked the agent's access and deleting namespace {ns_name} with its Works \
+                     (objects in the member are left in place)"
                 ),
             )
             .await;

@@ -4,7 +4,8 @@
 //!   [`names::AGENT_CLUSTER_ROLE`] (read its Works and write their status, write
 //!   APIResourceImports, renew its Lease), bound by a RoleBinding. Registration creates only the
 //!   binding, which needs `bind` on that one ClusterRole instead of holding every right in it.
-//! - Cluster-wide: a ClusterRole of its own Cluster by name (read it, write its status).
+//! - Cluster-wide: a ClusterRole of its own Cluster by name (read it, write its status) and of
+//!   its own namespace (read it).
 //! - Certificate requests (renewal): the static binding of the group [`names::AGENT_GROUP`] in
 //!   `deploy/bootstrap` and the chart.
 //!
@@ -169,8 +170,9 @@ pub fn agent_role_binding(cluster: &str, uid: &str, agent_cluster_role: &str) ->
     }
 }
 
-/// The agent's cluster-wide rights: its own Cluster, by name.
+/// The agent's cluster-wide rights: its own Cluster and its own namespace, by name.
 pub fn agent_cluster_role_object(cluster: &str) -> ClusterRole {
+    let namespace = names::cluster_namespace(cluster);
     ClusterRole {
         metadata: meta(agent_cluster_role(cluster), None, cluster),
         rules: Some(vec![
@@ -186,6 +188,9 @@ pub fn agent_cluster_role_object(cluster: &str) -> ClusterRole {
                 &["get", "update", "patch"],
                 &[cluster],
             ),
+            // Whether its namespace is being deleted (a Work deleted with it leaves its member
+            // objects in place); granted cluster-wide because its RoleBinding there goes first.
+            rule(&[""], &["namespaces"], &["get"], &[&namespace]),
         ]),
         aggregation_rule: None,
     }
@@ -248,7 +253,13 @@ mod tests {
                 .any(|x| x == "secrets"))
         );
         for r in cr.rules.iter().flatten() {
-            assert_eq!(r.resource_names.as_deref(), Some(&["m1".to_string()][..]));
+            let own = if r.resources.as_deref() == Some(&["namespaces".to_string()][..]) {
+                assert_eq!(r.verbs, ["get"], "{r:?}");
+                "flotilla-cluster-m1"
+            } else {
+                "m1"
+            };
+            assert_eq!(r.resource_names.as_deref(), Some(&[own.to_string()][..]));
         }
         let binding = agent_role_binding("m1", "u1", names::AGENT_CLUSTER_ROLE);
         assert_eq!(

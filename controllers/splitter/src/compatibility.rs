@@ -50,12 +50,28 @@ impl MemberSchema {
         let reason = Some(compatible.reason.clone())
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| reasons::INCOMPATIBLE.to_string());
-        let schema = Schema::from_value(&import?.spec.resource.open_api_v3_schema).ok()?;
+        let schema = match Schema::from_value(&import?.spec.resource.open_api_v3_schema) {
+            Ok(schema) => schema,
+            // No object of the type goes there, whatever its schema.
+            Err(_) if reason == reasons::SCOPE_DIFFERS => {
+                Schema::from_value(&serde_json::json!({})).ok()?
+            }
+            Err(_) => return None,
+        };
         Some(Self { reason, schema })
     }
 
     /// Whether the member can take `manifest` (the object as it would be applied there).
     pub fn check(&self, manifest: &Value) -> Result<(), Incompatible> {
+        if self.reason == reasons::SCOPE_DIFFERS {
+            return Err(Incompatible {
+                reason: self.reason.clone(),
+                message: "the member serves this type with another scope than the hub \
+                          (namespaced against cluster-scoped): placed there, the object would \
+                          change scope"
+                    .into(),
+            });
+        }
         // Object metadata is the API server's own, whatever a CRD's schema says of it.
         let mut body = manifest.clone();
         if let Some(o) = body.as_object_mut() {
@@ -123,6 +139,20 @@ mod tests {
             "status": {"conditions": conditions}
         }))
         .expect("import")
+    }
+
+    #[test]
+    fn no_object_goes_to_a_member_that_serves_its_type_with_another_scope() {
+        let import = import(Some(("False", reasons::SCOPE_DIFFERS)));
+        let fits = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                          "metadata": {"name": "w", "namespace": "team-a"}, "spec": {"size": 1}});
+        let refused = check(Some(&import), &fits).expect_err("held back");
+        assert_eq!(refused.reason, reasons::SCOPE_DIFFERS);
+        assert!(
+            refused.message.contains("another scope"),
+            "{}",
+            refused.message
+        );
     }
 
     /// The verdict on `object` for the member whose import is `import`.

@@ -80,6 +80,25 @@ impl DiscoveryCache {
     }
 }
 
+/// Why object `id` must not be applied to (or deleted from) the member, whose type has `scope`
+/// there: the hub and the member disagree on whether the type is namespaced. Applied anyway, a
+/// tenant's namespaced object would become cluster-wide in the member (and a cluster-scoped one
+/// would land in its `default` namespace).
+fn scope_differs(scope: &Scope, id: &ManifestIdentity) -> Option<String> {
+    match (scope, &id.namespace) {
+        (Scope::Cluster, Some(ns)) => Some(format!(
+            "kind {} is cluster-scoped in the member but namespaced on the hub (this object is in \
+             namespace {ns}): not applied, or it would be cluster-wide there",
+            id.kind
+        )),
+        (Scope::Namespaced, None) => Some(format!(
+            "kind {} is namespaced in the member but cluster-scoped on the hub: not applied",
+            id.kind
+        )),
+        _ => None,
+    }
+}
+
 /// The API for the object `id` in the member, and its namespace (for namespaced types).
 fn api_for(
     client: &Client,
@@ -464,6 +483,12 @@ pub async fn apply_manifest(
         }
         Err(e) => return (None, failed(reason_of(&e), id, e)),
     };
+    if let Some(why) = scope_differs(&scope, id) {
+        return (
+            Some(resource),
+            failed(flotilla_api::reasons::SCOPE_DIFFERS, id, why),
+        );
+    }
     let (api, namespace) = api_for(client, &resource, &scope, id);
     if let Some(ns) = &namespace {
         match shared
@@ -618,6 +643,11 @@ pub async fn delete_manifest(
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
         Err(e) => return Err(format!("{}: {e}", describe(id))),
     };
+    if scope_differs(&scope, id).is_some() {
+        // Never applied there: nothing of this Work to delete (an object of that name is not
+        // its own).
+        return Ok(true);
+    }
     let (api, namespace) = api_for(client, &resource, &scope, id);
     let known = shared
         .watches
@@ -671,6 +701,24 @@ pub async fn delete_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_whose_kind_has_another_scope_in_the_member_is_not_applied() {
+        let id = |namespace: Option<&str>| ManifestIdentity {
+            group: "example.com".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            namespace: namespace.map(String::from),
+            name: "w".into(),
+            ..ManifestIdentity::default()
+        };
+        let escape = scope_differs(&Scope::Cluster, &id(Some("team-a"))).expect("refused");
+        assert!(escape.contains("cluster-scoped in the member"), "{escape}");
+        assert!(escape.contains("team-a"), "{escape}");
+        assert!(scope_differs(&Scope::Namespaced, &id(None)).is_some());
+        assert_eq!(scope_differs(&Scope::Namespaced, &id(Some("team-a"))), None);
+        assert_eq!(scope_differs(&Scope::Cluster, &id(None)), None);
+    }
 
     #[test]
     fn a_work_with_no_say_in_its_namespaces_labels_leaves_those_another_gave() {

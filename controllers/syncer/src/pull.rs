@@ -8,8 +8,9 @@
 //! adding or removing the syncer's finalizer (nothing else: the admission policy
 //! `flotilla-agent-works` of `deploy/bootstrap` refuses any other change). So deletion works as in
 //! push mode: a deleted Work stays until its member objects are gone, also when it was deleted
-//! while this syncer was not running. When the Cluster is removed, the agent loses its access
-//! first; registration marks the Works `Orphan` and the hub's syncer lets them go.
+//! while this syncer was not running. A Work deleted with its hub namespace (when the Cluster is
+//! removed, the agent loses its access first and registration deletes the namespace) leaves its
+//! member objects in place, and the hub's syncer lets it go.
 
 use std::sync::Arc;
 use std::time::Duration;

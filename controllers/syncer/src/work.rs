@@ -17,6 +17,7 @@ use flotilla_runtime::{Context, ErrorCategory, Events};
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
@@ -55,6 +56,11 @@ pub enum Error {
     MemberUnavailable(String),
     #[error("finalizer: {0}")]
     Finalizer(String),
+    #[error(
+        "cannot tell whether hub namespace {0} is being deleted (its deletion leaves the member's \
+         objects in place), so nothing is deleted yet: {1}"
+    )]
+    NamespaceUnknown(String, #[source] kube::Error),
 }
 
 impl ErrorCategory for Error {
@@ -64,6 +70,7 @@ impl ErrorCategory for Error {
             Self::WaitingForDeletion(_) => "Waiting",
             Self::MemberUnavailable(_) => "ClusterUnavailable",
             Self::Finalizer(_) => "Finalizer",
+            Self::NamespaceUnknown(_, e) => e.category(),
         }
     }
 }
@@ -506,9 +513,10 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
 }
 
 /// Whether this push-mode syncer may remove its finalizer from a deleted Work of a member it
-/// does not serve: when no member is left to clean up (the Cluster is gone), or when the Cluster
-/// is being removed and registration has marked the Work `Orphan` (a pull-mode member's agent has
-/// lost its access by then, so it could not let go itself).
+/// does not serve: when no member is left to clean up (the Cluster is gone), or when the Work's
+/// objects stay in the member anyway ([`kept_because`]: its hub namespace is being deleted, as
+/// when its Cluster is removed). A pull-mode member's agent loses its access with its namespace's
+/// RoleBinding, so it could not let go itself.
 async fn may_let_go(work: &Work, cluster: &str, state: &Syncer) -> Result<bool, Error> {
     let ours = work.finalizers().iter().any(|f| f == finalizers::SYNCER);
     if !ours || state.targets.is_pull() || work.metadata.deletion_timestamp.is_none() {
@@ -516,9 +524,40 @@ async fn may_let_go(work: &Work, cluster: &str, state: &Syncer) -> Result<bool, 
     }
     Ok(match state.targets.lifecycle(cluster).await? {
         ClusterLifecycle::Gone => true,
-        ClusterLifecycle::Removing => work.spec.delete_policy == DeletePolicy::Orphan,
-        ClusterLifecycle::Present => false,
+        // Its namespace goes too (registration deletes it), and a namespace's deletion leaves
+        // the member's objects in place: nobody else could let go (the agent's binding in that
+        // namespace goes with it).
+        ClusterLifecycle::Removing | ClusterLifecycle::Present => {
+            kept_because(work, state).await?.is_some()
+        }
     })
+}
+
+/// Why the member objects of a deleted Work stay in place, if they do: its `deletePolicy` is
+/// `Orphan`, or its hub namespace is being deleted. Deleting a member's hub namespace — when its
+/// Cluster is removed, by mistake, or with a stolen registration token — deletes the Works in it,
+/// but is never a request to delete what the member runs: only deleting a Work (or the Placement
+/// that made it) is. When the namespace cannot be read the answer is an error, and nothing is
+/// deleted until it can.
+async fn kept_because(work: &Work, state: &Syncer) -> Result<Option<String>, Error> {
+    if work.spec.delete_policy == DeletePolicy::Orphan {
+        return Ok(Some(
+            "deletePolicy is Orphan: the objects in the member are left in place".into(),
+        ));
+    }
+    let name = work.namespace().unwrap_or_default();
+    let namespaces: Api<Namespace> = Api::all(state.hub.client.clone());
+    let terminating = match namespaces.get_opt(&name).await {
+        Ok(ns) => ns.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        Err(e) => return Err(Error::NamespaceUnknown(name, e)),
+    };
+    Ok(terminating.then(|| {
+        format!(
+            "hub namespace {name} is being deleted: the objects in the member are left in place \
+             (a namespace's deletion is not a request to delete what members run; delete the \
+             Placement or the Work for that)"
+        )
+    }))
 }
 
 fn error_policy(work: Arc<Work>, error: &Error, _state: Arc<Syncer>) -> Action {
@@ -939,16 +978,12 @@ fn holds_others(id: &ManifestIdentity) -> bool {
 }
 
 async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Error> {
-    if work.spec.delete_policy == DeletePolicy::Orphan {
+    if let Some(why) = kept_because(work, state).await? {
+        tracing::info!(work = %work_ref(work), "{why}");
         state
             .hub
             .events
-            .normal(
-                work,
-                "Orphaned",
-                "Delete",
-                "deletePolicy is Orphan: the objects in the member are left in place",
-            )
+            .normal(work, "Orphaned", "Delete", why)
             .await;
         return Ok(Action::await_change());
     }

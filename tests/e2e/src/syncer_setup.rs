@@ -182,6 +182,11 @@ impl SyncerSetup {
             .unwrap_or_default()
     }
 
+    /// The identities of the chart the controllers run with (to act as one of them).
+    pub fn identities(&self) -> &ChartIdentities {
+        &self._identities
+    }
+
     pub fn works(&self) -> Api<Work> {
         Api::namespaced(self.hub.clone(), &names::cluster_namespace(&self.cluster))
     }

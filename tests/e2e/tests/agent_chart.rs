@@ -455,3 +455,43 @@ async fn a_hosted_member_chart_renders_no_identity_and_reaches_the_member_with_i
     }
     Ok(())
 }
+
+/// With hostNetwork the member's components share the node's network: their metrics and health
+/// listen on 127.0.0.1 (the probes ask there), unless `metrics.bindAddress` says otherwise.
+#[tokio::test]
+async fn with_host_network_the_member_chart_listens_on_the_nodes_loopback_only() -> Result<()> {
+    let args_of = |docs: &[Value]| -> Vec<String> {
+        docs.iter()
+            .filter(|d| d["kind"] == "Deployment")
+            .flat_map(|d| {
+                d["spec"]["template"]["spec"]["containers"][0]["args"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|a| a.as_str().map(String::from))
+            .filter(|a| a.starts_with("--metrics-address=") || a.starts_with("--health-address="))
+            .collect()
+    };
+    let base = ["--set", "clusterName=member2"];
+    let mut values = base.to_vec();
+    values.extend(["--set", "hostNetwork=true"]);
+    let listening = args_of(&render("flotilla", &values).await?);
+    ensure!(listening.len() == 2 * COMPONENTS.len(), "{listening:?}");
+    for arg in &listening {
+        ensure!(arg.contains("=127.0.0.1:"), "with hostNetwork: {arg}");
+    }
+    values.extend(["--set", "metrics.bindAddress=0.0.0.0"]);
+    let widened = args_of(&render("flotilla", &values).await?);
+    ensure!(
+        widened
+            .iter()
+            .filter(|a| a.starts_with("--metrics-address=0.0.0.0:"))
+            .count()
+            == COMPONENTS.len(),
+        "metrics.bindAddress widens /metrics only: {widened:?}"
+    );
+    let pods = args_of(&render("flotilla", &base).await?);
+    ensure!(pods.iter().all(|a| a.contains("=0.0.0.0:")), "{pods:?}");
+    Ok(())
+}

@@ -446,6 +446,122 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     Ok(())
 }
 
+/// Every container's args in rendered `docs`, with the name of its workload.
+fn every_container_args(docs: &[Value]) -> Vec<(String, Vec<String>)> {
+    docs.iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("Deployment" | "StatefulSet" | "DaemonSet")
+            )
+        })
+        .flat_map(|d| {
+            let name = d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |c| {
+                    let args = c["args"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a.as_str().map(String::from))
+                        .collect();
+                    (name.clone(), args)
+                })
+        })
+        .collect()
+}
+
+/// The hosts of the addresses a container's `args` listen on: `--metrics-address=`,
+/// `--health-address=`, `--*bind-address=` and etcd's `--listen-*-urls=`.
+fn listen_hosts(args: &[String]) -> Vec<(String, String)> {
+    let mut hosts = Vec::new();
+    for arg in args {
+        let Some((flag, value)) = arg.split_once('=') else {
+            continue;
+        };
+        let listens = matches!(flag, "--metrics-address" | "--health-address")
+            || flag.ends_with("bind-address")
+            || (flag.starts_with("--listen-") && flag.ends_with("-urls"));
+        if !listens {
+            continue;
+        }
+        for address in value.split(',') {
+            let address = address.split_once("://").map_or(address, |(_, rest)| rest);
+            let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+            hosts.push((flag.to_string(), host.to_string()));
+        }
+    }
+    hosts
+}
+
+/// With hostNetwork the pods share the node's network: nothing of the hub listens there but the
+/// hub's apiserver (its `bindAddress`): etcd's client, peer and metrics ports, the
+/// controller-manager and every controller's metrics and health listen on 127.0.0.1, and etcd's
+/// peer port takes only TLS clients with a certificate of the hub's etcd CA.
+#[tokio::test]
+async fn with_host_network_only_the_hub_apiserver_listens_on_the_nodes_network() -> Result<()> {
+    let docs = render(
+        "flotilla",
+        "flotilla-system",
+        &["--set", "hub.mode=embedded", "--set", "hostNetwork=true"],
+    )
+    .await?;
+    let containers = every_container_args(&docs);
+    ensure!(
+        containers.len() >= 7,
+        "hub and controllers rendered: {containers:?}"
+    );
+    let mut checked = 0;
+    for (workload, args) in &containers {
+        for (flag, host) in listen_hosts(args) {
+            if workload.ends_with("-apiserver") && flag == "--bind-address" {
+                continue;
+            }
+            ensure!(
+                host == "127.0.0.1",
+                "{workload} {flag} listens on {host}, on the node's network"
+            );
+            checked += 1;
+        }
+        if args.iter().any(|a| a.starts_with("--listen-peer-urls=")) {
+            for needed in [
+                "--listen-peer-urls=https://",
+                "--peer-cert-file=",
+                "--peer-trusted-ca-file=",
+                "--peer-client-cert-auth=true",
+            ] {
+                ensure!(
+                    args.iter().any(|a| a.starts_with(needed)),
+                    "{workload}: etcd's peer port must take TLS clients only ({needed}): {args:?}"
+                );
+            }
+        }
+    }
+    ensure!(checked >= 12, "every listener checked: {checked}");
+    // Without hostNetwork, the pod's own addresses (a Service or Prometheus reaches them).
+    let docs = render(
+        "flotilla",
+        "flotilla-system",
+        &["--set", "hub.mode=embedded"],
+    )
+    .await?;
+    let metrics = deployment_args(&docs, "splitter")?;
+    ensure!(
+        metrics
+            .iter()
+            .any(|a| a.starts_with("--metrics-address=0.0.0.0:")),
+        "{metrics:?}"
+    );
+    Ok(())
+}
+
 /// The container args of `controller`'s Deployment in rendered `docs`.
 fn deployment_args(docs: &[Value], controller: &str) -> Result<Vec<String>> {
     let deployment = docs
@@ -686,7 +802,7 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     };
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-    use kube::api::{ListParams, ObjectMeta, PostParams};
+    use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 
     let env = Environment::get();
     let hub = env.hub.client().await?;
@@ -1156,6 +1272,123 @@ async fn no_identity_of_the_chart_can_do_more_than_its_job() -> Result<()> {
     ensure!(
         code == 403,
         "the negotiator must not delete CRDs: {code} {message}"
+    );
+
+    // The negotiator writes a Cluster's compatibility summary, and nothing else of its status: a
+    // forged Ready=False would move every replica away from the member.
+    let member = format!("e2e-evil-{}", random_suffix());
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": member}, "spec": {"syncMode": "Pull"}}),
+            )?,
+        )
+        .await?;
+    cleanup.add(
+        kube::api::ApiResource::erase::<Cluster>(&()),
+        member.clone(),
+    );
+    let ready = |status: &str| {
+        json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Evil",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    clusters
+        .patch_status(
+            &member,
+            &PatchParams::default(),
+            &Patch::Merge(ready("True")),
+        )
+        .await?;
+    let as_negotiator: Api<Cluster> = Api::all(clients["negotiator"].clone());
+    let (code, message) = wait_for(
+        "the negotiator's policy to refuse a forged Ready condition",
+        Duration::from_secs(30),
+        || async {
+            match as_negotiator
+                .patch_status(
+                    &member,
+                    &PatchParams::default(),
+                    &Patch::Merge(ready("False")),
+                )
+                .await
+            {
+                Ok(_) => {
+                    clusters
+                        .patch_status(
+                            &member,
+                            &PatchParams::default(),
+                            &Patch::Merge(ready("True")),
+                        )
+                        .await?;
+                    Ok(Seen::not_yet("written"))
+                }
+                other => Ok(Seen::Done(refusal(other))),
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        code == 403 && message.contains("only write status.resources"),
+        "the negotiator must not write a Cluster's conditions: {code} {message}"
+    );
+    as_negotiator
+        .patch_status(
+            &member,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"resources": [{"group": "apps", "version": "v1",
+                "resource": "deployments", "compatibility": "Compatible"}]}}),
+            ),
+        )
+        .await
+        .context("the negotiator writes a Cluster's compatibility summary")?;
+
+    // The splitter writes and deletes ReplicaSets and ControllerRevisions only as the history
+    // records of placed workloads: not a tenant's own.
+    let replica_set = |labels: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+               "metadata": {"name": "tenants", "namespace": tenant.name(), "labels": labels},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "x"}},
+                        "template": {"metadata": {"labels": {"app": "x"}},
+                                     "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    };
+    let (code, message) = refusal(
+        api::create(
+            &clients["splitter"],
+            &replica_set(json!({"app": "x"})),
+            false,
+        )
+        .await?,
+    );
+    ensure!(
+        code == 403 && message.contains("history records"),
+        "the splitter must not create a ReplicaSet that is no history record: {code} {message}"
+    );
+    api::create(&hub, &replica_set(json!({"app": "x"})), false)
+        .await?
+        .map_err(|e| anyhow!("the tenant's ReplicaSet: {e}"))?;
+    let tenants_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        Api::namespaced(clients["splitter"].clone(), tenant.name());
+    let (code, message) = refusal(tenants_sets.delete("tenants", &Default::default()).await);
+    ensure!(
+        code == 403 && message.contains("history records"),
+        "the splitter must not delete a tenant's ReplicaSet: {code} {message}"
+    );
+    let (code, message) = refusal(
+        tenants_sets
+            .patch(
+                "tenants",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"flotilla.dev/record": "x"}}})),
+            )
+            .await,
+    );
+    ensure!(
+        code == 403 && message.contains("history records"),
+        "the splitter must not take a tenant's ReplicaSet over as a record: {code} {message}"
     );
     Ok(())
 }

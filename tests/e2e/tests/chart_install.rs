@@ -380,6 +380,7 @@ async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
     hub_signs_client_certificates(&hub, &release.name).await?;
     hub_enforces_baseline_by_default(&hub).await?;
     hub_refuses_external_ips(&hub).await?;
+    hub_encrypts_at_rest_and_audits(release, &hub).await?;
 
     // -- the hub at work: a member, a Placement, a Deployment placed on the member
     let member = env
@@ -733,6 +734,132 @@ async fn hub_refuses_external_ips(hub: &Client) -> Result<()> {
             "a Service with externalIPs must be refused by the hub: {other:?}"
         )),
     }
+}
+
+/// The value of `key` in the hub's etcd, read there directly (etcd's JSON gateway, with the
+/// apiserver's etcd client certificate from the hub's credentials Secret).
+async fn etcd_value(release: &Release, key: &str) -> Result<Vec<u8>> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let pki = secret_data(release, &format!("{}-hub-pki", release.name)).await?;
+    let dir = scratch_dir().join(format!("{}-etcd-client", release.name));
+    std::fs::create_dir_all(&dir)?;
+    for file in ["etcd-ca.crt", "etcd-client.crt", "etcd-client.key"] {
+        let data = pki
+            .get(file)
+            .with_context(|| format!("{file} in the hub's credentials"))?;
+        std::fs::write(dir.join(file), data)?;
+    }
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(dir.join("etcd-ca.crt"))
+        .arg("--cert")
+        .arg(dir.join("etcd-client.crt"))
+        .arg("--key")
+        .arg(dir.join("etcd-client.key"))
+        .arg(format!(
+            "https://127.0.0.1:{}/v3/kv/range",
+            release.ports[1]
+        ))
+        .args(["-X", "POST", "-d"])
+        .arg(json!({"key": b64.encode(key)}).to_string())
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "reading {key} in etcd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let value = answer["kvs"][0]["value"]
+        .as_str()
+        .with_context(|| format!("no {key} in etcd: {answer}"))?;
+    Ok(b64.decode(value)?)
+}
+
+/// Secrets and Works (tenants' objects) are encrypted in the hub's etcd, read there directly; a
+/// ConfigMap, which is not, shows its data there (so the reading sees what is stored). The audit
+/// log on the apiserver's stdout names the Secret written, and never holds its data.
+async fn hub_encrypts_at_rest_and_audits(release: &Release, hub: &Client) -> Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let marker = format!("flotilla-plaintext-{}", random_suffix());
+    let name = format!("e2e-at-rest-{}", random_suffix());
+    let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": {"k": marker}});
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": name, "namespace": "default"}, "stringData": {"k": marker}}),
+        configmap.clone(),
+        json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"manifests": [configmap]}}),
+    ];
+    for object in &objects {
+        flotilla_e2e::api::apply(hub, object, false)
+            .await?
+            .map_err(|e| anyhow!("writing {}: {e}", object["kind"]))?;
+    }
+    for (key, encrypted) in [
+        (format!("/registry/secrets/default/{name}"), true),
+        (format!("/registry/flotilla.dev/works/default/{name}"), true),
+        (format!("/registry/configmaps/default/{name}"), false),
+    ] {
+        let stored = etcd_value(release, &key).await?;
+        let plain = String::from_utf8_lossy(&stored).contains(&marker);
+        if encrypted {
+            ensure!(
+                stored.starts_with(b"k8s:enc:secretbox:v1:key1:") && !plain,
+                "{key} must be encrypted in etcd: {:?}",
+                String::from_utf8_lossy(&stored[..stored.len().min(64)])
+            );
+        } else {
+            ensure!(plain, "{key} is stored as it is");
+        }
+    }
+    let apiserver = release
+        .pods()
+        .list(&ListParams::default().labels("app.kubernetes.io/component=apiserver"))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the hub's apiserver pod")?
+        .name_any();
+    let log = wait_for(
+        "the audit log to name the Secret written",
+        Duration::from_secs(30),
+        || async {
+            let log = release
+                .pods()
+                .logs(&apiserver, &kube::api::LogParams::default())
+                .await?;
+            let audited = log.lines().any(|l| {
+                l.contains("\"apiVersion\":\"audit.k8s.io/v1\"")
+                    && l.contains("\"resource\":\"secrets\"")
+                    && l.contains(&format!("\"name\":\"{name}\""))
+            });
+            Ok(if audited {
+                Seen::Done(log)
+            } else {
+                Seen::not_yet("not in the log yet")
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        !log.contains(&marker),
+        "the audit log must not hold a Secret's data"
+    );
+    let _ = Api::<Secret>::namespaced(hub.clone(), "default")
+        .delete(&name, &DeleteParams::default())
+        .await;
+    let _ = Api::<ConfigMap>::namespaced(hub.clone(), "default")
+        .delete(&name, &DeleteParams::default())
+        .await;
+    let _ = Api::<flotilla_api::Work>::namespaced(hub.clone(), "default")
+        .delete(&name, &DeleteParams::default())
+        .await;
+    Ok(())
 }
 
 async fn secret_data(release: &Release, name: &str) -> Result<BTreeMap<String, Vec<u8>>> {

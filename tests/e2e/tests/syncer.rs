@@ -182,6 +182,129 @@ async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects
     Ok(())
 }
 
+/// A stolen registration token reaches no member: it cannot rewrite a Work (it could patch any
+/// Work's manifests), and deleting a member's hub namespace — which it may, to remove a Cluster —
+/// deletes the Works in it but nothing in the member (the syncer deleted every object of every
+/// Work there). Nor does an admin who deletes that namespace by mistake.
+#[tokio::test]
+async fn a_members_hub_namespace_deleted_by_a_stolen_registration_token_deletes_nothing_in_the_member()
+-> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+
+    let s = SyncerSetup::start("sync-nsdel", Options::default()).await?;
+    s.create_work(
+        "web",
+        json!({"manifests": [s.configmap("settings", json!({"color": "blue"}))]}),
+    )
+    .await?;
+    s.wait_member_data("settings", "color", Some("blue"), WAIT)
+        .await?;
+    let registration = s.identities().client("registration").await?;
+    let namespace = flotilla_api::names::cluster_namespace(&s.cluster);
+    let stolen: Api<flotilla_api::Work> = Api::namespaced(registration.clone(), &namespace);
+    let rewrite = stolen
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"manifests": [s.configmap("settings", json!({"color": "evil"}))]}}),
+            ),
+        )
+        .await;
+    ensure!(
+        matches!(&rewrite, Err(kube::Error::Api(e)) if e.code == 403),
+        "registration must not rewrite a Work: {:?}",
+        rewrite.map(|_| ())
+    );
+    Api::<Namespace>::all(registration)
+        .delete(&namespace, &DeleteParams::default())
+        .await?;
+    let works = s.works();
+    wait_for("the Work to go with its namespace", WAIT, || async {
+        Ok(match works.get_opt("web").await? {
+            None => Seen::Done(()),
+            Some(w) => Seen::not_yet(format!("finalizers {:?}", w.metadata.finalizers)),
+        })
+    })
+    .await?;
+    // Whatever the syncer did, it did before letting go of the Work; a moment more for a
+    // deletion already sent.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        s.member_data("settings").await?.is_some(),
+        "a Work deleted with its hub namespace must leave its objects in the member"
+    );
+    Ok(())
+}
+
+/// A kind that is namespaced on the hub but cluster-scoped in the member (a CRD of another
+/// version of a project): a tenant's namespaced object of it is not applied there — it would be
+/// cluster-wide, outside the tenant's namespace — and the Work says why (`ScopeDiffers`).
+#[tokio::test]
+async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_there() -> Result<()> {
+    use flotilla_e2e::{api, random_suffix};
+    use kube::api::{ApiResource, DynamicObject, ListParams};
+
+    let s = SyncerSetup::start("sync-scope", Options::default()).await?;
+    let group = format!("e2e-{}.example.com", random_suffix());
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {"group": group, "scope": "Cluster",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let mut cleanup = api::ClusterScopedObjects::new(&s.member_info);
+    cleanup.add(
+        ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&()),
+        format!("gadgets.{group}"),
+    );
+    api::apply(&s.member, &crd, false)
+        .await?
+        .map_err(|e| anyhow::anyhow!("the member's CRD: {e}"))?;
+    let gadgets = ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let in_member: Api<DynamicObject> = Api::all_with(s.member.clone(), &gadgets);
+    wait_for("the member to serve Gadgets", WAIT, || async {
+        Ok(match in_member.list(&ListParams::default()).await {
+            Ok(_) => Seen::Done(()),
+            Err(e) => Seen::not_yet(e),
+        })
+    })
+    .await?;
+    s.create_work(
+        "gadget",
+        json!({"manifests": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget",
+            "metadata": {"name": "tenants", "namespace": s.ns.name()}, "spec": {"size": 1}}]}),
+    )
+    .await?;
+    let work = s
+        .work_condition("gadget", "Applied", "False", Some("ScopeDiffers"), WAIT)
+        .await?;
+    let message = work
+        .status
+        .and_then(|st| st.conditions.into_iter().find(|c| c.type_ == "Applied"))
+        .map(|c| c.message)
+        .unwrap_or_default();
+    ensure!(
+        message.contains("cluster-scoped in the member"),
+        "the Work says why: {message}"
+    );
+    ensure!(
+        in_member.get_opt("tenants").await?.is_none(),
+        "a tenant's namespaced object must not become cluster-wide in the member"
+    );
+    drop(cleanup);
+    Ok(())
+}
+
 /// The UID of ConfigMap `name` in the member, if it is there.
 async fn member_uid(s: &SyncerSetup, name: &str) -> Result<Option<String>> {
     Ok(s.member_configmaps()

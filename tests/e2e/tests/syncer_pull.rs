@@ -451,28 +451,77 @@ async fn a_pull_mode_syncer_serves_its_member_with_the_agents_credential() -> Re
     .await
     .with_context(|| format!("syncer log:\n{}", syncer.log()))?;
 
-    // Removing the Cluster: the agent loses its access first, so it cannot let go of its Works;
-    // registration marks them Orphan and the hub's syncer lets them go. The member keeps the
-    // object.
+    // The member's hub namespace deleted (registration's token may): its Works go, and the
+    // member keeps their objects — the agent loses its access with the namespace's RoleBinding,
+    // and the hub's syncer lets the Works go.
+    let hold = || async {
+        wait_for(
+            "the syncer to hold the new Work",
+            Duration::from_secs(30),
+            || async {
+                let w = works.get("settings").await?;
+                Ok(if w.finalizers().iter().any(|f| f == finalizers::SYNCER) {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{:?}", w.finalizers()))
+                })
+            },
+        )
+        .await
+    };
     works.create(&PostParams::default(), &work).await?;
     wait_color(&cms, "blue").await?;
-    wait_for(
-        "the syncer to hold the new Work",
-        Duration::from_secs(30),
-        || async {
-            let w = works.get("settings").await?;
-            Ok(if w.finalizers().iter().any(|f| f == finalizers::SYNCER) {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("{:?}", w.finalizers()))
-            })
-        },
-    )
-    .await?;
+    hold().await?;
     let syncer_identity = identities.args("syncer")?;
     let mut syncer_flags: Vec<&str> = syncer_identity.iter().map(String::as_str).collect();
     syncer_flags.extend(hub_flags);
     let hub_syncer = ControllerProcess::start("flotilla-syncer", &syncer_flags)?;
+    let hub_namespace = names::cluster_namespace(&cluster);
+    Api::<Namespace>::all(identities.client("registration").await?)
+        .delete(&hub_namespace, &DeleteParams::default())
+        .await?;
+    wait_for(
+        "the Work to go with its namespace",
+        Duration::from_secs(60),
+        || async {
+            Ok(match works.get_opt("settings").await? {
+                None => Seen::Done(()),
+                Some(w) => Seen::not_yet(format!("finalizers {:?}", w.finalizers())),
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("hub syncer log:\n{}", hub_syncer.log()))?;
+    ensure!(
+        cms.get_opt("settings").await?.is_some(),
+        "a Work deleted with its hub namespace must leave its object in the member"
+    );
+
+    // Removing the Cluster: the agent loses its access first, so it cannot let go of its Works;
+    // registration deletes them with the namespace and the hub's syncer lets them go. The member
+    // keeps the object. (Registration made the namespace again meanwhile: the Cluster is still
+    // there.)
+    wait_for(
+        "registration to make the member's namespace again",
+        Duration::from_secs(60),
+        || async {
+            Ok(
+                match Api::<Namespace>::all(hub.clone())
+                    .get_opt(&hub_namespace)
+                    .await?
+                {
+                    Some(ns) if ns.metadata.deletion_timestamp.is_none() => Seen::Done(()),
+                    other => Seen::not_yet(format!(
+                        "{:?}",
+                        other.map(|n| n.metadata.deletion_timestamp)
+                    )),
+                },
+            )
+        },
+    )
+    .await?;
+    works.create(&PostParams::default(), &work).await?;
+    hold().await?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
     clusters.delete(&cluster, &DeleteParams::default()).await?;
     wait_for(
