@@ -180,7 +180,9 @@ build_components() {
   "${HACK_DIR}/build-tools.sh" --check >/dev/null \
     || die "the tool cache ${TOOLS_BIN} is incomplete: run hack/build-tools.sh first"
   local k8s=https://github.com/kubernetes/kubernetes b
-  component_image etcd "${ETCD_VERSION}" "${TOOLS_BIN}/etcd" 65532 https://github.com/etcd-io/etcd
+  # With etcdctl, as registry.k8s.io/etcd has it (the chart's defragmentation CronJob runs it).
+  component_image etcd "${ETCD_VERSION}" "${TOOLS_BIN}/etcd" 65532 https://github.com/etcd-io/etcd \
+    --file "/usr/local/bin/etcdctl=${TOOLS_BIN}/etcdctl"
   for b in kube-apiserver kube-controller-manager; do
     component_image "${b}" "${KUBERNETES_VERSION}" "${TOOLS_BIN}/${b}" 65532 "${k8s}"
   done

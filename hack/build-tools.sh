@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the binaries of the local test environment from the Go module proxy into a versioned
 # cache directory outside the repository:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok, helm,
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, etcdctl (in the
+#   local etcd image, for the chart's defragmentation CronJob), kwok, helm,
 #   kstatus (hack/kstatus: the readiness verdict GitOps tools compute, from cli-utils' kstatus),
 #   kubelet (for hack/clusters.sh's real host node; KUBERNETES_VERSION only) and pause (static,
 #   from Kubernetes' own build/pause/linux/pause.c in the k8s.io/kubernetes module; the sandbox
 #   image that hack/build-image.sh --components makes of it)
 # and, in crds/, real CRDs of widely used projects (Argo Rollouts' Rollout, OpenKruise's
-# CloneSet) from their Go modules, named <plural>.<group>.yaml, and Gateway API's HTTPRoute at
+# CloneSet, KubeRay's RayCluster) from their Go modules, named <plural>.<group>.yaml, and Gateway API's HTTPRoute at
 # two releases, named <plural>.<group>@<version>.yaml
 # and, for the older Kubernetes minor that some members run (KUBERNETES_OLDER_VERSION),
 #   k8s-<version>/{kube-apiserver,kube-controller-manager,kube-scheduler}
@@ -22,8 +23,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm kstatus kubelet pause)
-CRD_MARKERS=(".argo-rollouts-${ARGO_ROLLOUTS_VERSION}" ".openkruise-${OPENKRUISE_VERSION}"
+ALL_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd etcdctl kwok helm kstatus kubelet pause)
+CRD_MARKERS=(".argo-rollouts-${ARGO_ROLLOUTS_VERSION}" ".openkruise-${OPENKRUISE_VERSION}" ".kuberay-${KUBERAY_VERSION}"
   ".gateway-api-${GATEWAY_API_OLD_VERSION}" ".gateway-api-${GATEWAY_API_VERSION}")
 case "${1:-}" in
   --print-dir) echo "${TOOLS_BIN}"; exit 0 ;;
@@ -175,6 +176,26 @@ build_etcd() {
   report etcd "${t0}"
 }
 
+build_etcdctl() {
+  if have etcdctl; then skip etcdctl; return; fi
+  local t0 dir
+  t0="$(now)"
+  dir="${WORK}/etcdctl-${ETCD_VERSION}"
+  if [[ ! -f "${dir}/.ready" ]]; then
+    rm -rf "${dir}"; mkdir -p "${dir}"
+    (
+      cd "${dir}"
+      go_or_die "etcdctl" go mod init flotilla.local/etcdctl-tools
+      go mod edit "-require=go.etcd.io/etcd/etcdctl/v3@${ETCD_VERSION}" -tool=go.etcd.io/etcd/etcdctl/v3
+      go_or_die "go.etcd.io/etcd/etcdctl/v3@${ETCD_VERSION}" go mod tidy
+    ) >&2
+    touch "${dir}/.ready"
+  fi
+  (cd "${dir}" && go_or_die etcdctl go build -mod=mod -trimpath -ldflags "-s -w" -o "${TOOLS_BIN}/.etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3)
+  mv "${TOOLS_BIN}/.etcdctl.tmp" "${TOOLS_BIN}/etcdctl"
+  report etcdctl "${t0}"
+}
+
 build_kwok() {
   if have kwok && [[ -f "${KWOK_STAGES_DIR}/.ready" ]]; then skip kwok; return; fi
   local t0
@@ -289,6 +310,7 @@ fetch_crd_releases() {
 T0="$(now)"
 log "tool cache: ${TOOLS_BIN}"
 build_etcd
+build_etcdctl
 build_kwok
 build_helm
 build_kstatus
@@ -296,6 +318,8 @@ fetch_crd github.com/argoproj/argo-rollouts "${ARGO_ROLLOUTS_VERSION}" manifests
   rollouts.argoproj.io.yaml ".argo-rollouts-${ARGO_ROLLOUTS_VERSION}"
 fetch_crd github.com/openkruise/kruise "${OPENKRUISE_VERSION}" config/crd/bases/apps.kruise.io_clonesets.yaml \
   clonesets.apps.kruise.io.yaml ".openkruise-${OPENKRUISE_VERSION}"
+fetch_crd github.com/ray-project/kuberay/ray-operator "${KUBERAY_VERSION}" config/crd/bases/ray.io_rayclusters.yaml \
+  rayclusters.ray.io.yaml ".kuberay-${KUBERAY_VERSION}"
 for v in "${GATEWAY_API_OLD_VERSION}" "${GATEWAY_API_VERSION}"; do
   fetch_crd sigs.k8s.io/gateway-api "${v}" config/crd/standard/gateway.networking.k8s.io_httproutes.yaml \
     "httproutes.gateway.networking.k8s.io@${v}.yaml" ".gateway-api-${v}"

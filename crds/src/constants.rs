@@ -120,6 +120,17 @@ pub mod annotations {
     /// the hub.
     pub const MAX_COPIES: &str = "flotilla.dev/max-copies";
 
+    /// On a hub Namespace, set by an admin: the most bytes the copies of its Placements may take
+    /// in the hub's etcd (their Works' manifests and the data of their Secrets), as a quantity,
+    /// e.g. `"64Mi"`; `"0"` allows none. Without it the splitter's
+    /// `--max-copy-bytes-per-namespace` holds. Copies count once per member: one 1 MiB
+    /// ConfigMap placed on 50 members takes 50 MiB.
+    pub const MAX_COPY_BYTES: &str = "flotilla.dev/max-copy-bytes";
+
+    /// On Works, written by the splitter: the bytes its copies take in the hub (manifests and
+    /// Secret data), counted against [`MAX_COPY_BYTES`].
+    pub const COPY_BYTES: &str = "flotilla.dev/copy-bytes";
+
     /// On hub objects: the Placement that won when several Placements select the object.
     pub const PLACEMENT: &str = "flotilla.dev/placement";
 

@@ -25,6 +25,7 @@ pub mod crdgen;
 pub mod names;
 pub mod negotiated_api_resource;
 pub mod placement;
+pub mod quantity;
 pub mod work;
 pub mod work_data;
 pub mod workload_profile;

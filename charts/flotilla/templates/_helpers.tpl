@@ -65,6 +65,29 @@ a controller's. */}}
 {{- printf "https://%s:%v" (include "flotilla.hubHost" (dict "root" . "component" "etcd")) .Values.hub.etcd.clientPort -}}
 {{- end -}}
 
+{{/* A quantity of bytes ("4Gi", "500M", "1048576") as a whole number; fails naming .what. */}}
+{{- define "flotilla.bytes" -}}
+{{- $v := toString .value -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $n := regexFind "^[0-9]+" $v -}}
+{{- $unit := trimPrefix $n $v -}}
+{{- if or (not $n) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%s: %q is not a quantity of bytes (e.g. 4Gi, 500M, 1048576)" .what $v) -}}
+{{- end -}}
+{{- mul (int64 $n) (get $units $unit) -}}
+{{- end -}}
+
+{{/* The splitter's byte budget per namespace (splitter.maxCopyBytesPerNamespace), in bytes;
+"" when the splitter's own default holds. */}}
+{{- define "flotilla.maxCopyBytes" -}}
+{{- $value := toString .Values.splitter.maxCopyBytesPerNamespace -}}
+{{- if $value -}}
+{{- include "flotilla.bytes" (dict "value" $value "what" "splitter.maxCopyBytesPerNamespace") -}}
+{{- else if eq (include "flotilla.hubMode" .) "embedded" -}}
+{{- div (include "flotilla.bytes" (dict "value" .Values.hub.etcd.quotaBackendBytes "what" "hub.etcd.quotaBackendBytes") | int64) 8 -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The pod-level settings every Deployment and the StatefulSet of the chart share. */}}
 {{- define "flotilla.podPlacement" -}}
 {{- if .Values.hostNetwork }}

@@ -86,58 +86,7 @@ pub fn sum_allocatable<'a>(
         .collect()
 }
 
-/// Parses a Kubernetes quantity into thousandths of its unit, and whether it used a binary
-/// suffix (Ki, Mi, ...). `None` for malformed quantities.
-pub fn parse_quantity(s: &str) -> Option<(i128, bool)> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(split);
-    let (multiplier_milli, binary): (f64, bool) = match suffix {
-        "" => (1e3, false),
-        "m" => (1.0, false),
-        "k" => (1e6, false),
-        "M" => (1e9, false),
-        "G" => (1e12, false),
-        "T" => (1e15, false),
-        "P" => (1e18, false),
-        "E" => (1e21, false),
-        "Ki" => (1024.0 * 1e3, true),
-        "Mi" => (1024f64.powi(2) * 1e3, true),
-        "Gi" => (1024f64.powi(3) * 1e3, true),
-        "Ti" => (1024f64.powi(4) * 1e3, true),
-        "Pi" => (1024f64.powi(5) * 1e3, true),
-        "Ei" => (1024f64.powi(6) * 1e3, true),
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    Some(((value * multiplier_milli).round() as i128, binary))
-}
-
-/// Formats thousandths of a unit: whole numbers plainly (with the largest exact binary suffix
-/// when the inputs used binary suffixes), fractions in milli-units.
-pub fn format_quantity(milli: i128, binary: bool) -> String {
-    if milli % 1000 != 0 {
-        return format!("{milli}m");
-    }
-    let whole = milli / 1000;
-    if binary && whole != 0 {
-        for (suffix, factor) in [
-            ("Ei", 1i128 << 60),
-            ("Pi", 1 << 50),
-            ("Ti", 1 << 40),
-            ("Gi", 1 << 30),
-            ("Mi", 1 << 20),
-            ("Ki", 1 << 10),
-        ] {
-            if whole % factor == 0 {
-                return format!("{}{suffix}", whole / factor);
-            }
-        }
-    }
-    whole.to_string()
-}
+pub use flotilla_api::quantity::{format_quantity, parse_quantity};
 
 #[cfg(test)]
 mod tests {

@@ -103,6 +103,8 @@ pub struct Splitter {
     namespace: Option<String>,
     /// `--max-copies-per-namespace` (`None`: no limit).
     pub(crate) max_copies: Option<usize>,
+    /// `--max-copy-bytes-per-namespace`, unless 0.
+    pub(crate) max_copy_bytes: Option<u64>,
     /// Starts passes of Placements from the watches of custom types.
     triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
 }
@@ -614,6 +616,8 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         namespace: namespace.map(str::to_string),
         max_copies: (args.max_copies_per_namespace > 0)
             .then(|| usize::try_from(args.max_copies_per_namespace).unwrap_or(usize::MAX)),
+        max_copy_bytes: (args.max_copy_bytes_per_namespace > 0)
+            .then_some(args.max_copy_bytes_per_namespace),
         triggers,
     });
     controller

@@ -102,6 +102,16 @@ pub struct SplitterArgs {
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub max_copies_per_namespace: u32,
 
+    /// The most bytes the copies of one hub namespace's Placements may take in the hub's etcd
+    /// (their Works' manifests and the data of their Secrets, once per member), as a quantity,
+    /// unless the namespace's annotation `flotilla.dev/max-copy-bytes` (the hub admin's) says
+    /// otherwise. Beyond it a Placement places no new copy, writes no copy that grows, and says
+    /// `Scheduled=False, reason=CopyQuotaExceeded`; its copies stay as they are. 0: no limit.
+    /// ClusterPlacements have none. Keep the sum over the namespaces that may grow well under
+    /// the hub etcd's quota (the chart gives an eighth of it).
+    #[arg(long, default_value = "256Mi", value_parser = parse_bytes, value_name = "QUANTITY")]
+    pub max_copy_bytes_per_namespace: u64,
+
     /// The Pod Security level of a hub namespace that names none (no label
     /// `pod-security.kubernetes.io/enforce`): a workload whose pods it forbids is placed nowhere,
     /// and the member namespaces Flotilla creates for that namespace enforce it.
@@ -143,4 +153,10 @@ pub async fn run(ctx: Context, args: SplitterArgs) -> anyhow::Result<()> {
         .map(|scope| controller::run(ctx.clone(), scope, &args));
     futures::future::try_join_all(runs).await?;
     Ok(())
+}
+
+/// A quantity of bytes (`256Mi`, `1G`, `1048576`).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    flotilla_api::quantity::bytes(s)
+        .ok_or_else(|| format!("{s:?} is not a quantity of bytes (e.g. 256Mi, 1G, 1048576)"))
 }

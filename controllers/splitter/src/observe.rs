@@ -19,7 +19,7 @@ use crate::controller::Splitter;
 use crate::plan::{CopyKey, ObjectKey};
 use crate::plan::{Listed, Observation, Other, Unreadable, import_name, member_namespace_labels};
 use crate::pod_security::{
-    Level, Verdict, VerdictKey, Verdicts, pod_for_check, pod_template, verdict_of,
+    Level, Verdict, VerdictKey, Verdicts, pod_for_check, pod_templates, verdict_of,
     with_enforced_level,
 };
 use crate::references::references;
@@ -260,6 +260,12 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
             state.max_copies,
         )
     });
+    let byte_limit = scope.as_ref().and_then(|ns| {
+        byte_limit(
+            state.namespaces.get(&ObjectRef::new(ns)).as_deref(),
+            state.max_copy_bytes,
+        )
+    });
     let data_secrets = state
         .data_secrets
         .state()
@@ -278,6 +284,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .collect();
     Observation {
         copy_limit,
+        byte_limit,
         data_secrets,
         adopt_allowed,
         existing_namespaces_allowed,
@@ -315,6 +322,23 @@ pub fn copy_limit(
 ) -> Option<usize> {
     match namespace.and_then(|n| n.annotations().get(flotilla_api::annotations::MAX_COPIES)) {
         Some(value) => Some(value.trim().parse().unwrap_or(0)),
+        None => default,
+    }
+}
+
+/// The most bytes the copies of a namespace's Placements may take in the hub: its annotation
+/// [`flotilla_api::annotations::MAX_COPY_BYTES`] (a hub admin's), else the splitter's `default`.
+/// An annotation that is not a quantity of bytes counts as 0 (no new copies), as for
+/// [`copy_limit`].
+pub fn byte_limit(
+    namespace: Option<&kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
+    default: Option<u64>,
+) -> Option<u64> {
+    match namespace.and_then(|n| {
+        n.annotations()
+            .get(flotilla_api::annotations::MAX_COPY_BYTES)
+    }) {
+        Some(value) => Some(flotilla_api::quantity::bytes(value).unwrap_or(0)),
         None => default,
     }
 }
@@ -375,48 +399,47 @@ async fn pod_security(
             if specificity(selectors, &selectable).is_none() {
                 continue;
             }
-            let Some(template) = pod_template(&o.data) else {
-                continue;
-            };
             let key = ObjectKey::new(&t.resource.api_version, &t.resource.kind, &name);
-            if let Some(account) = service_account(template)
-                && !accounts.contains(account)
-            {
-                let reference = crate::references::Reference {
-                    kind: crate::references::RefKind::ServiceAccount,
-                    name: account.to_string(),
-                };
-                let why = match referenced.get(&reference) {
-                    Some(Some(_)) => None,
-                    Some(None) => Some(format!(
-                        "namespace {ns} of the hub has no ServiceAccount {account}"
-                    )),
-                    None => Some(format!(
-                        "the ServiceAccount {account} is not placed with it (select it, or let \
-                         the Placement follow references)"
-                    )),
-                };
-                if let Some(why) = why {
-                    verdicts.insert(
-                        key,
-                        Verdict::Violates(format!(
-                            "its pods run as the ServiceAccount {account}, and {why}: in a \
-                             member that name may be another identity, with rights the \
-                             namespace does not have on the hub"
+            // Every pod template of the object is judged; its verdict is the worst of theirs.
+            for template in pod_templates(&o.data) {
+                if let Some(account) = service_account(template)
+                    && !accounts.contains(account)
+                {
+                    let reference = crate::references::Reference {
+                        kind: crate::references::RefKind::ServiceAccount,
+                        name: account.to_string(),
+                    };
+                    let why = match referenced.get(&reference) {
+                        Some(Some(_)) => None,
+                        Some(None) => Some(format!(
+                            "namespace {ns} of the hub has no ServiceAccount {account}"
                         )),
-                    );
+                        None => Some(format!(
+                            "the ServiceAccount {account} is not placed with it (select it, or \
+                             let the Placement follow references)"
+                        )),
+                    };
+                    if let Some(why) = why {
+                        merge_verdict(
+                            &mut verdicts,
+                            key.clone(),
+                            Verdict::Violates(format!(
+                                "its pods run as the ServiceAccount {account}, and {why}: in a \
+                                 member that name may be another identity, with rights the \
+                                 namespace does not have on the hub"
+                            )),
+                        );
+                        continue;
+                    }
+                }
+                if level == Level::Privileged {
                     continue;
                 }
-            }
-            if level == Level::Privileged {
-                continue;
-            }
-            let cached = Verdicts::key(level, template);
-            match state.pod_security.verdicts.get(cached) {
-                Some(verdict) => {
-                    verdicts.insert(key, verdict);
+                let cached = Verdicts::key(level, template);
+                match state.pod_security.verdicts.get(cached) {
+                    Some(verdict) => merge_verdict(&mut verdicts, key.clone(), verdict),
+                    None => unknown.push((key.clone(), template.clone(), cached)),
                 }
-                None => unknown.push((key, template.clone(), cached)),
             }
         }
     }
@@ -428,9 +451,27 @@ async fn pod_security(
     .buffer_unordered(POD_SECURITY_CONCURRENCY)
     .collect()
     .await;
-    verdicts.extend(asked);
+    for (key, verdict) in asked {
+        merge_verdict(&mut verdicts, key, verdict);
+    }
     verdicts.retain(|_, v| *v != Verdict::Allowed);
     verdicts
+}
+
+/// Keeps the worse of an object's verdict so far and `verdict` (of another of its pod
+/// templates): a violation over an unknown over allowed.
+fn merge_verdict(verdicts: &mut BTreeMap<ObjectKey, Verdict>, key: ObjectKey, verdict: Verdict) {
+    let rank = |v: &Verdict| match v {
+        Verdict::Allowed => 0,
+        Verdict::Unknown(_) => 1,
+        Verdict::Violates(_) => 2,
+    };
+    match verdicts.get(&key) {
+        Some(current) if rank(current) >= rank(&verdict) => {}
+        _ => {
+            verdicts.insert(key, verdict);
+        }
+    }
 }
 
 /// The ServiceAccount the pods of `template` run as, unless it is the namespace's `default`.

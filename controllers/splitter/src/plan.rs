@@ -216,6 +216,9 @@ pub struct Observation {
     /// The most copies the namespace's Placements may keep in the members (`None`: no limit;
     /// see [`flotilla_api::annotations::MAX_COPIES`]).
     pub copy_limit: Option<usize>,
+    /// The most bytes the copies of the namespace's Placements may take in the hub (`None`: no
+    /// limit; see [`flotilla_api::annotations::MAX_COPY_BYTES`]).
+    pub byte_limit: Option<u64>,
 }
 
 /// A Work of another Placement of the namespace.
@@ -1577,11 +1580,44 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
     Ok(out)
 }
 
-/// The namespace's copy limit (design: no tenant fills the hub): when this pass would make the
-/// namespace's Placements keep more copies than [`Observation::copy_limit`], the copies this
-/// Placement does not hold yet are not placed — all of them, so that no workload is half
-/// placed — and the decisions say so. The copies it holds stay and follow their hub objects, and
-/// a pass that adds no copy is never held back, so a Placement over the limit (the limit was
+/// What a Work's copies take in the hub: its manifests and the data of its Secrets, as the
+/// splitter wrote them ([`annotations::COPY_BYTES`]); for a Work written before that annotation,
+/// its manifests as they serialize.
+fn work_bytes(work: &Work) -> u64 {
+    work.annotations()
+        .get(annotations::COPY_BYTES)
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| {
+            work.spec
+                .manifests
+                .iter()
+                .map(|m| serde_json::to_vec(m).map_or(0, |v| v.len() as u64))
+                .sum()
+        })
+}
+
+/// What the copies of the namespace's other Placements take in the hub.
+fn elsewhere_bytes(obs: &Observation) -> u64 {
+    obs.others.iter().map(|o| work_bytes(&o.work)).sum()
+}
+
+/// Why `what` is not placed: the namespace is at its byte budget.
+fn byte_budget_message(obs: &Observation, namespace: &str, what: &str, name: &str) -> String {
+    format!(
+        "namespace {namespace} is at its limit of {} bytes of copies in the hub ({} or the \
+         splitter's --max-copy-bytes-per-namespace): {what}{name} are not written, and its members \
+         keep what they have",
+        obs.byte_limit.unwrap_or_default(),
+        annotations::MAX_COPY_BYTES,
+    )
+}
+
+/// The namespace's copy limits (design: no tenant fills the hub): when this pass would make the
+/// namespace's Placements keep more copies than [`Observation::copy_limit`], or copies of more
+/// bytes than [`Observation::byte_limit`], the copies this Placement does not hold yet are not
+/// placed — all of them, so that no workload is half placed — and the decisions say so. The
+/// copies it holds stay and follow their hub objects (within the byte budget: see [`pack`]),
+/// and a pass that adds no copy is never held back, so a Placement over a limit (the limit was
 /// lowered) can still shrink.
 fn withhold_beyond_quota(
     obs: &Observation,
@@ -1589,29 +1625,50 @@ fn withhold_beyond_quota(
     wanted: &mut BTreeMap<CopyKey, Entry>,
     out: &mut Plan,
 ) {
-    let Some(limit) = obs.copy_limit else {
+    if obs.copy_limit.is_none() && obs.byte_limit.is_none() {
         return;
-    };
+    }
     let new: Vec<CopyKey> = wanted
         .keys()
         .filter(|k| !held.contains_key(k))
         .cloned()
         .collect();
-    let elsewhere: usize = obs.others.iter().map(|o| o.work.spec.manifests.len()).sum();
-    let total = elsewhere.saturating_add(wanted.len());
-    if new.is_empty() || total <= limit {
+    if new.is_empty() {
         return;
     }
     let namespace = obs.placement.namespace().unwrap_or_default();
-    let message = format!(
-        "placing what it selects would make namespace {namespace} keep {total} copies in the \
-         members ({} of this Placement, {elsewhere} of its other Placements), more than its \
-         limit of {limit} ({} or the splitter's --max-copies-per-namespace): {} new copies are \
-         not placed",
-        wanted.len(),
-        flotilla_api::annotations::MAX_COPIES,
-        new.len()
-    );
+    let elsewhere: usize = obs.others.iter().map(|o| o.work.spec.manifests.len()).sum();
+    let total = elsewhere.saturating_add(wanted.len());
+    let here_bytes: u64 = wanted.values().map(|e| e.bytes() as u64).sum();
+    let elsewhere_bytes = elsewhere_bytes(obs);
+    let total_bytes = elsewhere_bytes.saturating_add(here_bytes);
+    let (message, short) = match (obs.copy_limit, obs.byte_limit) {
+        (Some(limit), _) if total > limit => (
+            format!(
+                "placing what it selects would make namespace {namespace} keep {total} copies in \
+                 the members ({} of this Placement, {elsewhere} of its other Placements), more \
+                 than its limit of {limit} ({} or the splitter's --max-copies-per-namespace): {} \
+                 new copies are not placed",
+                wanted.len(),
+                annotations::MAX_COPIES,
+                new.len()
+            ),
+            format!("namespace {namespace} is at its limit of {limit} copies"),
+        ),
+        (_, Some(limit)) if total_bytes > limit => (
+            format!(
+                "placing what it selects would make the copies of namespace {namespace} take \
+                 {total_bytes} bytes in the hub ({here_bytes} of this Placement, \
+                 {elsewhere_bytes} of its other Placements), more than its limit of {limit} \
+                 ({} or the splitter's --max-copy-bytes-per-namespace): {} new copies are not \
+                 placed",
+                annotations::MAX_COPY_BYTES,
+                new.len()
+            ),
+            format!("namespace {namespace} is at its limit of {limit} bytes of copies"),
+        ),
+        _ => return,
+    };
     for key in &new {
         wanted.remove(key);
         if let Some((_, decision)) = out.decisions.iter_mut().find(|(k, _)| *k == key.object) {
@@ -1619,14 +1676,15 @@ fn withhold_beyond_quota(
             decision.excluded.push(ClusterExclusion {
                 cluster: key.cluster.clone(),
                 reason: reasons::COPY_QUOTA_EXCEEDED.to_string(),
-                message: Some(format!(
-                    "namespace {namespace} is at its limit of {limit} copies"
-                )),
+                message: Some(short.clone()),
             });
         }
     }
     out.findings.copy_quota = Some(message);
 }
+
+/// What each Work of a shelf (by index) holds after a pass, in order, and its bytes.
+type ShelfContents = BTreeMap<u32, (Vec<CopyKey>, usize)>;
 
 /// Puts every copy that stays or goes to a member into the Works of its Placement, member and
 /// type: a copy stays in the Work that holds it; a new one joins the first Work with room (at
@@ -1697,9 +1755,10 @@ fn pack(
         shelves.entry(shelf.clone()).or_default();
     }
 
+    // What each Work of each shelf holds after this pass, in order, and its bytes.
+    let mut planned: Vec<(&Shelf, &BTreeMap<u32, &Holder>, ShelfContents)> = Vec::new();
     for (shelf, (works, taken)) in &shelves {
-        // What each Work of the shelf holds after this pass, in order, and its bytes.
-        let mut contents: BTreeMap<u32, (Vec<CopyKey>, usize)> = BTreeMap::new();
+        let mut contents: ShelfContents = BTreeMap::new();
         let bytes_of = |key: &CopyKey| entries.get(key).map_or(0, Entry::bytes);
         let mut assigned: BTreeSet<&CopyKey> = BTreeSet::new();
         for (index, h) in works {
@@ -1742,7 +1801,20 @@ fn pack(
             keys.push(key.clone());
             *size += bytes;
         }
-        for (index, (keys, _)) in contents {
+        planned.push((shelf, works, contents));
+    }
+    // The namespace's byte budget: beyond it, a Work that would grow is not written (its member
+    // keeps what it has); new copies were held back already (`withhold_beyond_quota`).
+    let over_budget = obs.byte_limit.is_some_and(|limit| {
+        let here: u64 = planned
+            .iter()
+            .flat_map(|(_, _, contents)| contents.values())
+            .map(|(_, size)| *size as u64)
+            .sum();
+        elsewhere_bytes(obs).saturating_add(here) > limit
+    });
+    for (shelf, works, contents) in planned {
+        for (index, (keys, size)) in contents {
             let hub = works.get(&index);
             if keys.is_empty() {
                 if let Some(h) = hub {
@@ -1798,7 +1870,23 @@ fn pack(
             // pass). Only a Work to write gets its manifests decoded.
             let deleting = hub.is_some_and(|h| !h.live());
             let live = hub.filter(|h| h.live());
+            // What its copies take in the hub: counted against the namespace's byte budget.
+            work.annotations_mut()
+                .insert(annotations::COPY_BYTES.to_string(), size.to_string());
             let current = live.is_some_and(|h| up_to_date(&work, &wanted_digest, h.work));
+            let grows = size as u64 > live.map_or(0, |h| work_bytes(h.work));
+            if over_budget && grows && !deleting && !current {
+                // Beyond the budget: it stays as it is (a new Work is not made).
+                out.findings.copy_quota.get_or_insert_with(|| {
+                    byte_budget_message(obs, &ns, "the copies of Work ", &work_name)
+                });
+                if let Some(h) = live {
+                    let mut kept = h.work.clone();
+                    kept.spec.manifests.clear();
+                    out.wanted.insert(id, kept);
+                }
+                continue;
+            }
             if !deleting && !current {
                 work.spec.manifests = json
                     .iter()

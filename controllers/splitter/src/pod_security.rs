@@ -22,15 +22,44 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-/// The pod template of `object`, wherever the common kinds keep it: `.spec.template` (Deployments,
-/// ReplicaSets, StatefulSets, DaemonSets, Jobs, and custom workloads such as Argo Rollouts or
-/// OpenKruise CloneSets) or `.spec.jobTemplate.spec.template` (CronJobs). Only a template with
-/// containers counts.
-pub fn pod_template(object: &Value) -> Option<&Value> {
-    ["/spec/template", "/spec/jobTemplate/spec/template"]
-        .iter()
-        .filter_map(|p| object.pointer(p))
-        .find(|t| t.pointer("/spec/containers").is_some_and(Value::is_array))
+/// The pod templates of `object`: every PodTemplateSpec in it (an object whose `.spec.containers`
+/// is a list) outside its metadata and status — `.spec.template` of Deployments, StatefulSets,
+/// Jobs, Argo Rollouts or CloneSets, `.spec.jobTemplate.spec.template` of CronJobs, and those of
+/// custom kinds wherever they keep them: RayCluster's head and worker groups, Volcano's tasks,
+/// Kubeflow's replica specs. A template nested in a template (none known) is not looked into.
+pub fn pod_templates(object: &Value) -> Vec<&Value> {
+    fn walk<'a>(value: &'a Value, found: &mut Vec<&'a Value>) {
+        match value {
+            Value::Object(map) => {
+                if map
+                    .get("spec")
+                    .and_then(|s| s.get("containers"))
+                    .is_some_and(Value::is_array)
+                {
+                    found.push(value);
+                    return;
+                }
+                for v in map.values() {
+                    walk(v, found);
+                }
+            }
+            Value::Array(items) => {
+                for v in items {
+                    walk(v, found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    if let Value::Object(map) = object {
+        for (key, value) in map {
+            if key != "metadata" && key != "status" {
+                walk(value, &mut found);
+            }
+        }
+    }
+    found
 }
 
 /// The label of a namespace that names the Pod Security level it enforces.
@@ -242,15 +271,26 @@ mod tests {
     }
 
     #[test]
-    fn workloads_have_their_pod_template_found() {
-        let deployment = json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}});
-        assert!(pod_template(&deployment).is_some());
-        let cronjob = json!({"spec": {"jobTemplate": {"spec": {"template":
-            {"spec": {"containers": [{"name": "a"}]}}}}}});
-        assert!(pod_template(&cronjob).is_some());
-        // A template of something else (no containers), or none at all.
-        assert!(pod_template(&json!({"spec": {"template": {"name": "x"}}})).is_none());
-        assert!(pod_template(&json!({"data": {"a": "b"}})).is_none());
+    fn workloads_have_their_pod_templates_found_wherever_they_keep_them() {
+        let pod = |name: &str| json!({"spec": {"containers": [{"name": name}]}});
+        let deployment = json!({"spec": {"template": pod("a")}});
+        assert_eq!(pod_templates(&deployment), [&pod("a")]);
+        let cronjob = json!({"spec": {"jobTemplate": {"spec": {"template": pod("a")}}}});
+        assert_eq!(pod_templates(&cronjob).len(), 1);
+        // RayCluster: a head group and a list of worker groups.
+        let ray = json!({"spec": {"headGroupSpec": {"template": pod("head")},
+            "workerGroupSpecs": [{"template": pod("w1")}, {"template": pod("w2")}]}});
+        assert_eq!(pod_templates(&ray), [&pod("head"), &pod("w1"), &pod("w2")]);
+        // Kubeflow's PyTorchJob: replica specs by role; Volcano's Job: tasks.
+        let pytorch = json!({"spec": {"pytorchReplicaSpecs": {
+            "Master": {"template": pod("m")}, "Worker": {"template": pod("w")}}}});
+        assert_eq!(pod_templates(&pytorch).len(), 2);
+        let volcano = json!({"spec": {"tasks": [{"name": "t", "template": pod("t")}]}});
+        assert_eq!(pod_templates(&volcano).len(), 1);
+        // A template of something else (no containers), none at all, or only in the status.
+        assert!(pod_templates(&json!({"spec": {"template": {"name": "x"}}})).is_empty());
+        assert!(pod_templates(&json!({"data": {"a": "b"}})).is_empty());
+        assert!(pod_templates(&json!({"status": {"template": pod("s")}})).is_empty());
     }
 
     #[test]

@@ -562,6 +562,73 @@ async fn with_host_network_only_the_hub_apiserver_listens_on_the_nodes_network()
     Ok(())
 }
 
+/// No tenant fills the hub's etcd: it has a quota below its volume and a defragmentation
+/// CronJob, and the splitter's byte budget per namespace is an eighth of that quota unless set;
+/// a quota that does not fit the volume, or a budget that is no quantity, fails the render.
+#[tokio::test]
+async fn the_hubs_etcd_has_a_quota_and_is_defragmented_and_each_namespace_a_byte_budget()
+-> Result<()> {
+    let embedded = ["--set", "hub.mode=embedded"];
+    let docs = render("flotilla", "flotilla-system", &embedded).await?;
+    let etcd = every_container_args(&docs)
+        .into_iter()
+        .find(|(w, _)| w == "flotilla-etcd")
+        .map(|(_, a)| a)
+        .context("the etcd StatefulSet")?;
+    ensure!(
+        etcd.contains(&"--quota-backend-bytes=4294967296".to_string()),
+        "{etcd:?}"
+    );
+    let splitter = deployment_args(&docs, "splitter")?;
+    ensure!(
+        splitter.contains(&"--max-copy-bytes-per-namespace=536870912".to_string()),
+        "an eighth of the quota: {splitter:?}"
+    );
+    let cronjob = docs
+        .iter()
+        .find(|d| d["kind"] == "CronJob" && d["metadata"]["name"] == "flotilla-etcd-defrag")
+        .context("the defragmentation CronJob")?;
+    let pod = &cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    ensure!(
+        pod["initContainers"][0]["args"]
+            .as_array()
+            .is_some_and(|a| a.last() == Some(&json!("defrag"))),
+        "{pod}"
+    );
+    let mut set = embedded.to_vec();
+    set.extend(["--set", "splitter.maxCopyBytesPerNamespace=64Mi"]);
+    let docs = render("flotilla", "flotilla-system", &set).await?;
+    ensure!(
+        deployment_args(&docs, "splitter")?
+            .contains(&"--max-copy-bytes-per-namespace=67108864".to_string())
+    );
+    let docs = render("flotilla", "flotilla-system", &[]).await?;
+    ensure!(
+        !deployment_args(&docs, "splitter")?
+            .iter()
+            .any(|a| a.starts_with("--max-copy-bytes-per-namespace")),
+        "another hub: the splitter's own default"
+    );
+    for (value, says) in [
+        (
+            "hub.etcd.quotaBackendBytes=9Gi",
+            "must be below hub.etcd.persistence.size",
+        ),
+        (
+            "splitter.maxCopyBytesPerNamespace=lots",
+            "splitter.maxCopyBytesPerNamespace: \"lots\" is not a quantity",
+        ),
+    ] {
+        let mut set = embedded.to_vec();
+        set.extend(["--set", value]);
+        match render("flotilla", "flotilla-system", &set).await {
+            Ok(_) => anyhow::bail!("{value} must fail the render"),
+            Err(e) => ensure!(format!("{e:#}").contains(says), "{value}: {e:#}"),
+        }
+    }
+    Ok(())
+}
+
 /// The container args of `controller`'s Deployment in rendered `docs`.
 fn deployment_args(docs: &[Value], controller: &str) -> Result<Vec<String>> {
     let deployment = docs

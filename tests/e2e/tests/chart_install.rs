@@ -381,6 +381,7 @@ async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
     hub_enforces_baseline_by_default(&hub).await?;
     hub_refuses_external_ips(&hub).await?;
     hub_encrypts_at_rest_and_audits(release, &hub).await?;
+    etcd_defragments(release).await?;
 
     // -- the hub at work: a member, a Placement, a Deployment placed on the member
     let member = env
@@ -859,6 +860,67 @@ async fn hub_encrypts_at_rest_and_audits(release: &Release, hub: &Client) -> Res
     let _ = Api::<flotilla_api::Work>::namespaced(hub.clone(), "default")
         .delete(&name, &DeleteParams::default())
         .await;
+    Ok(())
+}
+
+/// The chart's defragmentation CronJob works: a Job made from it (as `kubectl create job
+/// --from=cronjob/...` does) defragments the hub's etcd and clears its alarms.
+async fn etcd_defragments(release: &Release) -> Result<()> {
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    let cronjob = Api::<CronJob>::namespaced(release.host_client.clone(), &release.namespace)
+        .get(&format!("{}-etcd-defrag", release.name))
+        .await
+        .context("the chart's etcd defragmentation CronJob")?;
+    let template = cronjob.spec.job_template;
+    let name = format!("{}-etcd-defrag-now", release.name);
+    let job = Job {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            labels: template.metadata.and_then(|m| m.labels),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    };
+    let jobs = Api::<Job>::namespaced(release.host_client.clone(), &release.namespace);
+    jobs.create(&Default::default(), &job).await?;
+    wait_for(
+        "the defragmentation Job to succeed",
+        Duration::from_secs(120),
+        || async {
+            let status = jobs.get(&name).await?.status.unwrap_or_default();
+            Ok(match (status.succeeded, status.failed) {
+                (Some(n), _) if n > 0 => Seen::Done(()),
+                (_, Some(n)) if n > 0 => Seen::not_yet(format!("{n} failed pod(s)")),
+                _ => Seen::not_yet("running"),
+            })
+        },
+    )
+    .await?;
+    let pod = release
+        .pods()
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("the Job's pod")?
+        .name_any();
+    let log = release
+        .pods()
+        .logs(
+            &pod,
+            &kube::api::LogParams {
+                container: Some("defrag".into()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure!(
+        log.contains("Finished defragmenting etcd member"),
+        "etcdctl defrag says it defragmented: {log}"
+    );
+    let _ = jobs.delete(&name, &DeleteParams::background()).await;
     Ok(())
 }
 

@@ -559,3 +559,106 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
     drop(fleet);
     Ok(())
 }
+
+/// Pod templates where a custom kind keeps them: a KubeRay RayCluster (its real CRD) whose worker
+/// group runs a host escape is placed nowhere — its pods would run in every member though the
+/// hub's namespace enforces baseline — while one whose head and workers are ordinary goes to
+/// every member. No profile declares where RayCluster keeps its templates: every PodTemplateSpec
+/// in an object is judged.
+#[tokio::test]
+async fn a_rayclusters_host_escape_in_a_worker_group_runs_nowhere() -> Result<()> {
+    let _one_at_a_time = ONE_NEGOTIATOR.lock().await;
+    let env = Environment::get();
+    let fleet = Fleet::start_as_chart("raycluster").await?;
+    let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
+    let rayclusters = ApiResource {
+        group: "ray.io".into(),
+        version: "v1".into(),
+        api_version: "ray.io/v1".into(),
+        kind: "RayCluster".into(),
+        plural: "rayclusters".into(),
+    };
+    let _kind = CustomKind::set_up(
+        &env,
+        &fleet,
+        &cached_crd("rayclusters.ray.io.yaml")?,
+        &rayclusters,
+        "ray",
+    )
+    .await?;
+    let pod = |escape: bool| {
+        let mut spec = json!({"containers": [{"name": "ray", "image": "rayproject/ray:2.9.0"}]});
+        if escape {
+            spec = json!({"hostPID": true,
+                "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                "containers": [{"name": "ray", "image": "rayproject/ray:2.9.0",
+                    "securityContext": {"privileged": true, "runAsUser": 0},
+                    "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]});
+        }
+        json!({"spec": spec})
+    };
+    let cluster = |name: &str, escape: bool| {
+        json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": pod(false)},
+                     "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 0,
+                         "maxReplicas": 2, "rayStartParams": {}, "template": pod(escape)}]}})
+    };
+    api::apply(hub, &cluster("calm", false), false).await??;
+    api::apply(hub, &cluster("escape", true), false).await??;
+    let on_members = |name: &'static str| {
+        let rayclusters = rayclusters.clone();
+        async move {
+            let mut n = 0;
+            for (_, client) in members {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), ns, &rayclusters);
+                if api.get_opt(name).await?.is_some() {
+                    n += 1;
+                }
+            }
+            Ok::<_, anyhow::Error>(n)
+        }
+    };
+    wait_for("calm in every member", Duration::from_secs(90), || async {
+        let n = on_members("calm").await?;
+        Ok(if n == members.len() {
+            Seen::Done(())
+        } else {
+            Seen::not_yet(format!("{n} copies"))
+        })
+    })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    wait_for(
+        "the Placement to hold escape back for Pod Security",
+        Duration::from_secs(60),
+        || async {
+            let p = placements.get("ray").await?;
+            let decision = p
+                .status
+                .iter()
+                .flat_map(|s| s.decisions.iter())
+                .find(|d| d.name == "escape")
+                .cloned();
+            Ok(match decision {
+                Some(d)
+                    if d.clusters.is_empty()
+                        && !d.excluded.is_empty()
+                        && d.excluded
+                            .iter()
+                            .all(|e| e.reason == reasons::POD_SECURITY_VIOLATION) =>
+                {
+                    Seen::Done(())
+                }
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+    let n = on_members("escape").await?;
+    ensure!(n == 0, "the host escape runs in {n} member(s)");
+    Ok(())
+}

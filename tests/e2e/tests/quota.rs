@@ -153,3 +153,104 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
     wait_members(&fleet, "second", Some("1")).await?;
     Ok(())
 }
+
+/// A namespace's byte budget (`flotilla.dev/max-copy-bytes`): copies count their bytes once per
+/// member. Forty 1 MiB ConfigMaps over 50 members would fill the hub's etcd for every team; here,
+/// with a budget of one and a half big ConfigMaps' copies, a second big one is placed nowhere
+/// (`CopyQuotaExceeded`), the first one growing beyond the budget is not written (its members
+/// keep what they have), shrinking it is, and then the second fits and is placed.
+#[tokio::test]
+async fn a_namespace_beyond_its_byte_budget_writes_nothing_new_or_bigger() -> Result<()> {
+    let fleet = Fleet::start_as_chart("bytes").await?;
+    let (hub, ns) = (&fleet.hub, fleet.ns.name());
+    let members = fleet.members.len() as u64;
+    let big = |tag: &str, size: usize| format!("{tag}{}", "x".repeat(size));
+    let budget = |bytes: u64| async move {
+        Api::<Namespace>::all(hub.clone())
+            .patch(
+                ns,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "flotilla.dev/max-copy-bytes": bytes.to_string()}}})),
+            )
+            .await
+    };
+    budget(members * 75_000).await?;
+    api::apply(
+        hub,
+        &json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+                "metadata": {"name": "settings", "namespace": ns},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                "labelSelector": {"matchLabels": {"quota": "yes"}}}]}}),
+        false,
+    )
+    .await??;
+    let first = big("a1", 50_000);
+    configmap(hub, ns, "first", &first).await?;
+    wait_members(&fleet, "first", Some(&first)).await?;
+
+    configmap(hub, ns, "second", &big("b1", 50_000)).await?;
+    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
+    let over_budget = || async {
+        wait_for(
+            "the Placement to say CopyQuotaExceeded, naming the byte budget",
+            Duration::from_secs(30),
+            || async {
+                let p = placements.get("settings").await?;
+                let scheduled = p
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter())
+                    .find(|c| c.type_ == "Scheduled")
+                    .cloned();
+                Ok(match scheduled {
+                    Some(c)
+                        if c.status == "False"
+                            && c.reason == reasons::COPY_QUOTA_EXCEEDED
+                            && c.message.contains("flotilla.dev/max-copy-bytes") =>
+                    {
+                        Seen::Done(())
+                    }
+                    other => Seen::not_yet(format!("{other:?}")),
+                })
+            },
+        )
+        .await
+        .map_err(|e| e.context(fleet.splitter.log()))
+    };
+    over_budget().await?;
+    let none = vec![None; fleet.members.len()];
+    let stays = |name: &'static str, want: Vec<Option<String>>| {
+        let fleet = &fleet;
+        async move {
+            holds_for(
+                &format!("ConfigMap {name} to stay as it is in the members"),
+                Duration::from_secs(5),
+                || async {
+                    let data = member_data(fleet, name).await?;
+                    Ok(if data == want {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "{} bytes",
+                            data.iter().flatten().map(String::len).sum::<usize>()
+                        ))
+                    })
+                },
+            )
+            .await
+        }
+    };
+    stays("second", none).await?;
+
+    // Growing the first beyond the budget: not written; shrinking it: written.
+    configmap(hub, ns, "first", &big("a2", 100_000)).await?;
+    over_budget().await?;
+    stays("first", vec![Some(first.clone()); fleet.members.len()]).await?;
+    configmap(hub, ns, "first", "small").await?;
+    wait_members(&fleet, "first", Some("small")).await?;
+
+    // With the first one small again, the second fits: it is placed.
+    wait_members(&fleet, "second", Some(&big("b1", 50_000))).await?;
+    Ok(())
+}

@@ -225,6 +225,7 @@ fn mk_observation(
         adopt_allowed: false,
         data_secrets: BTreeMap::new(),
         copy_limit: None,
+        byte_limit: None,
     }
 }
 
@@ -680,6 +681,75 @@ fn beyond_the_copy_limit_no_new_copy_is_placed_and_the_placed_ones_stay() {
     let lowered = plan(&obs).expect("plan");
     assert!(lowered.findings.copy_quota.is_none());
     assert_eq!(lowered.copies.len(), 3);
+}
+
+/// A namespace's byte budget: copies count their bytes once per member (a big ConfigMap on
+/// three members three times); beyond the budget no new copy is placed and no Work that would
+/// grow is written (its members keep what they have), while a Work that shrinks still is; the
+/// Works say what they take, and the other Placements' Works count.
+#[test]
+fn beyond_the_byte_budget_nothing_new_or_bigger_is_written() {
+    let placement = mk_placement("shop", "p", json!({}));
+    let big = "x".repeat(10_000);
+    let objects = vec![mk_configmap("shop", "a", "ua", &big)];
+    let mut obs = mk_observation(placement.clone(), three(), objects.clone(), vec![]);
+    obs.byte_limit = Some(40_000);
+    let first = plan(&obs).expect("plan");
+    assert!(
+        first.findings.copy_quota.is_none(),
+        "3 × 10 kB fit in 40 kB"
+    );
+    assert_eq!(first.copies.len(), 3);
+    for id in &first.writes {
+        let bytes: u64 = first.wanted[id].annotations()[annotations::COPY_BYTES]
+            .parse()
+            .expect("a number");
+        assert!((10_000..11_000).contains(&bytes), "{bytes}");
+    }
+    let works = as_written(&first, true, true);
+
+    // A second such object would take 60 kB: none of its copies is placed.
+    let grown = vec![
+        mk_configmap("shop", "a", "ua", &big),
+        mk_configmap("shop", "b", "ub", &big),
+    ];
+    let mut obs = mk_observation(placement.clone(), three(), grown, works.clone());
+    obs.byte_limit = Some(40_000);
+    let held = plan(&obs).expect("plan");
+    let why = held.findings.copy_quota.clone().expect("over the budget");
+    assert!(why.contains("limit of 40000"), "{why}");
+    assert!(why.contains(annotations::MAX_COPY_BYTES), "{why}");
+    assert!(held.copies.keys().all(|k| k.object.name == "a"));
+    assert!(held.writes.is_empty(), "a is as it was: {:?}", held.writes);
+
+    // `a` growing to 20 kB (60 kB in all) is not written; shrinking is.
+    let bigger = vec![mk_configmap("shop", "a", "ua", &"x".repeat(20_000))];
+    let mut obs = mk_observation(placement.clone(), three(), bigger, works.clone());
+    obs.byte_limit = Some(40_000);
+    let refused = plan(&obs).expect("plan");
+    assert!(refused.writes.is_empty(), "{:?}", refused.writes);
+    assert!(refused.findings.copy_quota.is_some());
+    assert!(
+        refused.deletes.is_empty(),
+        "nothing of the members' is taken away"
+    );
+    let smaller = vec![mk_configmap("shop", "a", "ua", "small")];
+    let mut obs = mk_observation(placement.clone(), three(), smaller, works.clone());
+    obs.byte_limit = Some(1_000);
+    let shrunk = plan(&obs).expect("plan");
+    assert_eq!(shrunk.writes.len(), 3, "a shrinking Work is written");
+
+    // The namespace's other Placements' Works count, by what they say they take.
+    let mut obs = mk_observation(placement, three(), objects, vec![]);
+    obs.byte_limit = Some(40_000);
+    obs.others = works
+        .iter()
+        .map(|w| Other {
+            work: w.clone(),
+            orphaned: false,
+        })
+        .collect();
+    assert!(plan(&obs).expect("plan").findings.copy_quota.is_some());
 }
 
 #[test]
