@@ -191,7 +191,12 @@ index .Values "__flotillaHubPki".
 {{- end -}}
 {{- /* The key that encrypts Secrets and Works in etcd (hub.apiserver.encryptionAtRest). */ -}}
 {{- $_ := set $pki "encryption-key" (get $old "encryption-key" | default (randBytes 32)) -}}
-{{- /* One token per identity. */ -}}
+{{- /* One token per identity; the admin's again when hub.adminTokenGeneration changes. */ -}}
+{{- $generation := toString .Values.hub.adminTokenGeneration -}}
+{{- if ne (get $old "token-admin-generation" | default "1") $generation -}}
+{{- $_ := unset $old "token-admin" -}}
+{{- end -}}
+{{- $_ := set $pki "token-admin-generation" $generation -}}
 {{- range $id := list "admin" "controller-manager" "registration" "syncer" "splitter" "negotiator" -}}
 {{- $key := printf "token-%s" $id -}}
 {{- $_ := set $pki $key (get $old $key | default (randAlphaNum 48)) -}}

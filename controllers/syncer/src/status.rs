@@ -21,7 +21,7 @@ pub fn manifest_status(
     identity: &ManifestIdentity,
     object: &DynamicObject,
 ) -> ManifestStatus {
-    let status = object.data.get("status").cloned();
+    let status = object.data.get("status").map(bounded);
     ManifestStatus {
         ordinal: i32::try_from(ordinal).unwrap_or(i32::MAX),
         identity: ManifestIdentity {
@@ -41,6 +41,68 @@ pub fn manifest_status(
         status,
         ..ManifestStatus::default()
     }
+}
+
+/// The most bytes (of JSON) of a member object's status kept in its Work: 50 such statuses stay
+/// well under what the hub stores in one object.
+pub const MAX_STATUS_BYTES: usize = 16 * 1024;
+
+/// How much of a condition's message, or of another string, a bounded status keeps.
+const MAX_STRING_BYTES: usize = 1024;
+
+/// At most this many conditions in a bounded status.
+const MAX_CONDITIONS: usize = 16;
+
+/// A member object's `status`, as the Work keeps it: as it is, unless its JSON is beyond
+/// [`MAX_STATUS_BYTES`] (a member that misbehaves, or a kind whose status lists much): then only
+/// what the hub reads of it — its top-level numbers, booleans and short strings, and its first
+/// conditions with their messages cut — and `truncatedFrom`, the size it had.
+fn bounded(status: &Value) -> Value {
+    let size = serde_json::to_vec(status).map_or(usize::MAX, |v| v.len());
+    if size <= MAX_STATUS_BYTES {
+        return status.clone();
+    }
+    let cut = |text: &str| -> String {
+        let mut end = text.len().min(MAX_STRING_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_string()
+    };
+    let mut kept = serde_json::Map::new();
+    for (key, value) in status.as_object().into_iter().flatten() {
+        match value {
+            Value::Number(_) | Value::Bool(_) => {
+                kept.insert(key.clone(), value.clone());
+            }
+            Value::String(text) if text.len() <= MAX_STRING_BYTES => {
+                kept.insert(key.clone(), value.clone());
+            }
+            Value::Array(conditions) if key == "conditions" => {
+                let conditions: Vec<Value> = conditions
+                    .iter()
+                    .take(MAX_CONDITIONS)
+                    .filter_map(Value::as_object)
+                    .map(|c| {
+                        let mut c: serde_json::Map<String, Value> = c
+                            .iter()
+                            .filter_map(|(k, v)| match v {
+                                Value::String(t) => Some((k.clone(), Value::String(cut(t)))),
+                                Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.clone())),
+                                _ => None,
+                            })
+                            .collect();
+                        c.retain(|_, v| !v.is_null());
+                        Value::Object(c)
+                    })
+                    .collect();
+                kept.insert(key.clone(), Value::Array(conditions));
+            }
+            _ => {}
+        }
+    }
+    kept.insert("truncatedFrom".into(), Value::from(size));
+    Value::Object(kept)
 }
 
 /// The status of manifest `ordinal` from what happened to it: as [`manifest_status`] when it was
@@ -321,6 +383,31 @@ mod tests {
         let mut generation = at(1);
         generation.observed_generation = Some(2);
         assert!(!same_ignoring_times(&at(1), &generation));
+    }
+
+    #[test]
+    fn a_status_beyond_its_budget_keeps_what_the_hub_reads_of_it() {
+        let mut object = deployment(4, 4, "True");
+        let huge = "x".repeat(MAX_STATUS_BYTES);
+        object.data["status"]["readyReplicas"] = json!(4);
+        object.data["status"]["members"] = json!([huge.clone(), huge.clone()]);
+        object.data["status"]["conditions"][0]["message"] = json!(huge);
+        let s = manifest_status(0, &id(), &object);
+        let status = s.status.expect("a status");
+        let bytes = serde_json::to_vec(&status).expect("json").len();
+        assert!(bytes <= MAX_STATUS_BYTES, "{bytes}");
+        assert!(status.get("members").is_none());
+        assert_eq!(status["readyReplicas"], 4, "{status}");
+        assert_eq!(status["conditions"][0]["type"], "Available");
+        assert_eq!(
+            status["conditions"][0]["message"].as_str().map(str::len),
+            Some(MAX_STRING_BYTES)
+        );
+        assert!(status["truncatedFrom"].as_u64() > Some(2 * MAX_STATUS_BYTES as u64));
+        assert_eq!(s.observed_generation, Some(4), "read before it was cut");
+        // An ordinary status is kept whole.
+        let s = manifest_status(0, &id(), &deployment(4, 4, "True"));
+        assert!(s.status.expect("a status").get("truncatedFrom").is_none());
     }
 
     #[test]

@@ -562,6 +562,57 @@ async fn place_and_kill(
     let hub = release.hub().await?;
     controllers_lead(&hub, &release.namespace).await?;
 
+    // -- rotating the admin's token (hub.adminTokenGeneration): the old token is refused at once,
+    //    the Secret's new one works, the controllers keep theirs
+    release
+        .install(
+            "upgrade",
+            &[
+                "--set",
+                "logLevel=debug",
+                "--set",
+                "hub.adminTokenGeneration=2",
+            ],
+            "5m",
+        )
+        .await?
+        .map_err(|e| anyhow!("helm upgrade rotating the admin token failed:\n{e}"))?;
+    let pki_rotated = secret_data(release, &format!("{}-hub-pki", release.name)).await?;
+    ensure!(
+        pki_rotated.get("token-admin") != pki_before.get("token-admin"),
+        "a new admin token"
+    );
+    for c in CONTROLLERS {
+        let key = format!("token-{c}");
+        ensure!(
+            pki_rotated.get(&key) == pki_before.get(&key),
+            "{c} keeps its token"
+        );
+    }
+    wait_for(
+        "the old admin token to be refused",
+        Duration::from_secs(120),
+        || async {
+            Ok(
+                match Api::<Namespace>::all(hub.clone())
+                    .list(&ListParams::default().limit(1))
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.code == 401 => Seen::Done(()),
+                    other => Seen::not_yet(format!("{:?}", other.map(|l| l.items.len()))),
+                },
+            )
+        },
+    )
+    .await?;
+    let hub = release.hub().await?;
+    Api::<Namespace>::all(hub.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+        .context("the rotated admin token in the Secret works")?;
+    controllers_lead(&hub, &release.namespace).await?;
+    let pki_before = pki_rotated;
+
     // -- helm uninstall: the hub's pods go, its data and every member workload stay
     release
         .helm(&["uninstall", &release.name, "--wait", "--timeout", "3m"])

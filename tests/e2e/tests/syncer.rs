@@ -305,6 +305,99 @@ async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_the
     Ok(())
 }
 
+/// A member that answers with a huge status (a misbehaving controller or apiserver there) does not
+/// make the hub store it: the Work keeps at most 16 KiB of each object's status — its numbers and
+/// conditions, and the size it had.
+#[tokio::test]
+async fn a_members_huge_status_is_cut_before_the_hub_stores_it() -> Result<()> {
+    use flotilla_e2e::{api, random_suffix};
+    use kube::api::{ApiResource, DynamicObject, ListParams};
+
+    let s = SyncerSetup::start("sync-bigstatus", Options::default()).await?;
+    let group = format!("e2e-{}.example.com", random_suffix());
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let mut cleanup = api::ClusterScopedObjects::new(&s.member_info);
+    cleanup.add(
+        ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&()),
+        format!("gadgets.{group}"),
+    );
+    api::apply(&s.member, &crd, false)
+        .await?
+        .map_err(|e| anyhow::anyhow!("the member's CRD: {e}"))?;
+    let gadgets = ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let in_member: Api<DynamicObject> =
+        Api::namespaced_with(s.member.clone(), s.ns.name(), &gadgets);
+    wait_for("the member to serve Gadgets", WAIT, || async {
+        Ok(match in_member.list(&ListParams::default()).await {
+            Ok(_) => Seen::Done(()),
+            Err(e) => Seen::not_yet(e),
+        })
+    })
+    .await?;
+    s.create_work(
+        "gadget",
+        json!({"manifests": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget",
+            "metadata": {"name": "g", "namespace": s.ns.name()}, "spec": {"size": 1}}]}),
+    )
+    .await?;
+    s.work_condition("gadget", "Applied", "True", None, WAIT)
+        .await?;
+    // The member's "controller" writes 400 KB of status.
+    let lines: Vec<String> = (0..4000).map(|i| format!("{i:0>96}")).collect();
+    in_member
+        .patch_status(
+            "g",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": 1, "log": lines,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Fine",
+                                "message": "x".repeat(5000)}]}})),
+        )
+        .await?;
+    let works = s.works();
+    let status = wait_for("the Work to report the member's status", WAIT, || async {
+        let w = works.get("gadget").await?;
+        let status = w
+            .status
+            .and_then(|st| st.manifests.into_iter().next())
+            .and_then(|m| m.status);
+        Ok(match status {
+            Some(st) if st.get("ready").is_some() => Seen::Done(st),
+            other => Seen::not_yet(format!("{:?}", other.map(|o| o.to_string().len()))),
+        })
+    })
+    .await?;
+    let bytes = serde_json::to_vec(&status)?.len();
+    ensure!(
+        bytes <= 16 * 1024,
+        "the Work keeps {bytes} bytes of the member's status"
+    );
+    ensure!(
+        status["truncatedFrom"]
+            .as_u64()
+            .is_some_and(|n| n > 400_000)
+            && status["conditions"][0]["type"] == "Ready"
+            && status["ready"] == 1,
+        "what the hub reads is kept, and the size it had: {status}"
+    );
+    drop(cleanup);
+    Ok(())
+}
+
 /// The UID of ConfigMap `name` in the member, if it is there.
 async fn member_uid(s: &SyncerSetup, name: &str) -> Result<Option<String>> {
     Ok(s.member_configmaps()
