@@ -156,44 +156,25 @@ build_pause() {
   report pause "${t0}"
 }
 
-build_etcd() {
-  if have etcd; then skip etcd; return; fi
-  local t0 dir
+# build_etcd_tool NAME MODULE: etcd's server or etcdctl, from their Go module at ETCD_VERSION.
+build_etcd_tool() {
+  local name="$1" module="$2" t0 dir
+  if have "${name}"; then skip "${name}"; return; fi
   t0="$(now)"
-  dir="${WORK}/etcd-${ETCD_VERSION}"
+  dir="${WORK}/${name}-${ETCD_VERSION}"
   if [[ ! -f "${dir}/.ready" ]]; then
     rm -rf "${dir}"; mkdir -p "${dir}"
     (
       cd "${dir}"
-      go_or_die "etcd" go mod init flotilla.local/etcd-tools
-      go mod edit "-require=go.etcd.io/etcd/server/v3@${ETCD_VERSION}" -tool=go.etcd.io/etcd/server/v3
-      go_or_die "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" go mod tidy
+      go_or_die "${name}" go mod init "flotilla.local/${name}-tools"
+      go mod edit "-require=${module}@${ETCD_VERSION}" "-tool=${module}"
+      go_or_die "${module}@${ETCD_VERSION}" go mod tidy
     ) >&2
     touch "${dir}/.ready"
   fi
-  (cd "${dir}" && go_or_die etcd go build -mod=mod -trimpath -ldflags "-s -w" -o "${TOOLS_BIN}/.etcd.tmp" go.etcd.io/etcd/server/v3)
-  mv "${TOOLS_BIN}/.etcd.tmp" "${TOOLS_BIN}/etcd"
-  report etcd "${t0}"
-}
-
-build_etcdctl() {
-  if have etcdctl; then skip etcdctl; return; fi
-  local t0 dir
-  t0="$(now)"
-  dir="${WORK}/etcdctl-${ETCD_VERSION}"
-  if [[ ! -f "${dir}/.ready" ]]; then
-    rm -rf "${dir}"; mkdir -p "${dir}"
-    (
-      cd "${dir}"
-      go_or_die "etcdctl" go mod init flotilla.local/etcdctl-tools
-      go mod edit "-require=go.etcd.io/etcd/etcdctl/v3@${ETCD_VERSION}" -tool=go.etcd.io/etcd/etcdctl/v3
-      go_or_die "go.etcd.io/etcd/etcdctl/v3@${ETCD_VERSION}" go mod tidy
-    ) >&2
-    touch "${dir}/.ready"
-  fi
-  (cd "${dir}" && go_or_die etcdctl go build -mod=mod -trimpath -ldflags "-s -w" -o "${TOOLS_BIN}/.etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3)
-  mv "${TOOLS_BIN}/.etcdctl.tmp" "${TOOLS_BIN}/etcdctl"
-  report etcdctl "${t0}"
+  (cd "${dir}" && go_or_die "${name}" go build -mod=mod -trimpath -ldflags "-s -w" -o "${TOOLS_BIN}/.${name}.tmp" "${module}")
+  mv "${TOOLS_BIN}/.${name}.tmp" "${TOOLS_BIN}/${name}"
+  report "${name}" "${t0}"
 }
 
 build_kwok() {
@@ -309,8 +290,8 @@ fetch_crd_releases() {
 
 T0="$(now)"
 log "tool cache: ${TOOLS_BIN}"
-build_etcd
-build_etcdctl
+build_etcd_tool etcd go.etcd.io/etcd/server/v3
+build_etcd_tool etcdctl go.etcd.io/etcd/etcdctl/v3
 build_kwok
 build_helm
 build_kstatus

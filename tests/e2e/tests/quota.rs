@@ -48,6 +48,37 @@ async fn wait_members(fleet: &Fleet, name: &str, want: Option<&str>) -> Result<(
     .map_err(|e| e.context(fleet.splitter.log()))
 }
 
+/// Waits until Placement `settings` says `Scheduled=False, reason=CopyQuotaExceeded` with a
+/// message that contains `says`.
+async fn quota_exceeded(fleet: &Fleet, says: &str) -> Result<()> {
+    let placements: Api<Placement> = Api::namespaced(fleet.hub.clone(), fleet.ns.name());
+    wait_for(
+        &format!("the Placement to say CopyQuotaExceeded ({says})"),
+        Duration::from_secs(30),
+        || async {
+            let p = placements.get("settings").await?;
+            let scheduled = p
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == "Scheduled")
+                .cloned();
+            Ok(match scheduled {
+                Some(c)
+                    if c.status == "False"
+                        && c.reason == reasons::COPY_QUOTA_EXCEEDED
+                        && c.message.contains(says) =>
+                {
+                    Seen::Done(())
+                }
+                other => Seen::not_yet(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))
+}
+
 async fn set_limit(hub: &Client, ns: &str, limit: &str) -> Result<()> {
     Api::<Namespace>::all(hub.clone())
         .patch(
@@ -94,32 +125,7 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
     wait_members(&fleet, "first", Some("1")).await?;
 
     configmap(hub, ns, "second", "1").await?;
-    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
-    wait_for(
-        "the Placement to say CopyQuotaExceeded",
-        Duration::from_secs(30),
-        || async {
-            let p = placements.get("settings").await?;
-            let scheduled = p
-                .status
-                .iter()
-                .flat_map(|s| s.conditions.iter())
-                .find(|c| c.type_ == "Scheduled")
-                .cloned();
-            Ok(match scheduled {
-                Some(c)
-                    if c.status == "False"
-                        && c.reason == reasons::COPY_QUOTA_EXCEEDED
-                        && c.message.contains("limit of 4") =>
-                {
-                    Seen::Done(())
-                }
-                other => Seen::not_yet(format!("{other:?}")),
-            })
-        },
-    )
-    .await
-    .map_err(|e| e.context(fleet.splitter.log()))?;
+    quota_exceeded(&fleet, "limit of 4").await?;
     // The first one's copies follow it; the second one goes nowhere.
     configmap(hub, ns, "first", "2").await?;
     wait_members(&fleet, "first", Some("2")).await?;
@@ -190,35 +196,7 @@ async fn a_namespace_beyond_its_byte_budget_writes_nothing_new_or_bigger() -> Re
     wait_members(&fleet, "first", Some(&first)).await?;
 
     configmap(hub, ns, "second", &big("b1", 50_000)).await?;
-    let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
-    let over_budget = || async {
-        wait_for(
-            "the Placement to say CopyQuotaExceeded, naming the byte budget",
-            Duration::from_secs(30),
-            || async {
-                let p = placements.get("settings").await?;
-                let scheduled = p
-                    .status
-                    .iter()
-                    .flat_map(|s| s.conditions.iter())
-                    .find(|c| c.type_ == "Scheduled")
-                    .cloned();
-                Ok(match scheduled {
-                    Some(c)
-                        if c.status == "False"
-                            && c.reason == reasons::COPY_QUOTA_EXCEEDED
-                            && c.message.contains("flotilla.dev/max-copy-bytes") =>
-                    {
-                        Seen::Done(())
-                    }
-                    other => Seen::not_yet(format!("{other:?}")),
-                })
-            },
-        )
-        .await
-        .map_err(|e| e.context(fleet.splitter.log()))
-    };
-    over_budget().await?;
+    quota_exceeded(&fleet, "flotilla.dev/max-copy-bytes").await?;
     let none = vec![None; fleet.members.len()];
     let stays = |name: &'static str, want: Vec<Option<String>>| {
         let fleet = &fleet;
@@ -245,7 +223,7 @@ async fn a_namespace_beyond_its_byte_budget_writes_nothing_new_or_bigger() -> Re
 
     // Growing the first beyond the budget: not written; shrinking it: written.
     configmap(hub, ns, "first", &big("a2", 100_000)).await?;
-    over_budget().await?;
+    quota_exceeded(&fleet, "flotilla.dev/max-copy-bytes").await?;
     stays("first", vec![Some(first.clone()); fleet.members.len()]).await?;
     configmap(hub, ns, "first", "small").await?;
     wait_members(&fleet, "first", Some("small")).await?;

@@ -15,7 +15,7 @@ use flotilla_e2e::{Seen, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// How long each step may take.
@@ -237,48 +237,67 @@ async fn a_members_hub_namespace_deleted_by_a_stolen_registration_token_deletes_
     Ok(())
 }
 
-/// A kind that is namespaced on the hub but cluster-scoped in the member (a CRD of another
-/// version of a project): a tenant's namespaced object of it is not applied there — it would be
-/// cluster-wide, outside the tenant's namespace — and the Work says why (`ScopeDiffers`).
-#[tokio::test]
-async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_there() -> Result<()> {
-    use flotilla_e2e::{api, random_suffix};
-    use kube::api::{ApiResource, DynamicObject, ListParams};
+/// Kind Gadget of a group of its own (with a status subresource), served by the test's member
+/// only, with `scope`; its CRD goes when this is dropped.
+struct MemberGadgets {
+    group: String,
+    resource: kube::api::ApiResource,
+    _cleanup: flotilla_e2e::api::ClusterScopedObjects,
+}
 
-    let s = SyncerSetup::start("sync-scope", Options::default()).await?;
+async fn member_gadgets(s: &SyncerSetup, scope: &str) -> Result<MemberGadgets> {
+    use flotilla_e2e::{api, random_suffix};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, ListParams};
+
     let group = format!("e2e-{}.example.com", random_suffix());
     let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": format!("gadgets.{group}")},
-        "spec": {"group": group, "scope": "Cluster",
+        "spec": {"group": group, "scope": scope,
                  "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
                  "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
                                "schema": {"openAPIV3Schema": {"type": "object",
                                    "x-kubernetes-preserve-unknown-fields": true}}}]}});
     let mut cleanup = api::ClusterScopedObjects::new(&s.member_info);
     cleanup.add(
-        ApiResource::erase::<
-            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-        >(&()),
+        ApiResource::erase::<CustomResourceDefinition>(&()),
         format!("gadgets.{group}"),
     );
     api::apply(&s.member, &crd, false)
         .await?
         .map_err(|e| anyhow::anyhow!("the member's CRD: {e}"))?;
-    let gadgets = ApiResource {
+    let resource = ApiResource {
         group: group.clone(),
         version: "v1".into(),
         api_version: format!("{group}/v1"),
         kind: "Gadget".into(),
         plural: "gadgets".into(),
     };
-    let in_member: Api<DynamicObject> = Api::all_with(s.member.clone(), &gadgets);
+    let all: Api<DynamicObject> = Api::all_with(s.member.clone(), &resource);
     wait_for("the member to serve Gadgets", WAIT, || async {
-        Ok(match in_member.list(&ListParams::default()).await {
+        Ok(match all.list(&ListParams::default()).await {
             Ok(_) => Seen::Done(()),
             Err(e) => Seen::not_yet(e),
         })
     })
     .await?;
+    Ok(MemberGadgets {
+        group,
+        resource,
+        _cleanup: cleanup,
+    })
+}
+
+/// A kind that is namespaced on the hub but cluster-scoped in the member (a CRD of another
+/// version of a project): a tenant's namespaced object of it is not applied there — it would be
+/// cluster-wide, outside the tenant's namespace — and the Work says why (`ScopeDiffers`).
+#[tokio::test]
+async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_there() -> Result<()> {
+    let s = SyncerSetup::start("sync-scope", Options::default()).await?;
+    let gadgets = member_gadgets(&s, "Cluster").await?;
+    let group = &gadgets.group;
+    let in_member: Api<DynamicObject> = Api::all_with(s.member.clone(), &gadgets.resource);
     s.create_work(
         "gadget",
         json!({"manifests": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget",
@@ -301,7 +320,7 @@ async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_the
         in_member.get_opt("tenants").await?.is_none(),
         "a tenant's namespaced object must not become cluster-wide in the member"
     );
-    drop(cleanup);
+    drop(gadgets);
     Ok(())
 }
 
@@ -310,45 +329,11 @@ async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_the
 /// conditions, and the size it had.
 #[tokio::test]
 async fn a_members_huge_status_is_cut_before_the_hub_stores_it() -> Result<()> {
-    use flotilla_e2e::{api, random_suffix};
-    use kube::api::{ApiResource, DynamicObject, ListParams};
-
     let s = SyncerSetup::start("sync-bigstatus", Options::default()).await?;
-    let group = format!("e2e-{}.example.com", random_suffix());
-    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("gadgets.{group}")},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                   "x-kubernetes-preserve-unknown-fields": true}}}]}});
-    let mut cleanup = api::ClusterScopedObjects::new(&s.member_info);
-    cleanup.add(
-        ApiResource::erase::<
-            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-        >(&()),
-        format!("gadgets.{group}"),
-    );
-    api::apply(&s.member, &crd, false)
-        .await?
-        .map_err(|e| anyhow::anyhow!("the member's CRD: {e}"))?;
-    let gadgets = ApiResource {
-        group: group.clone(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Gadget".into(),
-        plural: "gadgets".into(),
-    };
+    let gadgets = member_gadgets(&s, "Namespaced").await?;
+    let group = &gadgets.group;
     let in_member: Api<DynamicObject> =
-        Api::namespaced_with(s.member.clone(), s.ns.name(), &gadgets);
-    wait_for("the member to serve Gadgets", WAIT, || async {
-        Ok(match in_member.list(&ListParams::default()).await {
-            Ok(_) => Seen::Done(()),
-            Err(e) => Seen::not_yet(e),
-        })
-    })
-    .await?;
+        Api::namespaced_with(s.member.clone(), s.ns.name(), &gadgets.resource);
     s.create_work(
         "gadget",
         json!({"manifests": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget",
@@ -394,7 +379,7 @@ async fn a_members_huge_status_is_cut_before_the_hub_stores_it() -> Result<()> {
             && status["ready"] == 1,
         "what the hub reads is kept, and the size it had: {status}"
     );
-    drop(cleanup);
+    drop(gadgets);
     Ok(())
 }
 
