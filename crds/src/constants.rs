@@ -110,8 +110,16 @@ pub mod annotations {
     /// On a hub Namespace, set by an admin: `"true"` lets its Placements place RoleBindings
     /// whose subjects are users, groups, or ServiceAccounts not placed with them. Without it such
     /// a binding is held back: a user or group name means whoever a member's authenticators say,
-    /// which need not be who it is on the hub.
+    /// which need not be who it is on the hub. On a ClusterPlacement (an admin's already), the
+    /// same for the ClusterRoleBindings it places: without it, only those whose subjects are all
+    /// ServiceAccounts the hub has outside its own namespaces are placed.
     pub const ALLOW_ANY_BINDING_SUBJECT: &str = "flotilla.dev/allow-any-binding-subject";
+
+    /// On a hub Namespace, set by an admin: `"true"` lets its Placements place Services with
+    /// `spec.externalIPs`. Without it such a Service is held back: in a member it would take the
+    /// traffic of those addresses from every pod and node there (CVE-2020-8554), which on the hub
+    /// (no nodes) it takes from nobody.
+    pub const ALLOW_EXTERNAL_IPS: &str = "flotilla.dev/allow-external-ips";
 
     /// On a hub Namespace, set by an admin: the most copies (placed objects × the members each
     /// goes to) its Placements may keep in the members, e.g. `"500"`; `"0"` allows none. Without
@@ -378,6 +386,10 @@ pub mod reasons {
     /// The hub could not tell now whether a RoleBinding grants more in a member than on the hub
     /// (its ClusterRole could not be read): nothing new is placed, its copies stay as they are.
     pub const BINDING_UNKNOWN: &str = "BindingUnknown";
+    /// A Service with `spec.externalIPs` is placed nowhere: it would intercept those addresses'
+    /// traffic in every member (see `annotations::ALLOW_EXTERNAL_IPS`); its copies stay as they
+    /// are.
+    pub const EXTERNAL_IPS_HELD_BACK: &str = "ExternalIPsHeldBack";
     /// Placement `AllPlaced`: objects of the namespace are placed by no Placement (listed in
     /// `status.notPlaced`); also the Event on each such hub object.
     pub const NOT_PLACED: &str = "NotPlaced";

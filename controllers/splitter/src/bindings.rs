@@ -1,5 +1,5 @@
-//! Pure: whether a placed RoleBinding grants no more in a member than it grants on the hub
-//! (design rule 9).
+//! Pure: whether a placed RoleBinding or ClusterRoleBinding grants no more in a member than it
+//! grants on the hub (design rule 9).
 //!
 //! A binding names its subjects by name, and a name means what each cluster says it means: the
 //! user `alice` or the group `ops` of a member are whoever that member's authenticators say, not
@@ -7,9 +7,16 @@
 //! name is whatever the member's admin made it. So a RoleBinding is placed by default only when
 //! every subject is a ServiceAccount of its own namespace that the same Placement places, and its
 //! role is a Role the Placement places or a ClusterRole the hub has (the tenant could bind it on
-//! the hub, so the hub's RBAC already allowed the grant). Anything else waits for an admin: the
-//! annotation [`ALLOW_ANY_BINDING_SUBJECT`] on the hub namespace lets other subjects through.
-//! A binding held back is placed nowhere; copies it already has stay as they are.
+//! the hub, so the hub's RBAC already allowed the grant). A ClusterRoleBinding (placed by an
+//! admin's ClusterPlacement) is placed by default only when its ClusterRole is the hub's and
+//! every subject is a ServiceAccount the hub has in a tenant's namespace: not the hub's own
+//! identities (its system namespaces, Flotilla's namespace, the members' `flotilla-cluster-*`
+//! namespaces), whose names mean the members' own controllers there. This keeps the
+//! ClusterRoleBindings of third-party charts (`cert-manager/cert-manager` bound to its
+//! ClusterRole) working. Anything else waits for an admin: the annotation
+//! [`ALLOW_ANY_BINDING_SUBJECT`] on the hub namespace (or the ClusterPlacement) lets other
+//! subjects through. A binding held back is placed nowhere; copies it already has stay as they
+//! are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,32 +24,51 @@ use serde_json::Value;
 
 use crate::pod_security::Verdict;
 
-/// On a hub Namespace, set by an admin: `"true"` lets its Placements place RoleBindings whose
-/// subjects are users, groups or ServiceAccounts not placed with them.
+/// On a hub Namespace or a ClusterPlacement, set by an admin: `"true"` lets its bindings name
+/// users, groups or ServiceAccounts not placed with them.
 pub const ALLOW_ANY_BINDING_SUBJECT: &str = flotilla_api::annotations::ALLOW_ANY_BINDING_SUBJECT;
 
 /// The API version and kind of the objects this module judges.
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
 pub const ROLE_BINDING: &str = "RoleBinding";
+pub const CLUSTER_ROLE_BINDING: &str = "ClusterRoleBinding";
 pub const ROLE: &str = "Role";
 pub const CLUSTER_ROLE: &str = "ClusterRole";
+
+/// A ServiceAccount by namespace and name.
+pub type Account = (String, String);
 
 /// What the verdict on a binding depends on, gathered by one pass.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {
-    /// The binding's namespace (the Placement's).
+    /// The namespace of the RoleBindings judged (the Placement's); empty for ClusterRoleBindings,
+    /// whose ServiceAccount subjects name their namespace.
     pub namespace: String,
-    /// The ServiceAccounts the Placement places (selected, or followed by a placed workload).
-    pub accounts: BTreeSet<String>,
+    /// The ServiceAccounts a binding may name: those the Placement places (selected, or followed
+    /// by a placed workload), or for a ClusterPlacement those the hub has in tenants' namespaces.
+    pub accounts: BTreeSet<Account>,
+    /// ServiceAccounts that could not be looked up on the hub now.
+    pub accounts_unknown: BTreeSet<Account>,
     /// The Roles the Placement places.
     pub roles: BTreeSet<String>,
     /// The ClusterRoles the bindings name: whether the hub has each (`None`: could not tell now).
     pub cluster_roles: BTreeMap<String, Option<bool>>,
-    /// The hub namespace carries [`ALLOW_ANY_BINDING_SUBJECT`].
+    /// The hub namespace (or the ClusterPlacement) carries [`ALLOW_ANY_BINDING_SUBJECT`].
     pub any_subject: bool,
 }
 
-/// Whether `binding` (a RoleBinding) may be placed.
+impl Facts {
+    /// Where an admin sets [`ALLOW_ANY_BINDING_SUBJECT`] for these bindings.
+    fn switch(&self) -> &'static str {
+        if self.namespace.is_empty() {
+            "the ClusterPlacement"
+        } else {
+            "the hub namespace"
+        }
+    }
+}
+
+/// Whether `binding` (a RoleBinding or ClusterRoleBinding) may be placed.
 pub fn judge(binding: &Value, facts: &Facts) -> Verdict {
     let role = &binding["roleRef"];
     let role_name = role["name"].as_str().unwrap_or_default();
@@ -74,34 +100,52 @@ pub fn judge(binding: &Value, facts: &Facts) -> Verdict {
     if facts.any_subject {
         return Verdict::Allowed;
     }
-    let foreign: Vec<String> = binding["subjects"]
+    let subjects: Vec<&Value> = binding["subjects"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|s| !placed_account(s, facts))
+        .collect();
+    if let Some(unknown) = subjects
+        .iter()
+        .filter_map(|s| account(s, facts))
+        .find(|a| facts.accounts_unknown.contains(a))
+    {
+        return Verdict::Unknown(format!(
+            "the ServiceAccount {}/{} it binds could not be read on the hub now",
+            unknown.0, unknown.1
+        ));
+    }
+    let foreign: Vec<String> = subjects
+        .into_iter()
+        .filter(|s| account(s, facts).is_none_or(|a| !facts.accounts.contains(&a)))
         .map(describe)
         .collect();
     if foreign.is_empty() {
-        Verdict::Allowed
-    } else {
-        Verdict::Violates(format!(
-            "it binds {}, which may mean someone else in a member; only ServiceAccounts placed \
-             with it are bound there unless an admin annotates the hub namespace {}: \"true\"",
-            foreign.join(", "),
-            ALLOW_ANY_BINDING_SUBJECT
-        ))
+        return Verdict::Allowed;
     }
+    let allowed = if facts.namespace.is_empty() {
+        "only ServiceAccounts the hub has in tenants' namespaces are bound there"
+    } else {
+        "only ServiceAccounts placed with it are bound there"
+    };
+    Verdict::Violates(format!(
+        "it binds {}, which may mean someone else in a member; {allowed} unless an admin \
+         annotates {} {}: \"true\"",
+        foreign.join(", "),
+        facts.switch(),
+        ALLOW_ANY_BINDING_SUBJECT
+    ))
 }
 
-/// Whether `subject` is a ServiceAccount of the binding's namespace that the Placement places.
-fn placed_account(subject: &Value, facts: &Facts) -> bool {
-    subject["kind"] == "ServiceAccount"
-        && subject["namespace"]
-            .as_str()
-            .is_none_or(|ns| ns == facts.namespace)
-        && subject["name"]
-            .as_str()
-            .is_some_and(|n| facts.accounts.contains(n))
+/// The ServiceAccount `subject` names, if it names one (a RoleBinding's own namespace when it
+/// names none).
+fn account(subject: &Value, facts: &Facts) -> Option<Account> {
+    if subject["kind"] != "ServiceAccount" {
+        return None;
+    }
+    let namespace = subject["namespace"].as_str().unwrap_or(&facts.namespace);
+    let name = subject["name"].as_str()?;
+    (!namespace.is_empty()).then(|| (namespace.to_string(), name.to_string()))
 }
 
 fn describe(subject: &Value) -> String {
@@ -122,7 +166,7 @@ mod tests {
     fn facts() -> Facts {
         Facts {
             namespace: "shop".into(),
-            accounts: ["web".to_string()].into(),
+            accounts: [("shop".to_string(), "web".to_string())].into(),
             roles: ["reader".to_string()].into(),
             cluster_roles: [
                 ("view".to_string(), Some(true)),
@@ -131,6 +175,7 @@ mod tests {
             ]
             .into(),
             any_subject: false,
+            ..Facts::default()
         }
     }
 
@@ -204,5 +249,65 @@ mod tests {
         assert!(why.contains("User alice"), "{why}");
         assert!(why.contains("ServiceAccount other/x"), "{why}");
         assert!(why.contains(ALLOW_ANY_BINDING_SUBJECT), "{why}");
+    }
+
+    /// A ClusterPlacement's facts: the hub has `shop/web` and `cert-manager/cert-manager`; it
+    /// could not read `slow/x` now.
+    fn cluster_facts() -> Facts {
+        Facts {
+            namespace: String::new(),
+            accounts: [
+                ("shop".to_string(), "web".to_string()),
+                ("cert-manager".to_string(), "cert-manager".to_string()),
+            ]
+            .into(),
+            accounts_unknown: [("slow".to_string(), "x".to_string())].into(),
+            cluster_roles: [("cert-manager-controller".to_string(), Some(true))].into(),
+            ..Facts::default()
+        }
+    }
+
+    fn cluster_binding(subjects: Value) -> Value {
+        json!({"apiVersion": RBAC_API_VERSION, "kind": CLUSTER_ROLE_BINDING,
+               "metadata": {"name": "b"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": CLUSTER_ROLE,
+                           "name": "cert-manager-controller"},
+               "subjects": subjects})
+    }
+
+    #[rstest]
+    #[case::a_charts_account(json!([sa("cert-manager", Some("cert-manager"))]), "allowed")]
+    #[case::tenant_accounts(json!([sa("web", Some("shop")), sa("cert-manager", Some("cert-manager"))]), "allowed")]
+    #[case::an_account_the_hub_lacks_or_its_own(json!([sa("default", Some("kube-system"))]), "held")]
+    #[case::an_account_without_namespace(json!([sa("web", None)]), "held")]
+    #[case::user(json!([{"kind": "User", "name": "alice"}]), "held")]
+    #[case::group(json!([sa("web", Some("shop")), {"kind": "Group", "name": "system:masters"}]), "held")]
+    #[case::unreadable_account(json!([sa("x", Some("slow"))]), "unknown")]
+    fn a_cluster_role_binding_is_placed_only_for_tenants_accounts_of_the_hub(
+        #[case] subjects: Value,
+        #[case] expected: &str,
+    ) {
+        let verdict = judge(&cluster_binding(subjects), &cluster_facts());
+        let seen = match &verdict {
+            Verdict::Allowed => "allowed",
+            Verdict::Violates(_) => "held",
+            Verdict::Unknown(_) => "unknown",
+        };
+        assert_eq!(seen, expected, "{verdict:?}");
+    }
+
+    #[test]
+    fn a_held_cluster_role_binding_names_the_cluster_placements_switch() {
+        let b = cluster_binding(json!([{"kind": "Group", "name": "ops"}]));
+        let Verdict::Violates(why) = judge(&b, &cluster_facts()) else {
+            panic!("held back")
+        };
+        assert!(why.contains("Group ops"), "{why}");
+        assert!(why.contains("the ClusterPlacement"), "{why}");
+        let facts = Facts {
+            any_subject: true,
+            ..cluster_facts()
+        };
+        assert_eq!(judge(&b, &facts), Verdict::Allowed);
     }
 }

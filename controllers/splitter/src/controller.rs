@@ -105,6 +105,8 @@ pub struct Splitter {
     pub(crate) max_copies: Option<usize>,
     /// `--max-copy-bytes-per-namespace`, unless 0.
     pub(crate) max_copy_bytes: Option<u64>,
+    /// `--hub-identity-namespaces`.
+    hub_identity_namespaces: BTreeSet<String>,
     /// Starts passes of Placements from the watches of custom types.
     triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
 }
@@ -124,6 +126,19 @@ pub(crate) const WATCHED_FROM_START: [(&str, &str, &str); 5] = [
 ];
 
 impl Splitter {
+    /// Whether the ServiceAccounts of hub namespace `ns` are the hub's own identities: its
+    /// system namespaces, the members' namespaces, the Pod Security check namespaces and
+    /// `--hub-identity-namespaces`.
+    pub(crate) fn hub_identity_namespace(&self, ns: &str) -> bool {
+        flotilla_interpreter::hub_made::SYSTEM_NAMESPACES
+            .iter()
+            .any(|s| *s != "default" && *s == ns)
+            || ns.starts_with(flotilla_api::names::CLUSTER_NAMESPACE_PREFIX)
+            || (!self.pod_security.check_namespace_prefix.is_empty()
+                && ns.starts_with(&self.pod_security.check_namespace_prefix))
+            || self.hub_identity_namespaces.contains(ns)
+    }
+
     /// A type found before, and whether it is namespaced.
     pub(crate) fn known_type(&self, api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
         self.types
@@ -618,6 +633,12 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
             .then(|| usize::try_from(args.max_copies_per_namespace).unwrap_or(usize::MAX)),
         max_copy_bytes: (args.max_copy_bytes_per_namespace > 0)
             .then_some(args.max_copy_bytes_per_namespace),
+        hub_identity_namespaces: args
+            .hub_identity_namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect(),
         triggers,
     });
     controller

@@ -14,7 +14,8 @@
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`pod_security`] | pure: the Pod Security dry run of a workload's pod template, and its verdicts |
 //! | [`coverage`] | pure: the objects of a namespace that no Placement places, and why |
-//! | [`bindings`] | pure: whether a placed RoleBinding grants no more in a member than on the hub |
+//! | [`bindings`] | pure: whether a placed RoleBinding or ClusterRoleBinding grants no more in a member than on the hub |
+//! | [`external_ips`] | pure: whether a placed Service may keep its `spec.externalIPs` |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
 //! | [`services`] | pure: the members where a placed Service has no endpoints (a note on its decision) |
 //! | [`revisions`] | pure: a placed StatefulSet's or DaemonSet's hub ControllerRevisions, one per revision |
@@ -35,6 +36,7 @@ pub mod coverage;
 pub mod division;
 pub mod eligibility;
 pub mod execute;
+pub mod external_ips;
 pub mod history;
 pub mod observe;
 pub mod ordinals;
@@ -125,6 +127,21 @@ pub struct SplitterArgs {
     /// before Pod Security looks at it.
     #[arg(long, default_value = "flotilla-pod-security-", value_name = "PREFIX")]
     pub pod_security_check_namespace_prefix: String,
+
+    /// The hub namespaces whose ServiceAccounts are the hub's own identities (Flotilla's
+    /// controllers), besides kube-system, kube-public, kube-node-lease, the members'
+    /// flotilla-cluster-* namespaces and the Pod Security check namespaces: a ClusterRoleBinding
+    /// that a ClusterPlacement selects and that names one of their ServiceAccounts is placed
+    /// nowhere (its name means the member's own controllers there) unless the ClusterPlacement
+    /// carries `flotilla.dev/allow-any-binding-subject: "true"`. Default: the splitter's own
+    /// namespace (POD_NAMESPACE, set by the chart).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        value_delimiter = ',',
+        value_name = "NAMESPACE"
+    )]
+    pub hub_identity_namespaces: Vec<String>,
 }
 
 /// Runs the controllers of `flotilla-splitter` until `ctx.shutdown` is cancelled.

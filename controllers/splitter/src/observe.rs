@@ -205,19 +205,8 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         Some(ns) => rest_of_namespace(state, ns, &types).await,
         None => (Vec::new(), Vec::new()),
     };
-    let bindings = match &scope {
-        Some(ns) => {
-            bindings(
-                state,
-                ns,
-                &placement.spec.resource_selectors,
-                &types,
-                &referenced,
-            )
-            .await
-        }
-        None => BTreeMap::new(),
-    };
+    let bindings = bindings(state, &placement, &types, &referenced).await;
+    let external_ips = external_ips(state, &placement, &types);
     let absent_since = state.absent_since(&placement);
     // Cluster-scoped objects go to no member namespace.
     let namespace_labels = scope.as_ref().and_then(|ns| {
@@ -234,7 +223,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         .into_iter()
         .filter(|r| scope.is_some() && r.namespace() == scope)
         .collect();
-    let held_back = held_back(state, &works, &pod_security, &bindings).await;
+    let held_back = held_back(state, &works, &[&pod_security, &bindings, &external_ips]).await;
     // Adopting is an admin's decision: theirs for a ClusterPlacement, and where they annotated
     // the namespace.
     let adopt_allowed = scope.as_ref().is_none_or(|ns| {
@@ -291,6 +280,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         held_back,
         pod_security,
         bindings,
+        external_ips,
         rest_of_namespace,
         rest_unreadable,
         kinds: kinds(&state.profiles.state()),
@@ -516,12 +506,11 @@ async fn dry_run(
 async fn held_back(
     state: &Splitter,
     works: &[Arc<Work>],
-    pod_security: &BTreeMap<ObjectKey, Verdict>,
-    bindings: &BTreeMap<ObjectKey, Verdict>,
+    verdicts: &[&BTreeMap<ObjectKey, Verdict>],
 ) -> BTreeMap<CopyKey, DynamicObject> {
-    let verdicts: BTreeMap<&ObjectKey, &Verdict> = pod_security
+    let verdicts: BTreeMap<&ObjectKey, &Verdict> = verdicts
         .iter()
-        .chain(bindings)
+        .flat_map(|m| m.iter())
         .filter(|(_, v)| **v != Verdict::Allowed)
         .collect();
     let key_of = |m: &DynamicObject| {
@@ -593,17 +582,22 @@ async fn rest_of_namespace(
     (rest, unreadable)
 }
 
-/// The verdicts on the RoleBindings a Placement of namespace `ns` selects (see
-/// [`crate::bindings`]): what the Placement places with them (its ServiceAccounts and Roles, and
-/// the ServiceAccounts its workloads run as), and whether the hub has the ClusterRoles they bind.
+/// The verdicts on the bindings `placement` selects (see [`crate::bindings`]): a Placement's
+/// RoleBindings, judged by what it places with them (its ServiceAccounts and Roles, and the
+/// ServiceAccounts its workloads run as); a ClusterPlacement's ClusterRoleBindings, judged by
+/// the ServiceAccounts the hub has in tenants' namespaces; and for both whether the hub has the
+/// ClusterRoles they bind.
 async fn bindings(
     state: &Splitter,
-    ns: &str,
-    selectors: &[ResourceSelector],
+    placement: &Placement,
     types: &[Listed],
     referenced: &BTreeMap<crate::references::Reference, Option<DynamicObject>>,
 ) -> BTreeMap<ObjectKey, Verdict> {
-    use crate::bindings::{CLUSTER_ROLE, Facts, RBAC_API_VERSION, ROLE, ROLE_BINDING, judge};
+    use crate::bindings::{
+        CLUSTER_ROLE, CLUSTER_ROLE_BINDING, Facts, RBAC_API_VERSION, ROLE, ROLE_BINDING, judge,
+    };
+    let scope = placement.namespace();
+    let selectors = &placement.spec.resource_selectors;
     let selected = |api_version: &str, kind: &str| -> Vec<&DynamicObject> {
         types
             .iter()
@@ -622,36 +616,79 @@ async fn bindings(
             })
             .collect()
     };
-    let bindings = selected(RBAC_API_VERSION, ROLE_BINDING);
+    let kind = if scope.is_some() {
+        ROLE_BINDING
+    } else {
+        CLUSTER_ROLE_BINDING
+    };
+    let bindings = selected(RBAC_API_VERSION, kind);
     if bindings.is_empty() {
         return BTreeMap::new();
     }
+    let allows = |annotations: &BTreeMap<String, String>| {
+        annotations
+            .get(crate::bindings::ALLOW_ANY_BINDING_SUBJECT)
+            .map(String::as_str)
+            == Some("true")
+    };
     let mut facts = Facts {
-        namespace: ns.to_string(),
-        any_subject: state.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| {
-            n.annotations()
-                .get(crate::bindings::ALLOW_ANY_BINDING_SUBJECT)
-                .map(String::as_str)
-                == Some("true")
-        }),
+        namespace: scope.clone().unwrap_or_default(),
+        any_subject: match &scope {
+            Some(ns) => state
+                .namespaces
+                .get(&ObjectRef::new(ns))
+                .is_some_and(|n| allows(n.annotations())),
+            None => allows(placement.annotations()),
+        },
         ..Facts::default()
     };
-    facts.accounts = selected("v1", "ServiceAccount")
-        .into_iter()
-        .map(|o| o.name_any())
-        .chain(
-            referenced
+    match &scope {
+        Some(ns) => {
+            facts.accounts = selected("v1", "ServiceAccount")
+                .into_iter()
+                .map(|o| o.name_any())
+                .chain(
+                    referenced
+                        .iter()
+                        .filter(|(r, o)| {
+                            r.kind == crate::references::RefKind::ServiceAccount && o.is_some()
+                        })
+                        .map(|(r, _)| r.name.clone()),
+                )
+                .map(|name| (ns.clone(), name))
+                .collect();
+            facts.roles = selected(RBAC_API_VERSION, ROLE)
+                .into_iter()
+                .map(|o| o.name_any())
+                .collect();
+        }
+        None => {
+            // The ServiceAccounts the ClusterRoleBindings name, outside the hub's own
+            // namespaces, that the hub has.
+            let named: BTreeSet<(String, String)> = bindings
                 .iter()
-                .filter(|(r, o)| {
-                    r.kind == crate::references::RefKind::ServiceAccount && o.is_some()
-                })
-                .map(|(r, _)| r.name.clone()),
-        )
-        .collect();
-    facts.roles = selected(RBAC_API_VERSION, ROLE)
-        .into_iter()
-        .map(|o| o.name_any())
-        .collect();
+                .flat_map(|b| b.data["subjects"].as_array().into_iter().flatten())
+                .filter(|s| s["kind"] == "ServiceAccount")
+                .filter_map(|s| Some((s["namespace"].as_str()?, s["name"].as_str()?)))
+                .filter(|(ns, _)| !state.hub_identity_namespace(ns))
+                .map(|(ns, name)| (ns.to_string(), name.to_string()))
+                .collect();
+            for (ns, name) in named {
+                let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                    Api::namespaced(state.ctx.client.clone(), &ns);
+                match accounts.get_metadata_opt(&name).await {
+                    Ok(Some(_)) => {
+                        facts.accounts.insert((ns, name));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::debug!(%ns, %name, error = %e, "reading a ServiceAccount failed");
+                        facts.accounts_unknown.insert((ns, name));
+                    }
+                }
+            }
+        }
+    }
     let cluster_roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> =
         Api::all(state.ctx.client.clone());
     for b in &bindings {
@@ -678,10 +715,50 @@ async fn bindings(
         .into_iter()
         .map(|b| {
             (
-                ObjectKey::new(RBAC_API_VERSION, ROLE_BINDING, &b.name_any()),
+                ObjectKey::new(RBAC_API_VERSION, kind, &b.name_any()),
                 judge(&b.data, &facts),
             )
         })
+        .collect()
+}
+
+/// The verdicts on the Services with `spec.externalIPs` that a Placement selects (see
+/// [`crate::external_ips`]).
+fn external_ips(
+    state: &Splitter,
+    placement: &Placement,
+    types: &[Listed],
+) -> BTreeMap<ObjectKey, Verdict> {
+    let Some(ns) = placement.namespace() else {
+        return BTreeMap::new();
+    };
+    let allowed = state.namespaces.get(&ObjectRef::new(&ns)).is_some_and(|n| {
+        n.annotations()
+            .get(flotilla_api::annotations::ALLOW_EXTERNAL_IPS)
+            .map(String::as_str)
+            == Some("true")
+    });
+    types
+        .iter()
+        .filter(|t| t.resource.api_version == "v1" && t.resource.kind == "Service")
+        .flat_map(|t| t.objects.iter())
+        .filter(|o| {
+            let name = o.name_any();
+            let selectable = Selectable {
+                api_version: "v1",
+                kind: "Service",
+                name: &name,
+                labels: o.labels(),
+            };
+            specificity(&placement.spec.resource_selectors, &selectable).is_some()
+        })
+        .map(|o| {
+            (
+                ObjectKey::new("v1", "Service", &o.name_any()),
+                crate::external_ips::judge(&o.data, allowed),
+            )
+        })
+        .filter(|(_, v)| *v != Verdict::Allowed)
         .collect()
 }
 

@@ -188,16 +188,20 @@ pub struct Observation {
     /// The selected workloads whose pods the hub's Pod Security admission refuses in their
     /// namespace, or could not judge now (see [`crate::pod_security`]); the others passed.
     pub pod_security: BTreeMap<ObjectKey, Verdict>,
-    /// The selected RoleBindings that would grant more in a member than on the hub, or whose
-    /// role could not be looked up now (see [`crate::bindings`]); the others may be placed.
+    /// The selected RoleBindings (a ClusterPlacement's: ClusterRoleBindings) that would grant
+    /// more in a member than on the hub, or whose role or ServiceAccounts could not be looked up
+    /// now (see [`crate::bindings`]); the others may be placed.
     pub bindings: BTreeMap<ObjectKey, Verdict>,
+    /// The selected Services with `spec.externalIPs` the namespace may not place (see
+    /// [`crate::external_ips`]); only those that are held back.
+    pub external_ips: BTreeMap<ObjectKey, Verdict>,
     /// The namespace's objects of the table's namespaced kinds this Placement does not select
     /// (listed for [`crate::coverage`]), and those kinds that could not be listed; empty for a
     /// ClusterPlacement.
     pub rest_of_namespace: Vec<Listed>,
     pub rest_unreadable: Vec<Unreadable>,
-    /// The manifests the members have now of the objects [`Observation::pod_security`] and
-    /// [`Observation::bindings`] hold back, as their Works hold them: those copies keep them,
+    /// The manifests the members have now of the objects [`Observation::pod_security`],
+    /// [`Observation::bindings`] and [`Observation::external_ips`] hold back, as their Works hold them: those copies keep them,
     /// whatever the hub object says now.
     pub held_back: BTreeMap<CopyKey, DynamicObject>,
     /// Whether the Placement may take over member objects Flotilla did not create
@@ -391,6 +395,8 @@ pub struct Findings {
     /// Selected RoleBindings placed nowhere because they would grant more in a member than on
     /// the hub (or that could not be told now): `RoleBinding name: why`.
     pub bindings: Vec<String>,
+    /// Selected Services placed nowhere because of their `spec.externalIPs`: `Service name: why`.
+    pub external_ips: Vec<String>,
     /// The Placement asks for `conflictPolicy: Adopt` where it is not allowed: its Works say
     /// `Abort`.
     pub adopt_refused: bool,
@@ -934,6 +940,14 @@ fn left_out(obs: &Observation) -> Vec<crate::coverage::LeftOut> {
                 .iter()
                 .map(|(k, v)| (k, v, reasons::BINDING_HELD_BACK, reasons::BINDING_UNKNOWN)),
         )
+        .chain(obs.external_ips.iter().map(|(k, v)| {
+            (
+                k,
+                v,
+                reasons::EXTERNAL_IPS_HELD_BACK,
+                reasons::EXTERNAL_IPS_HELD_BACK,
+            )
+        }))
         .filter_map(|(k, v, violates, unknown)| match v {
             Verdict::Allowed => None,
             Verdict::Violates(why) => Some((k.clone(), (violates.to_string(), why.clone()))),
@@ -1089,6 +1103,13 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
                     &mut out.findings.bindings,
                     reasons::BINDING_HELD_BACK,
                     reasons::BINDING_UNKNOWN,
+                    "",
+                ),
+                (
+                    &obs.external_ips,
+                    &mut out.findings.external_ips,
+                    reasons::EXTERNAL_IPS_HELD_BACK,
+                    reasons::EXTERNAL_IPS_HELD_BACK,
                     "",
                 ),
             ]
@@ -1413,6 +1434,7 @@ pub fn plan(obs: &Observation) -> Result<Plan, serde_json::Error> {
             .pod_security
             .get(&key.object)
             .or(obs.bindings.get(&key.object))
+            .or(obs.external_ips.get(&key.object))
             .is_some_and(|v| *v != Verdict::Allowed)
         {
             // As the member has it: the hub's template never reaches it. Without that manifest

@@ -250,6 +250,8 @@ pub fn placement_status(
         reasons::POD_SECURITY_VIOLATION
     } else if !findings.bindings.is_empty() {
         reasons::BINDING_HELD_BACK
+    } else if !findings.external_ips.is_empty() {
+        reasons::EXTERNAL_IPS_HELD_BACK
     } else if findings.copy_quota.is_some() {
         reasons::COPY_QUOTA_EXCEEDED
     } else if selection.candidates.is_empty() {
@@ -265,6 +267,7 @@ pub fn placement_status(
         && findings.unsupported.is_empty()
         && findings.pod_security.is_empty()
         && findings.bindings.is_empty()
+        && findings.external_ips.is_empty()
         && findings.copy_quota.is_none()
         && findings.unreadable.is_empty()
         && outcome.failed_writes.is_empty();
@@ -480,6 +483,12 @@ fn scheduled_message(
             named(&findings.bindings, "; ")
         ));
     }
+    if !findings.external_ips.is_empty() {
+        message.push_str(&format!(
+            "; placed nowhere: it would take the traffic of its external IPs in every member (copies already in members are left as they were): {}",
+            named(&findings.external_ips, "; ")
+        ));
+    }
     if let Some(why) = &findings.copy_quota {
         message.push_str(&format!("; {why}"));
     }
@@ -657,26 +666,18 @@ pub async fn report(
     let message = |s: Option<&Value>| s.and_then(|s| condition_message(s, conditions::SCHEDULED));
     let (before, after) = (message(old.as_ref()), message(Some(&status["status"])));
     let findings = &plan.findings;
-    // A workload held back by Pod Security: said at once, also on the Placement's first status.
-    if before != after && !findings.pod_security.is_empty() {
-        ctx.events
-            .warning_ref(
-                &reference,
-                reasons::POD_SECURITY_VIOLATION,
-                "Place",
-                named(&findings.pod_security, "; "),
-            )
-            .await;
-    }
-    if before != after && !findings.bindings.is_empty() {
-        ctx.events
-            .warning_ref(
-                &reference,
-                reasons::BINDING_HELD_BACK,
-                "Place",
-                named(&findings.bindings, "; "),
-            )
-            .await;
+    // An object held back (Pod Security, a binding, external IPs): said at once, also on the
+    // Placement's first status.
+    for (held, reason) in [
+        (&findings.pod_security, reasons::POD_SECURITY_VIOLATION),
+        (&findings.bindings, reasons::BINDING_HELD_BACK),
+        (&findings.external_ips, reasons::EXTERNAL_IPS_HELD_BACK),
+    ] {
+        if before != after && !held.is_empty() {
+            ctx.events
+                .warning_ref(&reference, reason, "Place", named(held, "; "))
+                .await;
+        }
     }
     if before != after
         && let Some(why) = &findings.copy_quota

@@ -3,7 +3,9 @@
 //! safety rules: a namespace a member's own users made is left untouched (a conflict, reported),
 //! a namespace Flotilla made for a Placement's objects is taken over, a label changed on the hub
 //! reaches the members, and neither a Namespace nor a CRD that leaves the selection (or the hub)
-//! is deleted from a member (what is in them is the members' users' too).
+//! is deleted from a member (what is in them is the members' users' too). A ClusterRoleBinding
+//! goes only where its subjects mean the same: tenants' ServiceAccounts of the hub, not users,
+//! groups or the hub's own controllers, until an admin says otherwise.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +14,8 @@ use anyhow::{Context as _, Result, ensure};
 use flotilla_api::{ClusterPlacement, Placement, Work, annotations, labels, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::{Environment, Seen, TestNamespace, holds_for, random_suffix, wait_for};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
@@ -459,5 +462,201 @@ async fn a_cluster_placement_places_namespaces_with_their_labels_and_a_crd() -> 
     )
     .await?;
     drop(crds_made);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_placement_binds_no_hub_identity_in_the_members() -> Result<()> {
+    let env = Environment::get();
+    let fleet = Fleet::start_with_cluster_placements(
+        "cbind",
+        [("team".to_string(), "a".to_string())].into(),
+    )
+    .await?;
+    let Fleet {
+        hub,
+        members,
+        selector,
+        splitter,
+        identities,
+        ..
+    } = &fleet;
+    let (label, id) = selector
+        .split_once('=')
+        .context("the fleet's selector is label=value")?;
+    let tenant = fleet.ns.name();
+    // A tenant's ServiceAccount on the hub, as a chart installed into the hub makes it.
+    Api::<ServiceAccount>::namespaced(hub.clone(), tenant)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "web"}}))?,
+        )
+        .await?;
+    // One of the hub's own controllers (the chart's release namespace).
+    let controller = Api::<ServiceAccount>::namespaced(hub.clone(), &identities.namespace)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|sa| sa.name_any())
+        .find(|n| n != "default")
+        .context("a ServiceAccount of the chart's identities")?;
+
+    let role = format!("e2e-{id}-reader");
+    let crb = |suffix: &str| format!("e2e-{id}-{suffix}");
+    let account =
+        |ns: &str, name: &str| json!({"kind": "ServiceAccount", "namespace": ns, "name": name});
+    let bindings = [
+        ("tenant", json!([account(tenant, "web")])),
+        (
+            "people",
+            json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
+                   {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"}]),
+        ),
+        ("kube-system", json!([account("kube-system", "default")])),
+        (
+            "controller",
+            json!([account(&identities.namespace, &controller)]),
+        ),
+    ];
+    let mut made = Vec::new();
+    for info in env.all_clusters() {
+        let mut objects = ClusterScopedObjects::new(info);
+        objects.add(ApiResource::erase::<ClusterRole>(&()), role.clone());
+        for (suffix, _) in &bindings {
+            objects.add(ApiResource::erase::<ClusterRoleBinding>(&()), crb(suffix));
+        }
+        made.push(objects);
+    }
+    Api::<ClusterRole>::all(hub.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": role, "labels": {label: id}},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+            }))?,
+        )
+        .await?;
+    for (suffix, subjects) in &bindings {
+        Api::<ClusterRoleBinding>::all(hub.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": crb(suffix), "labels": {label: id}},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": subjects,
+                }))?,
+            )
+            .await?;
+    }
+    let name = format!("e2e-{}", random_suffix());
+    let mut placed = ClusterScopedObjects::new(&env.hub);
+    placed.add(ApiResource::erase::<ClusterPlacement>(&()), name.clone());
+    let cluster_placements: Api<ClusterPlacement> = Api::all(hub.clone());
+    cluster_placements
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "flotilla.dev/v1alpha1", "kind": "ClusterPlacement",
+                "metadata": {"name": name, "labels": {label: id}},
+                "spec": {"resourceSelectors": [
+                    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                     "labelSelector": {"matchLabels": {label: id}}},
+                    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "labelSelector": {"matchLabels": {label: id}}},
+                ]},
+            }))?,
+        )
+        .await?;
+
+    // Only the tenant's binding reaches the members; the Placement says why not the others.
+    let in_members = |want: Vec<String>, absent: Vec<String>| async move {
+        wait_for(
+            "the members to have exactly the bindings that may go",
+            Duration::from_secs(90),
+            || async {
+                let mut wrong = Vec::new();
+                for (cluster, client) in members {
+                    let api: Api<ClusterRoleBinding> = Api::all(client.clone());
+                    for b in &want {
+                        if api.get_opt(b).await?.is_none() {
+                            wrong.push(format!("{cluster}: no {b}"));
+                        }
+                    }
+                    for b in &absent {
+                        if api.get_opt(b).await?.is_some() {
+                            wrong.push(format!("{cluster}: {b} is there"));
+                        }
+                    }
+                }
+                Ok(if wrong.is_empty() {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(wrong.join(", "))
+                })
+            },
+        )
+        .await
+        .map_err(|e| e.context(splitter.log()))
+    };
+    let held = vec![crb("people"), crb("kube-system"), crb("controller")];
+    in_members(vec![crb("tenant")], held.clone()).await?;
+    let status = cluster_placements
+        .get(&name)
+        .await?
+        .status
+        .unwrap_or_default();
+    let scheduled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Scheduled")
+        .context("no Scheduled condition")?;
+    let message = &scheduled.message;
+    ensure!(
+        scheduled.reason == reasons::BINDING_HELD_BACK
+            && message.contains("User alice")
+            && message.contains("Group ops")
+            && message.contains("ServiceAccount kube-system/default")
+            && message.contains(&format!(
+                "ServiceAccount {}/{controller}",
+                identities.namespace
+            ))
+            && !message.contains(&crb("tenant")),
+        "the ClusterPlacement says which bindings are held back and why: {}: {message}",
+        scheduled.reason
+    );
+    // Nothing of the held bindings appears while the splitter keeps deciding.
+    holds_for(
+        "no held binding in a member",
+        Duration::from_secs(5),
+        || async {
+            for (cluster, client) in members {
+                for b in &held {
+                    if Api::<ClusterRoleBinding>::all(client.clone())
+                        .get_opt(b)
+                        .await?
+                        .is_some()
+                    {
+                        return Ok(Err(format!("{b} reached {cluster}")));
+                    }
+                }
+            }
+            Ok(Ok(()))
+        },
+    )
+    .await?;
+
+    // The admin allows any subject on this ClusterPlacement: the others follow.
+    cluster_placements
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                annotations::ALLOW_ANY_BINDING_SUBJECT: "true"}}})),
+        )
+        .await?;
+    let mut all = held;
+    all.push(crb("tenant"));
+    in_members(all, Vec::new()).await?;
     Ok(())
 }

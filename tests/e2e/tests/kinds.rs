@@ -1,7 +1,8 @@
 //! The table of kinds on the product path: a Placement without `resourceSelectors` places every
 //! namespaced kind of the interpreter's table, in two teams' namespaces with the same names, and
-//! holds back a RoleBinding that would grant more in a member than on the hub until an admin
-//! allows it.
+//! holds back a RoleBinding that would grant more in a member than on the hub, and a Service
+//! whose `externalIPs` would take those addresses' traffic in every member, until an admin
+//! allows them.
 
 use std::time::Duration;
 
@@ -47,6 +48,11 @@ fn objects(ns: &str) -> Vec<Value> {
                "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
         json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": meta("defaults"),
                "spec": {"limits": [{"type": "Container", "default": {"memory": "128Mi"}}]}}),
+        // Harmless on the hub (no nodes), it would take these addresses' traffic from every
+        // node and pod of a member (CVE-2020-8554): held back.
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": meta("dns-trap"),
+               "spec": {"selector": {"app": "agent"}, "ports": [{"port": 53, "protocol": "UDP"}],
+                        "externalIPs": ["192.0.2.53"]}}),
     ]
 }
 
@@ -144,14 +150,16 @@ async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign
         }
     }
     let ops = ("rbac.authorization.k8s.io/v1", "RoleBinding", "ops");
+    let trap = ("v1", "Service", "dns-trap");
     for ns in teams {
-        in_every_member(&fleet, ns, &PLACED, &[ops]).await?;
+        in_every_member(&fleet, ns, &PLACED, &[ops, trap]).await?;
         let (reason, message) = scheduled(hub, ns).await?;
         ensure!(
             reason == reasons::BINDING_HELD_BACK
                 && message.contains("RoleBinding ops")
-                && message.contains("Group ops"),
-            "the Placement says which binding is held back and why: {reason}: {message}"
+                && message.contains("Group ops")
+                && message.contains("Service dns-trap: its spec.externalIPs (192.0.2.53)"),
+            "the Placement says what is held back and why: {reason}: {message}"
         );
         let (status, reason, message) = all_placed(hub, ns, "all").await?;
         ensure!(
@@ -164,18 +172,19 @@ async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign
     // The hub DaemonSet shows its copies' pods, as GitOps tools read it.
     crate::api::kstatus_current(&env, teams[0], "daemonset", "agent").await?;
 
-    // An admin lets the second team bind any subject: its binding follows, the first team's
-    // stays held back.
+    // An admin lets the second team bind any subject and use external IPs: its binding and
+    // Service follow, the first team's stay held back.
     Api::<Namespace>::all(hub.clone())
         .patch(
             teams[1],
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {
-                flotilla_api::annotations::ALLOW_ANY_BINDING_SUBJECT: "true"}}})),
+                flotilla_api::annotations::ALLOW_ANY_BINDING_SUBJECT: "true",
+                flotilla_api::annotations::ALLOW_EXTERNAL_IPS: "true"}}})),
         )
         .await?;
-    in_every_member(&fleet, teams[1], &[ops], &[]).await?;
-    in_every_member(&fleet, teams[0], &PLACED, &[ops]).await?;
+    in_every_member(&fleet, teams[1], &[ops, trap], &[]).await?;
+    in_every_member(&fleet, teams[0], &PLACED, &[ops, trap]).await?;
     wait_for(
         "the second team's Placement to be Scheduled",
         WAIT,

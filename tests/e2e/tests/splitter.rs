@@ -387,6 +387,8 @@ impl Fleet {
             split_selector.as_str(),
         ]);
         split.extend(["--namespace", namespaces.as_str()]);
+        // The release namespace holds the hub's own identities (the chart's POD_NAMESPACE).
+        split.extend(["--hub-identity-namespaces", system.as_str()]);
         split.extend(splitter_flags);
         if cluster_placements {
             split.extend([

@@ -180,6 +180,7 @@ fn listed(objects: Vec<DynamicObject>) -> Vec<Listed> {
                 "CronJob" => resource("batch", "v1", "CronJob", "cronjobs"),
                 "Pipeline" => resource("example.com", "v1", "Pipeline", "pipelines"),
                 "Secret" => resource("", "v1", "Secret", "secrets"),
+                "Service" => resource("", "v1", "Service", "services"),
                 "RoleBinding" => resource(
                     "rbac.authorization.k8s.io",
                     "v1",
@@ -218,6 +219,7 @@ fn mk_observation(
         kinds: flotilla_interpreter::Kinds::default(),
         pod_security: BTreeMap::new(),
         bindings: BTreeMap::new(),
+        external_ips: BTreeMap::new(),
         rest_of_namespace: Vec::new(),
         rest_unreadable: Vec::new(),
         held_back: BTreeMap::new(),
@@ -2208,6 +2210,73 @@ fn a_binding_that_grants_more_in_a_member_is_placed_nowhere_and_its_copies_stay(
             assert!(p.recheck_after.is_some());
         }
     }
+}
+
+#[test]
+fn a_service_with_external_ips_is_placed_nowhere_and_its_copies_stay() {
+    use crate::pod_security::Verdict;
+    let placement = mk_placement("shop", "p", json!({}));
+    let key = |name: &str| ObjectKey::new("v1", "Service", name);
+    let service = |name: &str, external: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}")},
+            "spec": {"ports": [{"port": 80}], "externalIPs": external},
+        }))
+        .expect("service")
+    };
+    let objects = || {
+        vec![
+            service("web", json!([])),
+            service("trap", json!(["8.8.8.8"])),
+        ]
+    };
+    let held = || crate::external_ips::judge(&objects()[1].data, false);
+    assert!(matches!(held(), Verdict::Violates(_)));
+    let mut obs = mk_observation(placement.clone(), three(), objects(), vec![]);
+    obs.external_ips.insert(key("trap"), held());
+    let first = plan(&obs).expect("plan");
+    assert!(first.copies.keys().all(|k| k.object != key("trap")));
+    assert_eq!(first.copies.len(), 3, "the other Service on every member");
+    let (_, decision) = first
+        .decisions
+        .iter()
+        .find(|(k, _)| *k == key("trap"))
+        .expect("a decision for trap");
+    assert!(decision.clusters.is_empty());
+    assert!(
+        !decision.excluded.is_empty()
+            && decision
+                .excluded
+                .iter()
+                .all(|e| e.reason == reasons::EXTERNAL_IPS_HELD_BACK)
+    );
+    assert_eq!(first.findings.external_ips.len(), 1);
+    assert!(first.findings.external_ips[0].starts_with("Service trap: its spec.externalIPs"));
+
+    // Placed before (an admin allowed it), held back now: its copies are left as they are.
+    let obs = mk_observation(placement.clone(), three(), objects(), vec![]);
+    let placed = plan(&obs).expect("plan");
+    assert_eq!(placed.copies.len(), 6);
+    let mut obs = mk_observation(
+        placement.clone(),
+        three(),
+        objects(),
+        as_written(&placed, true, true),
+    );
+    obs.external_ips.insert(key("trap"), held());
+    let p = plan(&obs).expect("plan");
+    assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+    assert!(p.removals.is_empty(), "{:?}", p.removals);
+    assert_eq!(
+        p.kept
+            .iter()
+            .filter(|(k, _)| k.object == key("trap"))
+            .count(),
+        3,
+        "{:?}",
+        p.kept
+    );
 }
 
 #[test]
