@@ -270,8 +270,9 @@ pub struct ReplicaScheduling {
 
     /// How `Divided` divides: `Even` (equal shares; the remainder goes one replica each to
     /// different clusters, never all to one), `Weighted` (proportional to `weights`) or
-    /// `Capacity` (proportional to each cluster's allocatable resources). Required when `type` is
-    /// `Divided`.
+    /// `Capacity` (proportional to each cluster's allocatable pods as it reports them, no
+    /// cluster counting for more than the other chosen clusters together). Required when `type`
+    /// is `Divided`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub division: Option<ReplicaDivision>,
 

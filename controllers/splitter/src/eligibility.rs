@@ -286,7 +286,32 @@ pub fn select(spec: &PlacementSpec, clusters: &[&Cluster], now: Timestamp) -> Se
     if let Some(max) = affinity.max_clusters.and_then(|m| usize::try_from(m).ok()) {
         selection.candidates.truncate(max);
     }
+    if spec.replica_scheduling.type_ == ReplicaSchedulingType::Divided
+        && spec.replica_scheduling.division == Some(ReplicaDivision::Capacity)
+    {
+        bound_reported_capacity(&mut selection.candidates);
+    }
     selection
+}
+
+/// Bounds what members say of their own capacity: no candidate's capacity counts for more than
+/// the other candidates' together (those that take new work), so that no member, by reporting
+/// (or having) a huge capacity, takes more than half of a workload that others could run. A
+/// member's capacity is what it reports (a pull agent writes it; a push member's nodes say it),
+/// and a member that lies, or is compromised, would otherwise attract every replica and run none.
+/// A lone candidate keeps its own.
+fn bound_reported_capacity(candidates: &mut [Candidate]) {
+    let total: u64 = candidates
+        .iter()
+        .filter(|c| !c.held)
+        .map(|c| c.weight)
+        .sum();
+    for c in candidates.iter_mut().filter(|c| !c.held) {
+        let others = total - c.weight;
+        if others > 0 {
+            c.weight = c.weight.min(others);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -485,6 +510,66 @@ mod tests {
         assert_eq!(
             select(&capacity, &[&a], now()).candidates,
             vec![Candidate::new("member1", 100)]
+        );
+    }
+
+    #[test]
+    fn no_member_takes_more_than_half_of_a_capacity_division_by_what_it_reports() {
+        let capacity =
+            spec(json!({"replicaScheduling": {"type": "Divided", "division": "Capacity"}}));
+        let pods = |n: &str| json!({"allocatable": {"pods": n}});
+        let mut liar = cluster("member1", "True", json!({}));
+        let mut honest = cluster("member2", "True", json!({}));
+        let mut small = cluster("member3", "True", json!({}));
+        for (c, n) in [
+            (&mut liar, "1000000"),
+            (&mut honest, "110"),
+            (&mut small, "30"),
+        ] {
+            let status = c.status.get_or_insert_default();
+            status.allocatable =
+                serde_json::from_value(pods(n)["allocatable"].clone()).expect("pods");
+        }
+        assert_eq!(
+            select(&capacity, &[&liar, &honest, &small], now()).candidates,
+            vec![
+                Candidate::new("member1", 140),
+                Candidate::new("member2", 110),
+                Candidate::new("member3", 30)
+            ],
+            "the claim counts as much as the others together"
+        );
+        let division = crate::division::divide(
+            10,
+            &select(&capacity, &[&liar, &honest, &small], now()).candidates,
+            &BTreeMap::new(),
+            false,
+        )
+        .expect("divided");
+        assert_eq!(division.get("member1"), Some(&5));
+        // Alone, a member keeps what it reports; a held member does not count for the others.
+        assert_eq!(
+            select(&capacity, &[&liar], now()).candidates,
+            vec![Candidate::new("member1", 1_000_000)]
+        );
+        let mut cordoned = honest.clone();
+        cordoned.spec.unschedulable = true;
+        assert_eq!(
+            select(&capacity, &[&liar, &cordoned, &small], now()).candidates,
+            vec![
+                Candidate::new("member1", 30),
+                Candidate::held("member2", 110),
+                Candidate::new("member3", 30)
+            ]
+        );
+        // Weights an admin gives are theirs: not bounded.
+        let weighted = spec(
+            json!({"replicaScheduling": {"type": "Divided", "division": "Weighted",
+            "weights": [{"cluster": "member1", "weight": 9}, {"cluster": "member2", "weight": 1}]}}),
+        );
+        assert_eq!(
+            select(&weighted, &[&liar, &honest], now()).candidates,
+            vec![Candidate::new("member1", 9), Candidate::new("member2", 1)]
         );
     }
 

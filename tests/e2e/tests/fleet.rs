@@ -418,22 +418,26 @@ async fn cluster_capacity(fleet: &Fleet) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
-#[tokio::test]
-async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result<()> {
-    let fleet = Fleet::start("capacity").await?;
+/// Places Deployment `web` of `replicas` in the fleet's namespace, divided by capacity among
+/// `clusters` (`None`: every member), and waits until each member runs its share, Available.
+/// Returns the shares by member.
+async fn divide_by_capacity(
+    fleet: &Fleet,
+    clusters: Option<&[&String]>,
+    replicas: u64,
+) -> Result<BTreeMap<String, u64>> {
     let ns = fleet.ns.name();
-    let capacity = cluster_capacity(&fleet).await?;
-    let total_capacity: u64 = capacity.values().sum();
+    let affinity = clusters.map(|c| json!({"clusterNames": c}));
     let placement: Placement = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
         "metadata": {"name": "by-capacity"},
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                 "clusterAffinity": affinity,
                  "replicaScheduling": {"type": "Divided", "division": "Capacity"}},
     }))?;
     Api::<Placement>::namespaced(fleet.hub.clone(), ns)
         .create(&PostParams::default(), &placement)
         .await?;
-    let replicas = 12_u64;
     // Probes and volumes of kinds whose schema grew after v1.34: what the hub's apiserver fills
     // in for them must not keep the Deployment from the older member.
     let deployment: Deployment = serde_json::from_value(json!({
@@ -452,8 +456,7 @@ async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result
     Api::<Deployment>::namespaced(fleet.hub.clone(), ns)
         .create(&PostParams::default(), &deployment)
         .await?;
-
-    let shares = wait_for(
+    wait_for(
         "the Deployment divided by capacity and Available in every member",
         Duration::from_secs(120),
         || async {
@@ -485,7 +488,25 @@ async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result
         },
     )
     .await
-    .map_err(|e| e.context(fleet.splitter.log()))?;
+    .map_err(|e| e.context(fleet.splitter.log()))
+}
+
+/// What each member's capacity counts for in a division: no more than the others' together.
+fn bounded(capacity: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let total: u64 = capacity.values().sum();
+    capacity
+        .iter()
+        .map(|(c, n)| (c.clone(), (*n).min(total - n)))
+        .collect()
+}
+
+#[tokio::test]
+async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result<()> {
+    let fleet = Fleet::start("capacity").await?;
+    let capacity = bounded(&cluster_capacity(&fleet).await?);
+    let total_capacity: u64 = capacity.values().sum();
+    let replicas = 12_u64;
+    let shares = divide_by_capacity(&fleet, None, replicas).await?;
     // Each share is the member's quota rounded down or up (largest remainder).
     for (cluster, share) in &shares {
         let quota = replicas as f64 * capacity[cluster] as f64 / total_capacity as f64;
@@ -499,6 +520,38 @@ async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result
     ensure!(
         distinct.len() > 1,
         "unequal members must get unequal shares: capacity {capacity:?}, shares {shares:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_member_that_reports_most_of_the_capacity_takes_no_more_than_half() -> Result<()> {
+    // What a member reports of its capacity (a pull agent writes it; a push member's nodes say
+    // it) is not proof: one that claims, or has, more than the others together would otherwise
+    // take most of a workload, and a lying one would run none of it.
+    let fleet = Fleet::start("capacity-claim").await?;
+    let capacity = cluster_capacity(&fleet).await?;
+    let biggest = capacity
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(c, _)| c)
+        .context("members")?;
+    let smallest = capacity
+        .iter()
+        .min_by_key(|(_, n)| **n)
+        .map(|(c, _)| c)
+        .context("members")?;
+    ensure!(
+        capacity[biggest] > capacity[smallest],
+        "the environment's members differ in capacity: {capacity:?}"
+    );
+    let replicas = 12_u64;
+    let shares = divide_by_capacity(&fleet, Some(&[biggest, smallest]), replicas).await?;
+    ensure!(
+        shares[biggest] == replicas / 2 && shares[smallest] == replicas / 2,
+        "{biggest} reports {} pods, {smallest} {}: each takes half, not {shares:?}",
+        capacity[biggest],
+        capacity[smallest]
     );
     Ok(())
 }
