@@ -124,10 +124,12 @@ strategy: {type: Recreate}
 
 {{/*
 The hub's credentials (embedded mode), created once and kept in the Secret <release>-hub-pki:
-CAs, the apiserver's serving certificate, etcd's certificates, the ServiceAccount signing key and
-one static token per identity (admin, controller-manager, each controller). A later render
-(upgrade) reads them back, so they survive upgrades; a serving certificate is issued again only
-when its names change, a token only for an identity that had none. Memoised in .Values, so every
+CAs, the apiserver's serving certificate, etcd's certificates, the ServiceAccount signing key, the
+admin's expiring client certificate and one static token per identity that is not a person (the
+setup Job, controller-manager, each controller). A later render (upgrade) reads them back, so
+they survive upgrades; a serving certificate is issued again only when its names change, the
+admin's certificate when it nears its end or is rotated, a token only for an identity that had
+none. Memoised in .Values, so every
 template of one render sees the same material. Use: include "flotilla.hubPki" . then
 index .Values "__flotillaHubPki".
 */}}
@@ -191,13 +193,27 @@ index .Values "__flotillaHubPki".
 {{- end -}}
 {{- /* The key that encrypts Secrets and Works in etcd (hub.apiserver.encryptionAtRest). */ -}}
 {{- $_ := set $pki "encryption-key" (get $old "encryption-key" | default (randBytes 32)) -}}
-{{- /* One token per identity; the admin's again when hub.adminTokenGeneration changes. */ -}}
-{{- $generation := toString .Values.hub.adminTokenGeneration -}}
-{{- if ne (get $old "token-admin-generation" | default "1") $generation -}}
-{{- $_ := unset $old "token-admin" -}}
+{{- /* The admin's client certificate (see flotilla.hubAdminUser), issued again when its
+       generation changes, when the client CA changes, or once a third of its validity is left. */ -}}
+{{- $adminDays := int .Values.hub.adminCredential.validityDays -}}
+{{- $generation := toString .Values.hub.adminCredential.generation -}}
+{{- $now := now | unixEpoch | int64 -}}
+{{- $renewAt := sub (int64 (get $old "admin.not-after" | default "0")) (div (mul $adminDays 86400) 3) -}}
+{{- if and (hasKey $old "admin.crt") (eq (get $old "admin.generation") $generation) (eq (get $old "client-ca.crt") (get $pki "client-ca.crt")) (lt $now $renewAt) -}}
+{{- range $k := list "admin.crt" "admin.key" "admin.generation" "admin.not-after" -}}
+{{- $_ := set $pki $k (get $old $k) -}}
 {{- end -}}
-{{- $_ := set $pki "token-admin-generation" $generation -}}
-{{- range $id := list "admin" "controller-manager" "registration" "syncer" "splitter" "negotiator" -}}
+{{- else -}}
+{{- $clientCa := buildCustomCert (b64enc (get $pki "client-ca.crt")) (b64enc (get $pki "client-ca.key")) -}}
+{{- $admin := genSignedCert (include "flotilla.hubAdminUser" .) nil nil $adminDays $clientCa -}}
+{{- $_ := set $pki "admin.crt" $admin.Cert -}}
+{{- $_ := set $pki "admin.key" $admin.Key -}}
+{{- $_ := set $pki "admin.generation" $generation -}}
+{{- $_ := set $pki "admin.not-after" (toString (add $now (mul $adminDays 86400))) -}}
+{{- end -}}
+{{- /* One static token per identity that is not a person: the setup Job's and the
+       controllers'. */ -}}
+{{- range $id := list "setup" "controller-manager" "registration" "syncer" "splitter" "negotiator" -}}
 {{- $key := printf "token-%s" $id -}}
 {{- $_ := set $pki $key (get $old $key | default (randAlphaNum 48)) -}}
 {{- end -}}
@@ -210,7 +226,7 @@ known by its ServiceAccount's user name and groups, so the chart's RBAC and admi
 (written for ServiceAccounts) apply to it unchanged. */}}
 {{- define "flotilla.hubTokens" -}}
 {{- $pki := index .Values "__flotillaHubPki" -}}
-{{- printf "%s,flotilla-admin,flotilla-admin,\"system:masters\"\n" (get $pki "token-admin") -}}
+{{- printf "%s,flotilla-setup,flotilla-setup,\"system:masters\"\n" (get $pki "token-setup") -}}
 {{- printf "%s,system:kube-controller-manager,system:kube-controller-manager\n" (get $pki "token-controller-manager") -}}
 {{- range $c := list "registration" "syncer" "splitter" "negotiator" -}}
 {{- $user := printf "system:serviceaccount:%s:%s" $.Release.Namespace (include "flotilla.name" (dict "root" $ "controller" $c)) -}}
@@ -248,6 +264,14 @@ and Works carry tenants' data). Health checks, Lease renewals and Events are lef
 {{- end -}}
 
 {{/* A kubeconfig of the embedded hub for a token: .root, .token, .user. */}}
+{{/* The user name of the embedded hub admin's certificate: a new one per generation, so that
+rotating it leaves the old certificate without rights. */}}
+{{- define "flotilla.hubAdminUser" -}}
+{{- printf "flotilla-admin-g%s" (toString .Values.hub.adminCredential.generation) -}}
+{{- end -}}
+
+{{/* A kubeconfig of the embedded hub for .user: with .token, or with the client certificate and
+key in the hub's PKI under .cert and .key. */}}
 {{- define "flotilla.hubKubeconfig" -}}
 {{- $pki := index .root.Values "__flotillaHubPki" -}}
 apiVersion: v1
@@ -260,7 +284,12 @@ clusters:
 users:
   - name: {{ .user }}
     user:
+      {{- if .token }}
       token: {{ .token }}
+      {{- else }}
+      client-certificate-data: {{ get $pki .cert | b64enc }}
+      client-key-data: {{ get $pki .key | b64enc }}
+      {{- end }}
 contexts:
   - name: {{ .user }}@flotilla-hub
     context: {cluster: flotilla-hub, user: {{ .user }}}

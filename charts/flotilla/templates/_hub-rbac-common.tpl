@@ -54,4 +54,18 @@ subjects:
     namespace: {{ $.Release.Namespace }}
 {{- end }}
 {{- end }}
+{{- if eq (include "flotilla.hubMode" $) "embedded" }}
+{{- /* The embedded hub's admin: only the user of the current generation of its expiring client
+       certificate (hub.adminCredential), so a rotated certificate keeps no right. */}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ include "flotilla.clusterRoleName" (dict "root" $ "controller" "hub-admin") }}
+  labels:
+    {{- include "flotilla.labels" $ | nindent 4 }}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: {{ include "flotilla.hubAdminUser" $ }}}
+{{- end }}
 {{- end }}

@@ -565,6 +565,140 @@ async fn with_host_network_only_the_hub_apiserver_listens_on_the_nodes_network()
 /// No tenant fills the hub's etcd: it has a quota below its volume and a defragmentation
 /// CronJob, and the splitter's byte budget per namespace is an eighth of that quota unless set;
 /// a quota that does not fit the volume, or a budget that is no quantity, fails the render.
+/// The Secret `name` of a render, its key `key` decoded.
+fn secret_value(docs: &[Value], name: &str, key: &str) -> Result<String> {
+    use base64::Engine as _;
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == name)
+        .with_context(|| format!("the Secret {name}"))?;
+    let encoded = secret["data"][key]
+        .as_str()
+        .with_context(|| format!("{name} has no {key}"))?;
+    Ok(String::from_utf8(
+        base64::engine::general_purpose::STANDARD.decode(encoded)?,
+    )?)
+}
+
+#[tokio::test]
+async fn the_embedded_hubs_admin_credential_expires_and_is_no_system_master() -> Result<()> {
+    use base64::Engine as _;
+    let render_with = |extra: &'static [&'static str]| async move {
+        let mut set = vec!["--set", "hub.mode=embedded"];
+        set.extend_from_slice(extra);
+        render("flotilla", "flotilla-system", &set).await
+    };
+    // The admin's certificate: its user, groups and how long it is valid.
+    let admin = |docs: &[Value]| -> Result<(String, Vec<String>, i64)> {
+        let kubeconfig: Value = serde_saphyr::from_str(&secret_value(
+            docs,
+            "flotilla-hub-admin-kubeconfig",
+            "kubeconfig",
+        )?)?;
+        let user = &kubeconfig["users"][0]["user"];
+        ensure!(
+            user.get("token").is_none(),
+            "the admin kubeconfig holds no static token: {user}"
+        );
+        let pem = base64::engine::general_purpose::STANDARD.decode(
+            user["client-certificate-data"]
+                .as_str()
+                .context("the admin kubeconfig has a client certificate")?,
+        )?;
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem)?;
+        let cert = pem.parse_x509()?;
+        let subject = cert.subject();
+        let cn = subject
+            .iter_common_name()
+            .filter_map(|a| a.as_str().ok())
+            .collect::<Vec<_>>()
+            .join(",");
+        let groups = subject
+            .iter_organization()
+            .filter_map(|a| a.as_str().ok().map(str::to_string))
+            .collect();
+        let validity = cert.validity();
+        let days = (validity.not_after.timestamp() - validity.not_before.timestamp()) / 86_400;
+        Ok((cn, groups, days))
+    };
+    // What the setup Job applies binds cluster-admin to that user only.
+    let bound = |docs: &[Value]| -> Result<String> {
+        let setup = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "flotilla-hub-setup")
+            .context("the ConfigMap of the setup Job")?;
+        let objects: Vec<Value> = serde_saphyr::from_multiple(
+            setup["data"]["20-flotilla.yaml"]
+                .as_str()
+                .context("the setup Job's objects")?,
+        )?;
+        let binding = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "ClusterRoleBinding"
+                    && o["metadata"]["name"] == "flotilla:flotilla:hub-admin"
+            })
+            .context("the hub admin's ClusterRoleBinding")?;
+        ensure!(binding["roleRef"]["name"] == "cluster-admin", "{binding}");
+        let subjects = binding["subjects"].as_array().cloned().unwrap_or_default();
+        ensure!(
+            subjects.len() == 1 && subjects[0]["kind"] == "User",
+            "{binding}"
+        );
+        Ok(subjects[0]["name"].as_str().unwrap_or_default().to_string())
+    };
+
+    let docs = render_with(&[]).await?;
+    let (user, groups, days) = admin(&docs)?;
+    ensure!(user == "flotilla-admin-g1", "the admin's user: {user}");
+    ensure!(
+        groups.is_empty(),
+        "the admin is in no group (no system:masters): {groups:?}"
+    );
+    ensure!(
+        days == 30,
+        "the admin's certificate is valid 30 days, not {days}"
+    );
+    ensure!(bound(&docs)? == user, "cluster-admin is bound to {user}");
+    let tokens = secret_value(&docs, "flotilla-hub-pki", "tokens.csv")?;
+    let masters: Vec<&str> = tokens
+        .lines()
+        .filter(|l| l.contains("system:masters"))
+        .map(|l| l.split(',').nth(1).unwrap_or_default())
+        .collect();
+    ensure!(
+        masters == ["flotilla-setup"],
+        "only the setup Job's token is in system:masters: {masters:?}"
+    );
+    let job = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Job"
+                && d["metadata"]["labels"]["app.kubernetes.io/component"] == "hub-setup"
+        })
+        .context("the setup Job")?;
+    ensure!(
+        job.to_string().contains("flotilla-hub-setup-kubeconfig"),
+        "the setup Job uses its own kubeconfig, not the admin's"
+    );
+
+    // Rotated: a new user, the only one bound; valid as long as asked.
+    let docs = render_with(&[
+        "--set",
+        "hub.adminCredential.generation=2",
+        "--set",
+        "hub.adminCredential.validityDays=7",
+    ])
+    .await?;
+    let (user, _, days) = admin(&docs)?;
+    ensure!(
+        user == "flotilla-admin-g2" && days == 7,
+        "{user} for {days} days"
+    );
+    ensure!(bound(&docs)? == user, "only the rotated user is bound");
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_hubs_etcd_has_a_quota_and_is_defragmented_and_each_namespace_a_byte_budget()
 -> Result<()> {

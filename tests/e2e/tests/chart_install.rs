@@ -9,17 +9,18 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use flotilla_e2e::chart::{chart, helm};
 use flotilla_e2e::{
     ClusterInfo, Environment, Seen, client_from_kubeconfig, clusters, process::free_port,
     random_suffix, repo_root, scratch_dir, wait_for,
 };
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -562,8 +563,24 @@ async fn place_and_kill(
     let hub = release.hub().await?;
     controllers_lead(&hub, &release.namespace).await?;
 
-    // -- rotating the admin's token (hub.adminTokenGeneration): the old token is refused at once,
-    //    the Secret's new one works, the controllers keep theirs
+    // -- the admin's credential: an expiring certificate of a user bound to cluster-admin, not
+    //    system:masters; rotating it (hub.adminCredential.generation) leaves the old one without
+    //    rights at once, the Secret's new one works, the controllers keep theirs
+    let whoami = |client: Client| async move {
+        let review: SelfSubjectReview = Api::all(client)
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await?;
+        let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+        anyhow::Ok((
+            user.username.unwrap_or_default(),
+            user.groups.unwrap_or_default(),
+        ))
+    };
+    let (user, groups) = whoami(hub.clone()).await?;
+    ensure!(
+        user == "flotilla-admin-g1" && !groups.iter().any(|g| g == "system:masters"),
+        "the hub admin is {user} in {groups:?}"
+    );
     release
         .install(
             "upgrade",
@@ -571,16 +588,16 @@ async fn place_and_kill(
                 "--set",
                 "logLevel=debug",
                 "--set",
-                "hub.adminTokenGeneration=2",
+                "hub.adminCredential.generation=2",
             ],
             "5m",
         )
         .await?
-        .map_err(|e| anyhow!("helm upgrade rotating the admin token failed:\n{e}"))?;
+        .map_err(|e| anyhow!("helm upgrade rotating the admin credential failed:\n{e}"))?;
     let pki_rotated = secret_data(release, &format!("{}-hub-pki", release.name)).await?;
     ensure!(
-        pki_rotated.get("token-admin") != pki_before.get("token-admin"),
-        "a new admin token"
+        pki_rotated.get("admin.crt") != pki_before.get("admin.crt"),
+        "a new admin certificate"
     );
     for c in CONTROLLERS {
         let key = format!("token-{c}");
@@ -589,27 +606,25 @@ async fn place_and_kill(
             "{c} keeps its token"
         );
     }
-    wait_for(
-        "the old admin token to be refused",
-        Duration::from_secs(120),
-        || async {
-            Ok(
-                match Api::<Namespace>::all(hub.clone())
-                    .list(&ListParams::default().limit(1))
-                    .await
-                {
-                    Err(kube::Error::Api(s)) if s.code == 401 => Seen::Done(()),
-                    other => Seen::not_yet(format!("{:?}", other.map(|l| l.items.len()))),
-                },
-            )
-        },
-    )
-    .await?;
+    match Api::<Namespace>::all(hub.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => bail!(
+            "the rotated-out admin certificate is refused: {:?}",
+            other.map(|l| l.items.len())
+        ),
+    }
     let hub = release.hub().await?;
     Api::<Namespace>::all(hub.clone())
         .list(&ListParams::default().limit(1))
         .await
-        .context("the rotated admin token in the Secret works")?;
+        .context("the rotated admin certificate in the Secret works")?;
+    ensure!(
+        whoami(hub.clone()).await?.0 == "flotilla-admin-g2",
+        "the Secret holds the new user's certificate"
+    );
     controllers_lead(&hub, &release.namespace).await?;
     let pki_before = pki_rotated;
 
