@@ -183,7 +183,7 @@ pub static KINDS: &[Kind] = &[
         Namespaced,
         Some(&kinds::Service),
         None,
-        "to every candidate, even one that runs none of the pods it selects (clients there find it, and it serves as soon as pods arrive); such a member's decision carries a `note`: no endpoints there, and where the pods run",
+        "to every candidate, even one that runs none of the pods it selects (clients there find it, and it serves as soon as pods arrive); such a member's decision carries a `note`: no endpoints there, and where the pods run; one with `spec.externalIPs` is held back (`ExternalIPsHeldBack`: it would take those addresses' traffic in every member) unless a hub admin annotates the namespace `flotilla.dev/allow-external-ips=true`",
         "`status`; cluster IPs always, IP families and node ports unless someone set them",
         "`loadBalancer.ingress`: every member's load balancer, each address once"
     ),
@@ -376,7 +376,7 @@ pub static KINDS: &[Kind] = &[
         None,
         None,
         "(ClusterPlacement) to every candidate",
-        "`system:*`, `flotilla:*` and the apiserver's defaults (`kubernetes.io/bootstrapping`) are never placed",
+        "`system:*`, `flotilla:*` and the apiserver's defaults (`kubernetes.io/bootstrapping`) are never placed; one naming users, groups or the hub's own ServiceAccounts is held back (see [RBAC](#rbac))",
         "none"
     ),
     kind!(
