@@ -121,7 +121,8 @@ done
 MEMBERS_ARG="$(IFS=,; echo "${MEMBER_LIST[*]}")"
 
 log "== starting the registration controller and the syncer (release builds)"
-"${TARGET}/flotilla-registration" --kubeconfig "${HUB}" --leader-elect=false \
+# The benchmark's members have admin kubeconfigs only: registration reads them with those.
+"${TARGET}/flotilla-registration" --kubeconfig "${HUB}" --leader-elect=false --read-writable-kubeconfigs \
   --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/registration.log" 2>&1 &
 PIDS+=("$!")
 "${TARGET}/flotilla-syncer" --kubeconfig "${HUB}" --leader-elect=false \

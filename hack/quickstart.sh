@@ -100,9 +100,18 @@ json.dump(config, sys.stdout)' "${token}" >"$4"
 }
 
 log "== registering member1 and member2 (push: the hub holds their kubeconfigs in Secrets)"
+# Two per member: the syncer's, which writes (the release namespace), and a read-only one for
+# registration and the negotiator (deploy/member/reader.yaml; the namespace ${NS}-readers, the
+# only one whose Secrets they may read).
+mkdir -p "${RUN_DIR}/controllers"
 for m in member1 member2; do
   "${K[@]}" -n "${NS}" create secret generic "${m}-kubeconfig" --from-file=kubeconfig="$(member_kubeconfig "${m}")" \
     --dry-run=client -o yaml | apply -f -
+  "${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" apply --server-side \
+    --field-manager flotilla-quickstart -f deploy/member/reader.yaml >/dev/null
+  sa_kubeconfig_of "$(member_kubeconfig "${m}")" flotilla-system flotilla-reader "${RUN_DIR}/controllers/${m}-reader.kubeconfig"
+  "${K[@]}" -n "${NS}-readers" create secret generic "${m}-reader" \
+    --from-file=kubeconfig="${RUN_DIR}/controllers/${m}-reader.kubeconfig" --dry-run=client -o yaml | apply -f -
   apply -f - <<EOF
 apiVersion: flotilla.dev/v1alpha1
 kind: Cluster
@@ -111,6 +120,7 @@ metadata:
 spec:
   syncMode: Push
   kubeconfigSecretRef: {name: ${m}-kubeconfig}
+  readOnlyKubeconfigSecretRef: {name: ${m}-reader}
 EOF
 done
 

@@ -96,14 +96,18 @@ pub struct ClusterSpec {
 
     /// The Secret holding the member's kubeconfig. Required in `Push` mode, not allowed in `Pull`
     /// mode. Credentials live only in Secrets, never in a Cluster. The syncer applies Works with
-    /// it; registration and the negotiator use it too unless `readOnlyKubeconfigSecretRef` is set.
+    /// it; only the syncer may read it (registration and the negotiator too where the hub admin
+    /// allows it, the chart's `memberCredentials.readWritableKubeconfigs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
 
-    /// The Secret holding a second, read-only member kubeconfig (`Push` mode only): registration
+    /// The Secret holding a second, read-only member kubeconfig (`Push` mode): registration
     /// probes the member with it and the negotiator reads its schemas with it, so that only the
     /// syncer holds a credential that can write to the member. `deploy/member/reader.yaml` is the
-    /// identity it needs in the member. Unset: `kubeconfigSecretRef` serves all three.
+    /// identity it needs in the member. Its namespace defaults to the readers' namespace (the
+    /// chart's `<release namespace>-readers`), the only one whose Secrets registration and the
+    /// negotiator may read. Required unless the hub lets them read members with
+    /// `kubeconfigSecretRef` (then `Ready=False, reason=ReadOnlyKubeconfigRequired` names it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only_kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
 
@@ -313,13 +317,51 @@ impl Default for ClusterSpec {
     }
 }
 
+/// Where the controllers that only read a member (registration's probes, the negotiator's
+/// imports) find the kubeconfig they read it with, and in which namespace when the reference
+/// names none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReaderSecrets<'a> {
+    /// The namespace of read-only kubeconfig Secrets (`--reader-kubeconfig-secret-namespace`).
+    pub read_only_namespace: &'a str,
+    /// The namespace of writable ones (`--kubeconfig-secret-namespace`).
+    pub writable_namespace: &'a str,
+    /// Whether a member without a read-only kubeconfig is read with its writable one
+    /// (`--read-writable-kubeconfigs`).
+    pub writable_allowed: bool,
+}
+
 impl ClusterSpec {
-    /// The kubeconfig Secret to read the member with (probes, schema imports): the read-only one
-    /// when set, else the one the syncer applies with.
-    pub fn reader_kubeconfig_secret_ref(&self) -> Option<&KubeconfigSecretRef> {
-        self.read_only_kubeconfig_secret_ref
-            .as_ref()
-            .or(self.kubeconfig_secret_ref.as_ref())
+    /// The kubeconfig Secret to read the member with (probes, schema imports) and its namespace:
+    /// the read-only one when set, else — only where `secrets` allows it — the one the syncer
+    /// applies with. The error says what is missing, naming the field.
+    pub fn reader_kubeconfig<'a>(
+        &'a self,
+        secrets: &ReaderSecrets<'_>,
+    ) -> Result<(String, &'a KubeconfigSecretRef), String> {
+        let in_namespace = |r: &'a KubeconfigSecretRef, default: &str| {
+            (
+                r.namespace.clone().unwrap_or_else(|| default.to_string()),
+                r,
+            )
+        };
+        match (
+            &self.read_only_kubeconfig_secret_ref,
+            &self.kubeconfig_secret_ref,
+        ) {
+            (Some(r), _) => Ok(in_namespace(r, secrets.read_only_namespace)),
+            (None, Some(r)) if secrets.writable_allowed => {
+                Ok(in_namespace(r, secrets.writable_namespace))
+            }
+            (None, Some(_)) => Err(format!(
+                "spec.readOnlyKubeconfigSecretRef is not set: registration and the negotiator read \
+                 a member only with a read-only kubeconfig (the identity of \
+                 deploy/member/reader.yaml), kept in namespace {}, so that only the syncer holds \
+                 a credential that writes to the member",
+                secrets.read_only_namespace
+            )),
+            (None, None) => Err("spec.kubeconfigSecretRef is not set".into()),
+        }
     }
 }
 

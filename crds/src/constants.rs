@@ -269,6 +269,9 @@ pub mod reasons {
     pub const UNAUTHORIZED: &str = "Unauthorized";
     /// The kubeconfig in the Secret cannot be parsed or used.
     pub const INVALID_KUBECONFIG: &str = "InvalidKubeconfig";
+    /// A push-mode Cluster has no read-only kubeconfig (`spec.readOnlyKubeconfigSecretRef`) and
+    /// the hub does not let registration and the negotiator read members with the writable one.
+    pub const READ_ONLY_KUBECONFIG_REQUIRED: &str = "ReadOnlyKubeconfigRequired";
     /// The Secret named by `kubeconfigSecretRef` does not exist.
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
     /// The Secret exists but has no such key.

@@ -295,3 +295,8 @@ contexts:
     context: {cluster: flotilla-hub, user: {{ .user }}}
 current-context: {{ .user }}@flotilla-hub
 {{- end -}}
+
+{{/* The namespace of the read-only member kubeconfigs (memberCredentials.readersNamespace). */}}
+{{- define "flotilla.readersNamespace" -}}
+{{- .Values.memberCredentials.readersNamespace | default (printf "%s-readers" .Release.Namespace) -}}
+{{- end -}}

@@ -30,8 +30,8 @@ rules:
     resources: [leases]
     verbs: [get, list, update]
   {{- end }}
-  {{- if has $controller (list "registration" "syncer" "negotiator") }}
-  # Kubeconfig Secrets of push-mode members, kept in the release namespace.
+  {{- if or (eq $controller "syncer") (and $.Values.memberCredentials.readWritableKubeconfigs (has $controller (list "registration" "negotiator"))) }}
+  # The writable kubeconfig Secrets of push-mode members, kept in the release namespace.
   - apiGroups: [""]
     resources: [secrets]
     verbs: [get]
@@ -54,6 +54,53 @@ subjects:
     namespace: {{ $.Release.Namespace }}
 {{- end }}
 {{- end }}
+{{- /* Registration and the negotiator read the read-only member kubeconfigs, in their own
+       namespace, and no other Secret (memberCredentials). */}}
+{{- $readers := include "flotilla.readersNamespace" $ }}
+{{- if eq (include "flotilla.hubMode" $) "inCluster" }}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {{ $readers }}
+  labels:
+    {{- include "flotilla.labels" $ | nindent 4 }}
+  annotations:
+    # Uninstalling keeps the members' read-only kubeconfigs.
+    helm.sh/resource-policy: keep
+{{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ include "flotilla.name" (dict "root" $ "controller" "member-readers") }}
+  namespace: {{ $readers }}
+  labels:
+    {{- include "flotilla.labels" $ | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ include "flotilla.name" (dict "root" $ "controller" "member-readers") }}
+  namespace: {{ $readers }}
+  labels:
+    {{- include "flotilla.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "flotilla.name" (dict "root" $ "controller" "member-readers") }}
+subjects:
+  {{- range $controller := list "registration" "negotiator" }}
+  {{- if (index $.Values $controller).enabled }}
+  - kind: ServiceAccount
+    name: {{ include "flotilla.name" (dict "root" $ "controller" $controller) }}
+    namespace: {{ $.Release.Namespace }}
+  {{- end }}
+  {{- end }}
 {{- if eq (include "flotilla.hubMode" $) "embedded" }}
 {{- /* The embedded hub's admin: only the user of the current generation of its expiring client
        certificate (hub.adminCredential), so a rotated certificate keeps no right. */}}

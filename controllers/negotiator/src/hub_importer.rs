@@ -115,13 +115,10 @@ impl HubImporter {
     /// only one); rebuilt when the Secret changes.
     async fn reader(&self, cluster: &Cluster) -> Result<Arc<MemberReader>, ImportError> {
         let name = cluster.name_any();
-        let reference = cluster.spec.reader_kubeconfig_secret_ref().ok_or_else(|| {
-            ImportError::NoClient("the Cluster has no kubeconfigSecretRef".into())
-        })?;
-        let namespace = reference
-            .namespace
-            .clone()
-            .unwrap_or_else(|| self.args.kubeconfig_secret_namespace.clone());
+        let (namespace, reference) = cluster
+            .spec
+            .reader_kubeconfig(&self.args.member_secrets.reader_secrets())
+            .map_err(ImportError::NoClient)?;
         let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &namespace);
         let secret = read_secret(&secrets, &namespace, &reference.name)
             .await

@@ -102,15 +102,9 @@ pub struct NegotiatorArgs {
     )]
     pub cluster_selector: String,
 
-    /// Namespace of kubeconfig Secrets whose reference names no namespace (in a Pod: set
-    /// POD_NAMESPACE).
-    #[arg(
-        long,
-        env = "POD_NAMESPACE",
-        default_value = flotilla_api::names::SYSTEM_NAMESPACE,
-        value_name = "NAMESPACE"
-    )]
-    pub kubeconfig_secret_namespace: String,
+    /// Where push-mode members' kubeconfig Secrets are.
+    #[command(flatten)]
+    pub member_secrets: flotilla_runtime::cli::MemberReaderArgs,
 
     /// Import push-mode members' schemas from the hub. Turn off to run only the negotiation
     /// (every member then runs `flotilla-negotiator importer`).

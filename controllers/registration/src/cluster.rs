@@ -209,16 +209,20 @@ fn condition<'a>(status: &'a ClusterStatus, type_: &str) -> Option<&'a Condition
 /// The outcome of probing a push-mode member.
 async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
     let name = cluster.name_any();
-    let Some(reference) = cluster.spec.reader_kubeconfig_secret_ref() else {
-        return ProbeOutcome::BadCredentials {
-            reason: reasons::INVALID_KUBECONFIG,
-            message: "spec.kubeconfigSecretRef is not set".into(),
-        };
+    let (namespace, reference) = match cluster
+        .spec
+        .reader_kubeconfig(&state.args.member_secrets.reader_secrets())
+    {
+        Ok(found) => found,
+        Err(message) => {
+            let reason = if cluster.spec.kubeconfig_secret_ref.is_some() {
+                reasons::READ_ONLY_KUBECONFIG_REQUIRED
+            } else {
+                reasons::INVALID_KUBECONFIG
+            };
+            return ProbeOutcome::BadCredentials { reason, message };
+        }
     };
-    let namespace = reference
-        .namespace
-        .clone()
-        .unwrap_or_else(|| state.args.kubeconfig_secret_namespace.clone());
     let secrets: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &namespace);
     let client = match read_secret(&secrets, &namespace, &reference.name).await {
         Ok(secret) => {

@@ -45,15 +45,9 @@ pub struct RegistrationArgs {
     #[arg(long, default_value = "720h", value_parser = parse_duration, value_name = "DURATION")]
     pub max_agent_certificate_lifetime: Duration,
 
-    /// Namespace of kubeconfig Secrets whose reference names no namespace (in a Pod: set
-    /// POD_NAMESPACE).
-    #[arg(
-        long,
-        env = "POD_NAMESPACE",
-        default_value = flotilla_api::names::SYSTEM_NAMESPACE,
-        value_name = "NAMESPACE"
-    )]
-    pub kubeconfig_secret_namespace: String,
+    /// Where push-mode members' kubeconfig Secrets are.
+    #[command(flatten)]
+    pub member_secrets: flotilla_runtime::cli::MemberReaderArgs,
 
     /// The ClusterRole that registration binds, in each accepted pull-mode Cluster's namespace
     /// `flotilla-cluster-<name>`, to that Cluster's agent: `flotilla:agent` of `deploy/bootstrap`,

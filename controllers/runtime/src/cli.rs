@@ -187,3 +187,47 @@ mod tests {
         assert_eq!(a.identity(), "pod-a");
     }
 }
+
+/// Where the controllers that only read members (registration, the negotiator) find the
+/// kubeconfig Secrets of push-mode members. Flatten it into their flags.
+#[derive(Args, Debug, Clone)]
+pub struct MemberReaderArgs {
+    /// Namespace of the writable kubeconfig Secrets (a Cluster's `spec.kubeconfigSecretRef`)
+    /// whose reference names no namespace (in a Pod: set POD_NAMESPACE).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = flotilla_api::names::SYSTEM_NAMESPACE,
+        value_name = "NAMESPACE"
+    )]
+    pub kubeconfig_secret_namespace: String,
+
+    /// Namespace of the read-only kubeconfig Secrets (`spec.readOnlyKubeconfigSecretRef`) whose
+    /// reference names no namespace. Default: --kubeconfig-secret-namespace. The chart gives them
+    /// a namespace of their own, `<release namespace>-readers`, the only one whose Secrets
+    /// registration and the negotiator may read.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub reader_kubeconfig_secret_namespace: Option<String>,
+
+    /// Read a push-mode member that has no read-only kubeconfig with its writable one. Without
+    /// it such a Cluster is `Ready=False, reason=ReadOnlyKubeconfigRequired` and is not
+    /// imported: only the syncer holds credentials that write to members. Give it (and the
+    /// right to read the writable kubeconfigs' Secrets) only where that is accepted: the chart's
+    /// `memberCredentials.readWritableKubeconfigs`.
+    #[arg(long)]
+    pub read_writable_kubeconfigs: bool,
+}
+
+impl MemberReaderArgs {
+    /// What [`flotilla_api::cluster::ReaderSecrets`] these flags say.
+    pub fn reader_secrets(&self) -> flotilla_api::cluster::ReaderSecrets<'_> {
+        flotilla_api::cluster::ReaderSecrets {
+            read_only_namespace: self
+                .reader_kubeconfig_secret_namespace
+                .as_deref()
+                .unwrap_or(&self.kubeconfig_secret_namespace),
+            writable_namespace: &self.kubeconfig_secret_namespace,
+            writable_allowed: self.read_writable_kubeconfigs,
+        }
+    }
+}

@@ -163,6 +163,15 @@ mod tests {
     use rstest::rstest;
     use serde_json::json;
 
+    /// A verdict as the cases name it.
+    fn seen(verdict: &Verdict) -> &'static str {
+        match verdict {
+            Verdict::Allowed => "allowed",
+            Verdict::Violates(_) => "held",
+            Verdict::Unknown(_) => "unknown",
+        }
+    }
+
     fn facts() -> Facts {
         Facts {
             namespace: "shop".into(),
@@ -211,12 +220,7 @@ mod tests {
         #[case] expected: &str,
     ) {
         let verdict = judge(&binding, &facts());
-        let seen = match &verdict {
-            Verdict::Allowed => "allowed",
-            Verdict::Violates(_) => "held",
-            Verdict::Unknown(_) => "unknown",
-        };
-        assert_eq!(seen, expected, "{verdict:?}");
+        assert_eq!(seen(&verdict), expected, "{verdict:?}");
     }
 
     #[test]
@@ -288,12 +292,7 @@ mod tests {
         #[case] expected: &str,
     ) {
         let verdict = judge(&cluster_binding(subjects), &cluster_facts());
-        let seen = match &verdict {
-            Verdict::Allowed => "allowed",
-            Verdict::Violates(_) => "held",
-            Verdict::Unknown(_) => "unknown",
-        };
-        assert_eq!(seen, expected, "{verdict:?}");
+        assert_eq!(seen(&verdict), expected, "{verdict:?}");
     }
 
     #[test]

@@ -352,22 +352,10 @@ async fn pod_security(
         .map(|n| Level::enforced(n.labels(), state.pod_security.default))
         .unwrap_or(state.pod_security.default);
     // The ServiceAccounts the Placement selects itself.
-    let accounts: std::collections::BTreeSet<String> = types
-        .iter()
-        .filter(|t| t.resource.api_version == "v1" && t.resource.kind == "ServiceAccount")
-        .flat_map(|t| t.objects.iter())
-        .filter(|o| {
-            let name = o.name_any();
-            let selectable = Selectable {
-                api_version: "v1",
-                kind: "ServiceAccount",
-                name: &name,
-                labels: o.labels(),
-            };
-            specificity(selectors, &selectable).is_some()
-        })
-        .map(|o| o.name_any())
-        .collect();
+    let accounts: std::collections::BTreeSet<String> =
+        selected(types, selectors, "v1", "ServiceAccount")
+            .map(|o| o.name_any())
+            .collect();
     // Asked in the chart's namespace of that level, not the tenant's (see crate::pod_security).
     let pods: Api<DynamicObject> = Api::namespaced_with(
         state.ctx.client.clone(),
@@ -582,6 +570,32 @@ async fn rest_of_namespace(
     (rest, unreadable)
 }
 
+/// The listed objects of `api_version`/`kind` that `selectors` select.
+fn selected<'a, 'b>(
+    types: &'a [Listed],
+    selectors: &'b [ResourceSelector],
+    api_version: &'b str,
+    kind: &'b str,
+) -> impl Iterator<Item = &'a DynamicObject> + 'b
+where
+    'a: 'b,
+{
+    types
+        .iter()
+        .filter(move |t| t.resource.api_version == api_version && t.resource.kind == kind)
+        .flat_map(|t| t.objects.iter())
+        .filter(move |o| {
+            let name = o.name_any();
+            let selectable = Selectable {
+                api_version,
+                kind,
+                name: &name,
+                labels: o.labels(),
+            };
+            specificity(selectors, &selectable).is_some()
+        })
+}
+
 /// The verdicts on the bindings `placement` selects (see [`crate::bindings`]): a Placement's
 /// RoleBindings, judged by what it places with them (its ServiceAccounts and Roles, and the
 /// ServiceAccounts its workloads run as); a ClusterPlacement's ClusterRoleBindings, judged by
@@ -598,23 +612,10 @@ async fn bindings(
     };
     let scope = placement.namespace();
     let selectors = &placement.spec.resource_selectors;
-    let selected = |api_version: &str, kind: &str| -> Vec<&DynamicObject> {
-        types
-            .iter()
-            .filter(|t| t.resource.api_version == api_version && t.resource.kind == kind)
-            .flat_map(|t| t.objects.iter())
-            .filter(|o| {
-                let name = o.name_any();
-                let selectable = Selectable {
-                    api_version,
-                    kind,
-                    name: &name,
-                    labels: o.labels(),
-                };
-                specificity(selectors, &selectable).is_some()
-                    && o.metadata.deletion_timestamp.is_none()
-            })
-            .collect()
+    let selected = |api_version: &'static str, kind: &'static str| {
+        selected(types, selectors, api_version, kind)
+            .filter(|o| o.metadata.deletion_timestamp.is_none())
+            .collect::<Vec<_>>()
     };
     let kind = if scope.is_some() {
         ROLE_BINDING
@@ -738,20 +739,7 @@ fn external_ips(
             .map(String::as_str)
             == Some("true")
     });
-    types
-        .iter()
-        .filter(|t| t.resource.api_version == "v1" && t.resource.kind == "Service")
-        .flat_map(|t| t.objects.iter())
-        .filter(|o| {
-            let name = o.name_any();
-            let selectable = Selectable {
-                api_version: "v1",
-                kind: "Service",
-                name: &name,
-                labels: o.labels(),
-            };
-            specificity(&placement.spec.resource_selectors, &selectable).is_some()
-        })
+    selected(types, &placement.spec.resource_selectors, "v1", "Service")
         .map(|o| {
             (
                 ObjectKey::new("v1", "Service", &o.name_any()),

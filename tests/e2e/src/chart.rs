@@ -64,7 +64,8 @@ pub async fn render(release: &str, namespace: &str, extra: &[&str]) -> Result<Ve
 
 /// The flags of the chart's Deployments that name identities, roles and the namespaces its RBAC
 /// grants (the ClusterRoles that registration binds, the syncer's ServiceAccount, the splitter's
-/// Pod Security check namespaces) and the chart's secure defaults (the default Pod Security
+/// Pod Security check namespaces, the namespace of read-only member kubeconfigs) and the chart's
+/// secure defaults (the default Pod Security
 /// level): a controller run by a test gets them as the chart passes them.
 const IDENTITY_FLAGS: &[&str] = &[
     "--agent-cluster-role",
@@ -72,6 +73,8 @@ const IDENTITY_FLAGS: &[&str] = &[
     "--syncer-cluster-role",
     "--default-pod-security-level",
     "--pod-security-check-namespace-prefix",
+    "--reader-kubeconfig-secret-namespace",
+    "--read-writable-kubeconfigs",
 ];
 
 /// The chart's identities for one test, as `helm install` makes them: the ServiceAccounts, RBAC

@@ -68,13 +68,41 @@ impl Drop for ClusterCleanup {
     }
 }
 
-/// Stores `member`'s admin kubeconfig in Secret `name` (key `kubeconfig`) of `namespace` on the
-/// hub, as a user registering a push-mode member does.
+/// The namespace of the read-only member kubeconfigs of a chart release in `namespace` (the
+/// chart's default `memberCredentials.readersNamespace`).
+pub fn readers_namespace(namespace: &str) -> String {
+    format!("{namespace}-readers")
+}
+
+/// Stores `member`'s kubeconfigs as a user registering a push-mode member does: its admin
+/// kubeconfig in Secret `name` (key `kubeconfig`) of `namespace` on the hub, for the syncer, and
+/// a read-only one (the identity of `deploy/member/reader.yaml`, see [`reader_kubeconfig`]) in
+/// Secret `name` of [`readers_namespace`]`(namespace)`, for registration and the negotiator,
+/// when the test's chart identities made that namespace.
 pub async fn kubeconfig_secret(
     hub: &kube::Client,
     namespace: &str,
     name: &str,
     member: &crate::ClusterInfo,
+) -> anyhow::Result<()> {
+    store_kubeconfig(hub, namespace, name, std::fs::read(&member.kubeconfig)?).await?;
+    let readers = readers_namespace(namespace);
+    if Api::<k8s_openapi::api::core::v1::Namespace>::all(hub.clone())
+        .get_opt(&readers)
+        .await?
+        .is_some()
+    {
+        store_kubeconfig(hub, &readers, name, reader_kubeconfig(member).await?).await?;
+    }
+    Ok(())
+}
+
+/// Creates Secret `name` of `namespace` on the hub holding `kubeconfig` (key `kubeconfig`).
+async fn store_kubeconfig(
+    hub: &kube::Client,
+    namespace: &str,
+    name: &str,
+    kubeconfig: Vec<u8>,
 ) -> anyhow::Result<()> {
     let secret = k8s_openapi::api::core::v1::Secret {
         metadata: kube::api::ObjectMeta {
@@ -84,7 +112,7 @@ pub async fn kubeconfig_secret(
         data: Some(
             [(
                 "kubeconfig".to_string(),
-                k8s_openapi::ByteString(std::fs::read(&member.kubeconfig)?),
+                k8s_openapi::ByteString(kubeconfig),
             )]
             .into(),
         ),
@@ -96,8 +124,69 @@ pub async fn kubeconfig_secret(
     Ok(())
 }
 
-/// Creates push-mode Cluster `name` reaching its member through kubeconfig Secret `secret`,
-/// labelled `label` (`key`, `value`) so that only the test's own controllers select it.
+/// The namespace of the read-only identity [`reader_kubeconfig`] makes in each member.
+const READER_NAMESPACE: &str = "flotilla-e2e-reader";
+
+/// A read-only kubeconfig of `member`, as an admin makes one for a Cluster's
+/// `readOnlyKubeconfigSecretRef`: the ClusterRole of `deploy/member/reader.yaml` bound to a
+/// ServiceAccount, and a token of it (valid 6 hours). Made once per member and test process.
+pub async fn reader_kubeconfig(member: &crate::ClusterInfo) -> anyhow::Result<Vec<u8>> {
+    static MADE: tokio::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>> =
+        tokio::sync::Mutex::const_new(std::collections::BTreeMap::new());
+    let mut made = MADE.lock().await;
+    if let Some(kubeconfig) = made.get(&member.name) {
+        return Ok(kubeconfig.clone());
+    }
+    let client = member.client().await?;
+    let manifest = crate::repo_root().join("deploy/member/reader.yaml");
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(&manifest)?)?;
+    let role = documents
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .ok_or_else(|| anyhow!("no ClusterRole in {}", manifest.display()))?;
+    let account = "flotilla-reader";
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": READER_NAMESPACE}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": account, "namespace": READER_NAMESPACE}}),
+        role.clone(),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "flotilla-e2e:reader"},
+               "roleRef": role_ref(role),
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": READER_NAMESPACE}]}),
+    ] {
+        crate::api::apply(&client, &object, false)
+            .await?
+            .map_err(|e| anyhow!("applying the reader identity to {}: {e}", member.name))?;
+    }
+    let request = k8s_openapi::api::authentication::v1::TokenRequest {
+        spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
+            expiration_seconds: Some(6 * 3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client, READER_NAMESPACE)
+            .create_token_request(account, &kube::api::PostParams::default(), &request)
+            .await?
+            .status
+            .and_then(|s| s.token)
+            .ok_or_else(|| anyhow!("no token of the reader of {}", member.name))?;
+    let kubeconfig = std::fs::read(crate::chart::cluster_kubeconfig_with_token(member, &token)?)?;
+    made.insert(member.name.clone(), kubeconfig.clone());
+    Ok(kubeconfig)
+}
+
+/// The `roleRef` naming ClusterRole `role`.
+fn role_ref(role: &serde_json::Value) -> serde_json::Value {
+    json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]})
+}
+
+/// Creates push-mode Cluster `name` reaching its member through kubeconfig Secret `secret` (and
+/// the read-only one of the same name, see [`kubeconfig_secret`]), labelled `label` (`key`,
+/// `value`) so that only the test's own controllers select it.
 pub async fn push_cluster(
     hub: &kube::Client,
     name: &str,
@@ -107,7 +196,8 @@ pub async fn push_cluster(
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
         "metadata": {"name": name, "labels": {label.0: label.1}},
-        "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": secret}},
+        "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": secret},
+                 "readOnlyKubeconfigSecretRef": {"name": secret}},
     }))?;
     Api::<Cluster>::all(hub.clone())
         .create(&kube::api::PostParams::default(), &cluster)

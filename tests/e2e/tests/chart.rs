@@ -58,15 +58,16 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     let count = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
     // One of each per controller; and for pull-mode agents two ClusterRoles (in their
     // namespace, and certificate requests) and the binding of the second, the syncer's
-    // ClusterRole for Works' Secret data (which registration binds per member), and the
-    // splitter's Role and RoleBinding in each of its two Pod Security check namespaces.
+    // ClusterRole for Works' Secret data (which registration binds per member), the splitter's
+    // Role and RoleBinding in each of its two Pod Security check namespaces, and the Role and
+    // RoleBinding that let registration and the negotiator read the read-only kubeconfigs.
     for (kind, more) in [
         ("Deployment", 0),
         ("ServiceAccount", 0),
         ("ClusterRole", 3),
         ("ClusterRoleBinding", 1),
-        ("Role", 2),
-        ("RoleBinding", 2),
+        ("Role", 3),
+        ("RoleBinding", 3),
     ] {
         ensure!(
             count(kind) == CONTROLLERS.len() + more,
@@ -275,8 +276,8 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         .await?;
     }
 
-    // Registration with its own identity: a push member gets Ready (reads the kubeconfig Secret
-    // in its namespace), a pull member gets its agent RBAC (no privilege escalation needed), and
+    // Registration with its own identity: a push member gets Ready (reads the read-only
+    // kubeconfig Secret in the readers' namespace), a pull member gets its agent RBAC (no privilege escalation needed), and
     // removal cleans up.
     let member = &env.require_members(1)?[0];
     kubeconfig_secret(&hub, ns.name(), "member-kubeconfig", member).await?;
@@ -286,7 +287,8 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     for (name, spec) in [
         (
             &push,
-            json!({"syncMode": "Push", "kubeconfigSecretRef": {"name": "member-kubeconfig"}}),
+            json!({"syncMode": "Push", "kubeconfigSecretRef": {"name": "member-kubeconfig"},
+                   "readOnlyKubeconfigSecretRef": {"name": "member-kubeconfig"}}),
         ),
         (&pull, json!({"syncMode": "Pull", "hubAcceptsClient": true})),
     ] {
@@ -415,6 +417,9 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         ("syncer", "delete", "flotilla.dev", "clusters", None),
         ("splitter", "create", "flotilla.dev", "clusters", None),
         ("negotiator", "get", "", "secrets", Some("kube-system")),
+        // The writable member kubeconfigs are the syncer's alone.
+        ("registration", "get", "", "secrets", Some(ns.name())),
+        ("negotiator", "get", "", "secrets", Some(ns.name())),
         ("negotiator", "list", "", "configmaps", None),
         ("negotiator", "get", "", "configmaps", Some("kube-system")),
         (
@@ -431,17 +436,22 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
             "flotilla-{controller}'s ServiceAccount must not {verb} {resource} in {namespace:?}"
         );
     }
-    ensure!(
-        allowed(
-            &hub,
-            &user("registration"),
-            "get",
-            "",
-            "secrets",
-            Some(ns.name())
-        )
-        .await?
-    );
+    let readers = flotilla_e2e::clusters::readers_namespace(ns.name());
+    for controller in ["registration", "negotiator"] {
+        ensure!(
+            allowed(
+                &hub,
+                &user(controller),
+                "get",
+                "",
+                "secrets",
+                Some(&readers)
+            )
+            .await?,
+            "flotilla-{controller} reads the read-only kubeconfigs in {readers}"
+        );
+    }
+    ensure!(allowed(&hub, &user("syncer"), "get", "", "secrets", Some(ns.name())).await?);
     ensure!(!names::agent_user_name(&pull).is_empty());
     Ok(())
 }

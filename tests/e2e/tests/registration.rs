@@ -11,7 +11,7 @@ use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::chart::ChartIdentities;
-use flotilla_e2e::clusters::ClusterCleanup;
+use flotilla_e2e::clusters::{ClusterCleanup, readers_namespace};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{
     ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, chart, random_suffix,
@@ -85,7 +85,9 @@ impl Setup {
         Api::all(self.hub.clone())
     }
 
-    /// Stores `kubeconfig` in Secret `name` (key `kubeconfig`) of the test namespace.
+    /// Stores `kubeconfig` in Secret `name` (key `key`) of the test namespace (the release
+    /// namespace, where the syncer's writable kubeconfigs are) and of its readers' namespace
+    /// (where registration reads the read-only ones): see [`Setup::refs`].
     async fn secret(&self, name: &str, key: &str, kubeconfig: &str) -> Result<()> {
         let secret = Secret {
             metadata: ObjectMeta {
@@ -95,10 +97,24 @@ impl Setup {
             data: Some([(key.to_string(), ByteString(kubeconfig.as_bytes().to_vec()))].into()),
             ..Secret::default()
         };
-        Api::<Secret>::namespaced(self.hub.clone(), self.ns.name())
-            .create(&PostParams::default(), &secret)
-            .await?;
+        for ns in [
+            self.ns.name().to_string(),
+            readers_namespace(self.ns.name()),
+        ] {
+            Api::<Secret>::namespaced(self.hub.clone(), &ns)
+                .create(&PostParams::default(), &secret)
+                .await?;
+        }
         Ok(())
+    }
+
+    /// A push-mode spec naming Secret `name` (key `key`) as both its kubeconfigs.
+    fn refs(&self, name: &str, key: &str) -> serde_json::Value {
+        json!({
+            "syncMode": "Push",
+            "kubeconfigSecretRef": {"name": name, "namespace": self.ns.name(), "key": key},
+            "readOnlyKubeconfigSecretRef": {"name": name, "key": key},
+        })
     }
 
     /// Creates a Cluster of this test; `spec` is its JSON spec. Returns its name.
@@ -125,11 +141,7 @@ impl Setup {
             &std::fs::read_to_string(&member.kubeconfig)?,
         )
         .await?;
-        self.cluster(json!({
-            "syncMode": "Push",
-            "kubeconfigSecretRef": { "name": secret, "namespace": self.ns.name() }
-        }))
-        .await
+        self.cluster(self.refs(&secret, "kubeconfig")).await
     }
 
     /// Waits until condition `type_` of Cluster `name` has `status` (and `reason`, if given).
@@ -486,13 +498,7 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
     ];
     let mut names = Vec::new();
     for (secret, key, _, _) in &cases {
-        names.push(
-            s.cluster(json!({
-                "syncMode": "Push",
-                "kubeconfigSecretRef": { "name": secret, "namespace": s.ns.name(), "key": key }
-            }))
-            .await?,
-        );
+        names.push(s.cluster(s.refs(secret, key)).await?);
     }
     for ((secret, _, reason, detail), name) in cases.iter().zip(&names) {
         let c = s
@@ -552,11 +558,11 @@ async fn bad_credentials_get_precise_reasons_and_leak_nothing() -> Result<()> {
     }
     // Unless the Cluster explicitly allows it (a throwaway test cluster).
     let allowed = s
-        .cluster(json!({
-            "syncMode": "Push",
-            "allowInsecureTransport": true,
-            "kubeconfigSecretRef": { "name": "insecure", "namespace": s.ns.name(), "key": "kubeconfig" }
-        }))
+        .cluster({
+            let mut spec = s.refs("insecure", "kubeconfig");
+            spec["allowInsecureTransport"] = json!(true);
+            spec
+        })
         .await?;
     s.condition(&allowed, "Ready", "True", None, Duration::from_secs(30))
         .await?;
@@ -897,8 +903,7 @@ async fn a_squatted_cluster_namespace_is_never_used() -> Result<()> {
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
         "metadata": {"name": name, "labels": {SELECTOR_LABEL: s.id}},
-        "spec": {"syncMode": "Push",
-                 "kubeconfigSecretRef": {"name": secret, "namespace": s.ns.name()}},
+        "spec": s.refs(&secret, "kubeconfig"),
     }))?;
     s.clusters()
         .create(&PostParams::default(), &cluster)
@@ -941,7 +946,8 @@ async fn a_squatted_cluster_namespace_is_never_used() -> Result<()> {
 
 /// A push-mode member with two credentials: registration probes it with the read-only one
 /// (the identity of `deploy/member/reader.yaml`), never with the one the syncer applies with —
-/// which here may not even list Nodes. The read-only one cannot write.
+/// which here may not even list Nodes — and neither registration's nor the negotiator's token may
+/// read the writable one. The read-only one cannot write.
 #[tokio::test]
 async fn a_member_is_probed_with_its_read_only_credential() -> Result<()> {
     let s = Setup::start("reg-reader").await?;
@@ -971,21 +977,45 @@ async fn a_member_is_probed_with_its_read_only_credential() -> Result<()> {
     s.secret("applier", "kubeconfig", &applier).await?;
     let secret = |name: &str| json!({"name": name, "namespace": s.ns.name()});
 
+    // With the writable one alone, registration does not read the member: it says why. Neither
+    // its token nor the negotiator's may read the writable kubeconfigs at all.
     let applier_only = s
         .cluster(json!({"syncMode": "Push", "kubeconfigSecretRef": secret("applier")}))
         .await?;
-    s.condition(
-        &applier_only,
-        "Ready",
-        "False",
-        None,
-        Duration::from_secs(30),
-    )
-    .await?;
+    let refused = s
+        .condition(
+            &applier_only,
+            "Ready",
+            "False",
+            Some(flotilla_api::reasons::READ_ONLY_KUBECONFIG_REQUIRED),
+            Duration::from_secs(30),
+        )
+        .await?;
+    ensure!(
+        refused
+            .conditions()
+            .iter()
+            .any(|c| c.message.contains("spec.readOnlyKubeconfigSecretRef")),
+        "the condition names the field: {:?}",
+        refused.status
+    );
+    for controller in ["registration", "negotiator"] {
+        let stolen = s._identities.client(controller).await?;
+        for ns in [s.ns.name().to_string(), readers_namespace(s.ns.name())] {
+            let read = Api::<Secret>::namespaced(stolen.clone(), &ns)
+                .get("applier")
+                .await;
+            let allowed = ns != s.ns.name();
+            ensure!(
+                read.is_ok() == allowed,
+                "{controller}'s token reading Secret {ns}/applier: {read:?} (allowed: {allowed})"
+            );
+        }
+    }
     let both = s
         .cluster(
             json!({"syncMode": "Push", "kubeconfigSecretRef": secret("applier"),
-                        "readOnlyKubeconfigSecretRef": secret("reader")}),
+                        "readOnlyKubeconfigSecretRef": {"name": "reader"}}),
         )
         .await?;
     let ready = s
