@@ -122,7 +122,8 @@ stop_proc() { # name
 # pods node ports from FIRST on, one per line (mapfile them): the hub's apiserver FIRST, etcd's
 # client, peer and metrics ports FIRST+1..+3, the controller-manager FIRST+4, then each
 # controller's metrics and health ports (registration FIRST+5/+6, syncer +7/+8, splitter +9/+10,
-# negotiator +11/+12). The ports from FIRST+13 on are free for the caller.
+# negotiator +11/+12), the certificate approval webhook FIRST+13 (HTTPS) and +14 (metrics). The
+# ports from FIRST+15 on are free for the caller.
 chart_port_values() { # first-port
   local p="$1" c
   printf -- '--set\n%s\n' "hub.apiserver.port=${p}" "hub.etcd.clientPort=$(( p + 1 ))" \
@@ -133,6 +134,8 @@ chart_port_values() { # first-port
     printf -- '--set\n%s\n' "${c}.metricsPort=${p}" "${c}.healthPort=$(( p + 1 ))"
     p=$(( p + 2 ))
   done
+  printf -- '--set\n%s\n' "registration.approvalWebhook.port=${p}" \
+    "registration.approvalWebhook.metricsPort=$(( p + 1 ))"
 }
 
 # A hostPath PersistentVolume (StorageClass flotilla-local) on the real node NODE for the etcd of

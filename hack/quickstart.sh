@@ -12,7 +12,7 @@
 #            Available, and start it again
 # Everything it starts is stopped, and its data deleted, by: hack/clusters.sh down
 # Environment: FLOTILLA_RUN_DIR, FLOTILLA_PORT_BASE (see hack/clusters.sh --help) and
-# FLOTILLA_CONTROLLER_PORT (first of the 19 node ports the chart's pods listen on; default the
+# FLOTILLA_CONTROLLER_PORT (first of the 21 node ports the chart's pods listen on; default the
 # port base + 2637: 19080 with the default port base).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -59,7 +59,7 @@ HOST_K=("${TOOLS_BIN}/kubectl" --kubeconfig "${HOST_KUBECONFIG}")
 # environments side by side do not collide.
 port="${FLOTILLA_CONTROLLER_PORT:-$(( ${FLOTILLA_PORT_BASE:-16443} + 2637 ))}"
 mapfile -t ports < <(chart_port_values "${port}")
-AGENT_PORT=$(( port + 13 ))
+AGENT_PORT=$(( port + 15 ))
 REGISTRATION_METRICS=$(( port + 5 ))
 
 log "== a volume for the hub's etcd on the host node (StorageClass flotilla-local)"

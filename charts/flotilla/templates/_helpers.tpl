@@ -213,7 +213,7 @@ index .Values "__flotillaHubPki".
 {{- end -}}
 {{- /* One static token per identity that is not a person: the setup Job's and the
        controllers'. */ -}}
-{{- range $id := list "setup" "controller-manager" "registration" "syncer" "splitter" "negotiator" -}}
+{{- range $id := list "setup" "controller-manager" "registration" "syncer" "splitter" "negotiator" "csr-approval" -}}
 {{- $key := printf "token-%s" $id -}}
 {{- $_ := set $pki $key (get $old $key | default (randAlphaNum 48)) -}}
 {{- end -}}
@@ -228,7 +228,7 @@ known by its ServiceAccount's user name and groups, so the chart's RBAC and admi
 {{- $pki := index .Values "__flotillaHubPki" -}}
 {{- printf "%s,flotilla-setup,flotilla-setup,\"system:masters\"\n" (get $pki "token-setup") -}}
 {{- printf "%s,system:kube-controller-manager,system:kube-controller-manager\n" (get $pki "token-controller-manager") -}}
-{{- range $c := list "registration" "syncer" "splitter" "negotiator" -}}
+{{- range $c := list "registration" "syncer" "splitter" "negotiator" "csr-approval" -}}
 {{- $user := printf "system:serviceaccount:%s:%s" $.Release.Namespace (include "flotilla.name" (dict "root" $ "controller" $c)) -}}
 {{- printf "%s,%s,%s,\"system:serviceaccounts,system:serviceaccounts:%s\"\n" (get $pki (printf "token-%s" $c)) $user $user $.Release.Namespace -}}
 {{- end -}}
@@ -299,4 +299,47 @@ current-context: {{ .user }}@flotilla-hub
 {{/* The namespace of the read-only member kubeconfigs (memberCredentials.readersNamespace). */}}
 {{- define "flotilla.readersNamespace" -}}
 {{- .Values.memberCredentials.readersNamespace | default (printf "%s-readers" .Release.Namespace) -}}
+{{- end -}}
+
+{{/* "true" when the certificate approval webhook is installed: registration and
+registration.approvalWebhook enabled, and a hub that can reach it (not hub.mode=external). */}}
+{{- define "flotilla.csrApprovalEnabled" -}}
+{{- if and .Values.registration.enabled .Values.registration.approvalWebhook.enabled (ne (include "flotilla.hubMode" .) "external") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The approval webhook's serving certificate and its CA, made once and kept in the Secret
+<release>-csr-approval-tls (issued again when its names change): ca.crt, tls.crt, tls.key. */}}
+{{- define "flotilla.csrApprovalTls" -}}
+{{- if not (hasKey .Values "__flotillaCsrApprovalTls") -}}
+{{- $name := include "flotilla.name" (dict "root" . "controller" "csr-approval") -}}
+{{- $old := dict -}}
+{{- with (lookup "v1" "Secret" .Release.Namespace (printf "%s-tls" $name)) -}}
+{{- range $k, $v := .data -}}{{- $_ := set $old $k (b64dec $v) -}}{{- end -}}
+{{- end -}}
+{{- $dns := list $name (printf "%s.%s" $name .Release.Namespace) (printf "%s.%s.svc" $name .Release.Namespace) (printf "%s.%s.svc.cluster.local" $name .Release.Namespace) -}}
+{{- $sans := join "," $dns -}}
+{{- $tls := dict -}}
+{{- if and (hasKey $old "ca.crt") (hasKey $old "tls.crt") (hasKey $old "tls.key") (eq (get $old "sans") $sans) -}}
+{{- range $k := list "ca.crt" "tls.crt" "tls.key" "sans" -}}{{- $_ := set $tls $k (get $old $k) -}}{{- end -}}
+{{- else -}}
+{{- $days := int .Values.hub.certificates.validityDays -}}
+{{- $ca := genCA (printf "flotilla-%s-csr-approval-ca" .Release.Name) $days -}}
+{{- $cert := genSignedCert $name (list "127.0.0.1") $dns $days $ca -}}
+{{- $_ := set $tls "ca.crt" $ca.Cert -}}
+{{- $_ := set $tls "tls.crt" $cert.Cert -}}
+{{- $_ := set $tls "tls.key" $cert.Key -}}
+{{- $_ := set $tls "sans" $sans -}}
+{{- end -}}
+{{- $_ := set .Values "__flotillaCsrApprovalTls" $tls -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The flags registration and its approval webhook must agree on, taken from
+registration.extraArgs: --auto-accept and --max-agent-certificate-lifetime. */}}
+{{- define "flotilla.csrApprovalSharedArgs" -}}
+{{- range .Values.registration.extraArgs -}}
+{{- if or (hasPrefix "--auto-accept" .) (hasPrefix "--max-agent-certificate-lifetime" .) }}
+- {{ . | quote }}
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -460,6 +460,69 @@ pub fn decide(
     }
 }
 
+/// Whether the request has the final condition `type_` (Approved, Denied or Failed).
+fn has_condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.status == "True" && c.type_ == type_))
+}
+
+/// The approval webhook's answer to registration's update of a request's approval: `Ok` lets it
+/// through, `Err` refuses it with the message. An update that approves the request passes only
+/// when [`decide`] approves the request as it was before the update (`old`), for the Cluster it
+/// names; denying, and every update that approves nothing new, passes.
+///
+/// So registration's ServiceAccount token approves exactly what the registration controller
+/// would: an agent's own identity for its Cluster, never another subject. Whoever stole the
+/// token cannot mint a certificate for another user (`system:kube-controller-manager`, the hub
+/// admin's) through an agent's or a bootstrap identity's request.
+pub fn review_approval(
+    old: &CertificateSigningRequest,
+    new: &CertificateSigningRequest,
+    cluster: Option<Result<&Cluster, ()>>,
+    config: &CsrConfig,
+) -> Result<(), String> {
+    if !has_condition(new, APPROVED) || has_condition(old, APPROVED) {
+        return Ok(());
+    }
+    match decide(old, cluster, config) {
+        Decision::Approve { .. } => Ok(()),
+        Decision::Ignore => Err(format!(
+            "registration approves only pull-mode agents' certificate requests: signer {:?}, one \
+             common name {:?}, organizations {:?} and {:?}; this request {}",
+            names::AGENT_CSR_SIGNER,
+            names::agent_user_name("<cluster>"),
+            names::AGENT_GROUP,
+            names::cluster_uid_group("<the Cluster's UID>"),
+            describe_request(old),
+        )),
+        Decision::Pending {
+            reason, message, ..
+        }
+        | Decision::Deny {
+            reason, message, ..
+        } => Err(format!("{reason}: {message}")),
+    }
+}
+
+/// What a request asks for, in words, for a refusal.
+fn describe_request(csr: &CertificateSigningRequest) -> String {
+    if is_decided(csr) {
+        return "was decided already".to_string();
+    }
+    if csr.spec.signer_name != names::AGENT_CSR_SIGNER {
+        return format!("is for the signer {:?}", csr.spec.signer_name);
+    }
+    match parse_request(&csr.spec.request.0) {
+        Err(e) => format!("cannot be read: {e}"),
+        Ok(subject) => format!(
+            "asks for the common names {:?} and organizations {:?}",
+            subject.common_names, subject.organizations
+        ),
+    }
+}
+
 /// Why writing a decision failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CsrError {
@@ -1206,5 +1269,78 @@ mod tests {
             requested_cluster(&agent_csr(&bootstrap_user_name(C))).as_deref(),
             Some(C)
         );
+    }
+
+    /// `csr` with the final condition `type_`, as an update of its approval writes it.
+    fn with_condition(csr: &CertificateSigningRequest, type_: &str) -> CertificateSigningRequest {
+        let mut decided = csr.clone();
+        decided.status = Some(CertificateSigningRequestStatus {
+            conditions: Some(vec![CertificateSigningRequestCondition {
+                type_: type_.into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        decided
+    }
+
+    /// The webhook lets registration's token approve exactly what the controller would: a
+    /// request an agent's bootstrap identity made for another user is refused, with what it asks
+    /// for; so is an agent's own request for another Cluster object, or before the admin
+    /// accepted the Cluster. Denials, and updates that approve nothing new, pass.
+    #[rstest]
+    #[case::another_user(request("system:kube-controller-manager", &[], &[]), Some("system:kube-controller-manager"))]
+    #[case::the_masters(request("x", &["system:masters"], &[]), Some("system:masters"))]
+    #[case::another_cluster_object(
+        request(&names::agent_user_name(C), &[names::AGENT_GROUP, "system:flotilla:cluster-uid:u-0"], &[]),
+        Some(reasons::SUBJECT_MISMATCH)
+    )]
+    #[case::the_agent(request(&names::agent_user_name(C), &[names::AGENT_GROUP, UID_GROUP], &[]), None)]
+    fn registrations_approval_passes_only_for_an_agents_own_identity(
+        #[case] pem: Vec<u8>,
+        #[case] refused_with: Option<&str>,
+    ) {
+        let config = CsrConfig::default();
+        let c = cluster(SyncMode::Pull, true);
+        let old = csr(pem, &bootstrap_user_name(C), &ALLOWED_USAGES);
+        let approved = with_condition(&old, APPROVED);
+        let verdict = review_approval(&old, &approved, Some(Ok(&c)), &config);
+        match refused_with {
+            None => assert_eq!(verdict, Ok(())),
+            Some(text) => {
+                let message = verdict.expect_err("must be refused");
+                assert!(message.contains(text), "{message}");
+            }
+        }
+        // Denying it, or writing an approval again, approves nothing.
+        let denied = with_condition(&old, DENIED);
+        assert_eq!(
+            review_approval(&old, &denied, Some(Ok(&c)), &config),
+            Ok(())
+        );
+        assert_eq!(
+            review_approval(&approved, &approved, Some(Ok(&c)), &config),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn registration_cannot_approve_what_waits_for_the_admin_or_has_no_cluster() {
+        let config = CsrConfig::default();
+        let old = agent_csr(&bootstrap_user_name(C));
+        let approved = with_condition(&old, APPROVED);
+        let not_accepted = cluster(SyncMode::Pull, false);
+        let refused = review_approval(&old, &approved, Some(Ok(&not_accepted)), &config)
+            .expect_err("not accepted");
+        assert!(
+            refused.starts_with(reasons::AWAITING_ACCEPTANCE),
+            "{refused}"
+        );
+        let refused = review_approval(&old, &approved, None, &config).expect_err("no Cluster");
+        assert!(refused.starts_with(reasons::CLUSTER_NOT_FOUND), "{refused}");
+        let refused =
+            review_approval(&old, &approved, Some(Err(())), &config).expect_err("unreadable");
+        assert!(refused.starts_with(reasons::CLUSTER_INVALID), "{refused}");
     }
 }

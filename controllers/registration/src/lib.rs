@@ -10,6 +10,7 @@
 //! | [`rbac`] | — | pure: the RBAC objects of a cluster's agent |
 
 pub mod agent;
+pub mod approval_webhook;
 pub mod cluster;
 pub mod csr;
 pub mod health;

@@ -2,7 +2,7 @@
 //! (member).
 
 use clap::{Parser, Subcommand};
-use flotilla_registration::{RegistrationArgs, agent};
+use flotilla_registration::{RegistrationArgs, agent, approval_webhook};
 use flotilla_runtime::RuntimeArgs;
 
 /// Flotilla's registration controller: the lifecycle of member Clusters.
@@ -14,7 +14,8 @@ use flotilla_runtime::RuntimeArgs;
 /// namespace flotilla-cluster-<name> with the agent's least-privilege RBAC. Deleting a Cluster
 /// revokes its agent's access and removes its namespace; objects in the member are left alone.
 ///
-/// `flotilla-registration agent` runs the pull-mode agent inside a member cluster instead.
+/// `flotilla-registration agent` runs the pull-mode agent inside a member cluster instead;
+/// `flotilla-registration approval-webhook` serves the hub's check of registration's approvals.
 #[derive(Parser, Debug)]
 #[command(
     name = "flotilla-registration",
@@ -41,6 +42,20 @@ enum Command {
         #[command(flatten)]
         agent: agent::AgentArgs,
     },
+    /// Serve the admission webhook the hub's apiserver asks before registration's approval of a
+    /// certificate request is stored: it lets through only what the registration controller
+    /// itself approves (an agent's identity for its own accepted Cluster), so a stolen
+    /// registration token cannot approve a certificate for another user. Stateless: every
+    /// replica serves, none elects a leader. --kubeconfig is the hub's (it reads Clusters).
+    ///
+    /// Example: flotilla-registration approval-webhook --webhook-address 127.0.0.1:9443
+    /// --tls-cert-file tls.crt --tls-private-key-file tls.key
+    ApprovalWebhook {
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+        #[command(flatten)]
+        webhook: approval_webhook::ApprovalWebhookArgs,
+    },
 }
 
 // The allocator every controller uses (and whose statistics its metrics report).
@@ -60,6 +75,16 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Agent { runtime, agent }) => {
             flotilla_runtime::run("agent", runtime, move |ctx| agent::run(ctx, agent)).await
+        }
+        Some(Command::ApprovalWebhook { runtime, webhook }) => {
+            let runtime = RuntimeArgs {
+                leader_elect: false,
+                ..runtime
+            };
+            flotilla_runtime::run("csr-approval", runtime, move |ctx| {
+                approval_webhook::run(ctx, webhook)
+            })
+            .await
         }
     }
 }

@@ -75,7 +75,12 @@ const IDENTITY_FLAGS: &[&str] = &[
     "--pod-security-check-namespace-prefix",
     "--reader-kubeconfig-secret-namespace",
     "--read-writable-kubeconfigs",
+    "--auto-accept",
+    "--max-agent-certificate-lifetime",
 ];
+
+/// The approval webhook's Deployment container (`flotilla-registration approval-webhook`).
+const CSR_APPROVAL: &str = "csr-approval";
 
 /// The chart's identities for one test, as `helm install` makes them: the ServiceAccounts, RBAC
 /// and admission policies of a release of its own in the test's namespace (which stands for the
@@ -92,6 +97,9 @@ pub struct ChartIdentities {
     /// The rules given to the splitter with `splitter.extraRules` (see
     /// [`ChartIdentities::allow_splitter`]).
     splitter_rules: std::sync::Mutex<Vec<Value>>,
+    /// The release's certificate approval webhook, as its Deployment runs it, on 127.0.0.1:
+    /// the hub asks it before this release's registration approves a certificate request.
+    _approval_webhook: Option<crate::process::ControllerProcess>,
     /// With [`ChartIdentities::install_in_own_namespace`]: the release namespace, deleted last.
     _own_namespace: Option<crate::TestNamespace>,
 }
@@ -120,7 +128,7 @@ impl ChartIdentities {
         let env = Environment::get();
         let hub = env.hub.client().await?;
         let release = format!("e2e-{}", random_suffix());
-        let docs = render(&release, namespace, values).await?;
+        let mut docs = render(&release, namespace, values).await?;
         let mut args = std::collections::BTreeMap::new();
         for doc in docs.iter().filter(|d| d["kind"] == "Deployment") {
             for container in doc["spec"]["template"]["spec"]["containers"]
@@ -128,9 +136,12 @@ impl ChartIdentities {
                 .into_iter()
                 .flatten()
             {
+                // The container is named after the controller (the approval webhook runs
+                // flotilla-registration too).
                 let Some(controller) = container["command"][0]
                     .as_str()
-                    .and_then(|c| c.strip_prefix("flotilla-"))
+                    .filter(|c| c.starts_with("flotilla-"))
+                    .and(container["name"].as_str())
                 else {
                     continue;
                 };
@@ -149,6 +160,7 @@ impl ChartIdentities {
                 args.insert(controller.to_string(), flags);
             }
         }
+        let webhook = ApprovalWebhook::from_render(&mut docs, &release)?;
         let objects = apply_identities(&hub, docs).await?;
         let mut kubeconfigs = std::collections::BTreeMap::new();
         for controller in args.keys() {
@@ -156,6 +168,26 @@ impl ChartIdentities {
                 service_account_kubeconfig(&env, &hub, namespace, &release, controller).await?;
             kubeconfigs.insert(controller.clone(), path);
         }
+        let approval_webhook = match webhook {
+            None => None,
+            Some(webhook) => {
+                let mut flags = vec![
+                    "--kubeconfig".to_string(),
+                    kubeconfigs
+                        .get(CSR_APPROVAL)
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .ok_or_else(|| anyhow!("the chart's approval webhook has no Deployment"))?,
+                ];
+                flags.extend(webhook.flags);
+                flags.extend(args.get(CSR_APPROVAL).cloned().unwrap_or_default());
+                let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+                Some(crate::process::ControllerProcess::start_subcommand(
+                    "flotilla-registration",
+                    &["approval-webhook"],
+                    &flags,
+                )?)
+            }
+        };
         Ok(Self {
             release,
             namespace: namespace.to_string(),
@@ -163,6 +195,7 @@ impl ChartIdentities {
             args,
             _objects: objects,
             splitter_rules: Default::default(),
+            _approval_webhook: approval_webhook,
             _own_namespace: None,
         })
     }
@@ -227,6 +260,58 @@ impl ChartIdentities {
             "system:serviceaccount:{}:{}-{controller}",
             self.namespace, self.release
         )
+    }
+}
+
+/// The chart's certificate approval webhook as a test runs it: a process on 127.0.0.1 with the
+/// release's serving certificate, which the hub calls at a URL instead of the chart's Service.
+struct ApprovalWebhook {
+    /// `--webhook-address`, `--tls-cert-file` and `--tls-private-key-file`.
+    flags: Vec<String>,
+}
+
+impl ApprovalWebhook {
+    /// Points the rendered ValidatingWebhookConfiguration of the webhook at a free port of
+    /// 127.0.0.1 and writes the rendered serving certificate to files. `None`: the release has
+    /// no approval webhook.
+    fn from_render(docs: &mut [Value], release: &str) -> Result<Option<Self>> {
+        let name = format!("{release}-{CSR_APPROVAL}");
+        let Some(config) = docs.iter_mut().find(|d| {
+            d["kind"] == "ValidatingWebhookConfiguration" && d["metadata"]["name"] == name.as_str()
+        }) else {
+            return Ok(None);
+        };
+        let port = crate::process::free_port()?;
+        for webhook in config["webhooks"].as_array_mut().into_iter().flatten() {
+            let client = &mut webhook["clientConfig"];
+            let ca = client["caBundle"].clone();
+            *client = serde_json::json!({
+                "url": format!("https://127.0.0.1:{port}/csr-approval"),
+                "caBundle": ca,
+            });
+        }
+        let secret = format!("{name}-tls");
+        let tls = docs
+            .iter()
+            .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == secret.as_str())
+            .ok_or_else(|| anyhow!("the chart renders no Secret {secret}"))?;
+        let dir = crate::scratch_dir().join(format!("{name}-tls"));
+        std::fs::create_dir_all(&dir)?;
+        let file = |key: &str| -> Result<String> {
+            let data = tls["data"][key]
+                .as_str()
+                .ok_or_else(|| anyhow!("Secret {secret} has no {key}"))?;
+            let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data)?;
+            let path = dir.join(key);
+            std::fs::write(&path, bytes)?;
+            Ok(path.to_string_lossy().into_owned())
+        };
+        let flags = vec![
+            format!("--webhook-address=127.0.0.1:{port}"),
+            format!("--tls-cert-file={}", file("tls.crt")?),
+            format!("--tls-private-key-file={}", file("tls.key")?),
+        ];
+        Ok(Some(Self { flags }))
     }
 }
 

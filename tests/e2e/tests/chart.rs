@@ -59,13 +59,15 @@ async fn the_chart_lints_and_renders_every_controller() -> Result<()> {
     // One of each per controller; and for pull-mode agents two ClusterRoles (in their
     // namespace, and certificate requests) and the binding of the second, the syncer's
     // ClusterRole for Works' Secret data (which registration binds per member), the splitter's
-    // Role and RoleBinding in each of its two Pod Security check namespaces, and the Role and
-    // RoleBinding that let registration and the negotiator read the read-only kubeconfigs.
+    // Role and RoleBinding in each of its two Pod Security check namespaces, the Role and
+    // RoleBinding that let registration and the negotiator read the read-only kubeconfigs, and
+    // the certificate approval webhook's Deployment, ServiceAccount and ClusterRole (get
+    // Clusters) with its binding.
     for (kind, more) in [
-        ("Deployment", 0),
-        ("ServiceAccount", 0),
-        ("ClusterRole", 3),
-        ("ClusterRoleBinding", 1),
+        ("Deployment", 1),
+        ("ServiceAccount", 1),
+        ("ClusterRole", 4),
+        ("ClusterRoleBinding", 2),
         ("Role", 3),
         ("RoleBinding", 3),
     ] {
@@ -421,6 +423,17 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
         ("registration", "get", "", "secrets", Some(ns.name())),
         ("negotiator", "get", "", "secrets", Some(ns.name())),
         ("negotiator", "list", "", "configmaps", None),
+        // The approval webhook reads single Clusters, nothing else.
+        ("csr-approval", "list", "flotilla.dev", "clusters", None),
+        ("csr-approval", "patch", "flotilla.dev", "clusters", None),
+        ("csr-approval", "get", "", "secrets", Some(ns.name())),
+        (
+            "csr-approval",
+            "update",
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            None,
+        ),
         ("negotiator", "get", "", "configmaps", Some("kube-system")),
         (
             "negotiator",

@@ -45,13 +45,14 @@ fn host() -> Result<(ClusterInfo, String)> {
     Ok((Environment::get().member(&member)?.clone(), node))
 }
 
-/// Node ports each release's pods listen on (hostNetwork): the hub's 5 and 2 per controller.
-const PORTS_PER_RELEASE: u16 = 13;
+/// Node ports each release's pods listen on (hostNetwork): the hub's 5, 2 per controller and 2
+/// of the certificate approval webhook.
+const PORTS_PER_RELEASE: u16 = 15;
 /// Releases taken so far by this test process.
 static RELEASES: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 /// A block of node ports of its own for one release: from the environment's port base + 2637
-/// on (FLOTILLA_PORT_BASE, as hack/quickstart.sh places the chart), 13 per release. Below the
+/// on (FLOTILLA_PORT_BASE, as hack/quickstart.sh places the chart), 15 per release. Below the
 /// ephemeral range, so no outgoing connection holds one, and never handed to two releases — a
 /// port asked of the kernel (bind to port 0) and released may be handed out again at once.
 fn node_ports() -> Result<Vec<u16>> {
@@ -168,6 +169,8 @@ impl Release {
             set(&format!("{c}.metricsPort"), self.health_port(c) - 1);
             set(&format!("{c}.healthPort"), self.health_port(c));
         }
+        set("registration.approvalWebhook.port", p[13]);
+        set("registration.approvalWebhook.metricsPort", p[14]);
         args
     }
 
@@ -379,6 +382,7 @@ async fn install_upgrade_uninstall(release: &Release) -> Result<()> {
     }
     controllers_lead(&hub, &release.namespace).await?;
     hub_signs_client_certificates(&hub, &release.name).await?;
+    hub_refuses_registrations_approval_of_another_user(release, &hub).await?;
     hub_enforces_baseline_by_default(&hub).await?;
     hub_refuses_external_ips(&hub).await?;
     hub_encrypts_at_rest_and_audits(release, &hub).await?;
@@ -724,6 +728,160 @@ async fn hub_signs_client_certificates(hub: &Client, name: &str) -> Result<()> {
     )
     .await
 }
+
+/// The hub asks the chart's approval webhook (its own Deployment, reached on the node's
+/// loopback) before it stores registration's approval of a certificate request: registration's
+/// token cannot approve a certificate for another user, even one that a bootstrap identity
+/// asked for (the chart's admission policy sees only who asked).
+async fn hub_refuses_registrations_approval_of_another_user(
+    release: &Release,
+    hub: &Client,
+) -> Result<()> {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::config::Kubeconfig;
+
+    // A bootstrap identity as deploy/bootstrap makes one: a ServiceAccount of flotilla-system
+    // that may create certificate requests.
+    let account = format!("flotilla-bootstrap-e2e-{}", random_suffix());
+    let namespaces = Api::<Namespace>::all(hub.clone());
+    if namespaces.get_opt(BOOTSTRAP_NAMESPACE).await?.is_none() {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": BOOTSTRAP_NAMESPACE}}))?,
+            )
+            .await?;
+    }
+    let accounts = Api::<ServiceAccount>::namespaced(hub.clone(), BOOTSTRAP_NAMESPACE);
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": account}}))?,
+        )
+        .await?;
+    Api::<ClusterRole>::all(hub.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": account},
+                "rules": [{"apiGroups": ["certificates.k8s.io"],
+                           "resources": ["certificatesigningrequests"],
+                           "verbs": ["create", "get"]}]}))?,
+        )
+        .await?;
+    Api::<ClusterRoleBinding>::all(hub.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": account},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": BOOTSTRAP_NAMESPACE}]}))?,
+        )
+        .await?;
+    let token = accounts
+        .create_token_request(&account, &PostParams::default(), &Default::default())
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .context("no token for the bootstrap identity")?;
+    let admin = secret_data(release, &format!("{}-hub-admin-kubeconfig", release.name)).await?;
+    let mut kubeconfig = Kubeconfig::from_yaml(&String::from_utf8_lossy(
+        admin.get("kubeconfig").context("no admin kubeconfig")?,
+    ))?;
+    for user in &mut kubeconfig.auth_infos {
+        user.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..Default::default()
+        });
+    }
+    let bootstrap = flotilla_e2e::client_from(kubeconfig).await?;
+
+    // It asks for a certificate of the hub's controller-manager.
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "system:kube-controller-manager");
+    let request = params.serialize_request(&key)?.pem()?;
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({
+        "metadata": {"generateName": "e2e-stolen-"},
+        "spec": {"request": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, request),
+                 "signerName": "kubernetes.io/kube-apiserver-client",
+                 "usages": ["client auth"], "expirationSeconds": 600},
+    }))?;
+    let made = Api::<CertificateSigningRequest>::all(bootstrap)
+        .create(&PostParams::default(), &csr)
+        .await?;
+    let name = made.name_any();
+
+    // Registration's token, as its pods hold it, approves it.
+    let registration = secret_data(
+        release,
+        &format!("{}-registration-hub-kubeconfig", release.name),
+    )
+    .await?;
+    let path = scratch_dir().join(format!("{}-registration.kubeconfig", release.name));
+    std::fs::write(
+        &path,
+        registration
+            .get("kubeconfig")
+            .context("no registration kubeconfig")?,
+    )?;
+    let stolen = Api::<CertificateSigningRequest>::all(client_from_kubeconfig(&path).await?);
+    let mut approved = made.clone();
+    approved.status = Some(serde_json::from_value(json!({"conditions": [{
+        "type": "Approved", "status": "True", "reason": "Stolen", "message": "a stolen token"}]}))?);
+    let refused = wait_for(
+        "the hub to refuse registration's approval of another user's certificate",
+        Duration::from_secs(60),
+        || async {
+            match stolen
+                .replace_subresource("approval", &name, &PostParams::default(), &approved)
+                .await
+            {
+                Ok(_) => bail!(
+                    "registration's token approved a certificate for system:kube-controller-manager"
+                ),
+                Err(e)
+                    if e.to_string()
+                        .contains("registration approves only pull-mode agents") =>
+                {
+                    Ok(Seen::Done(e.to_string()))
+                }
+                // The webhook's pod may still be starting.
+                Err(e) => Ok(Seen::not_yet(e)),
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        refused.contains("system:kube-controller-manager"),
+        "the refusal names what was asked for: {refused}"
+    );
+    let csrs = Api::<CertificateSigningRequest>::all(hub.clone());
+    ensure!(
+        csrs.get(&name)
+            .await?
+            .status
+            .and_then(|s| s.certificate)
+            .is_none(),
+        "no certificate was issued"
+    );
+    csrs.delete(&name, &DeleteParams::default()).await?;
+    accounts.delete(&account, &DeleteParams::default()).await?;
+    Api::<ClusterRoleBinding>::all(hub.clone())
+        .delete(&account, &DeleteParams::default())
+        .await?;
+    Api::<ClusterRole>::all(hub.clone())
+        .delete(&account, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// The namespace of pull-mode agents' bootstrap ServiceAccounts on the hub.
+const BOOTSTRAP_NAMESPACE: &str = "flotilla-system";
 
 /// The embedded hub's AdmissionConfiguration makes `baseline` (podSecurity.defaultLevel) the
 /// level of a namespace without Pod Security labels: a host-PID Pod is refused there, even as a

@@ -665,6 +665,147 @@ async fn certificate_requests_for_another_cluster_are_denied() -> Result<()> {
     Ok(())
 }
 
+/// Registration's ServiceAccount token, if stolen, approves no certificate but an agent's own:
+/// the hub asks the chart's approval webhook before it stores registration's approval, and the
+/// webhook answers with registration's own policy. With a bootstrap identity (or an agent's
+/// credential) the thief could otherwise ask for a certificate of any user — the hub's
+/// controller-manager, its admin — and approve it: the admission policy sees only who asked.
+#[tokio::test]
+async fn a_stolen_registration_token_approves_no_certificate_but_an_agents_own() -> Result<()> {
+    let f = Fixture::new("pull-stolen").await?;
+    let stolen = f.identities.client("registration").await?;
+    // Clusters no registration controller of the suite handles (unlabelled): only the stolen
+    // token decides their requests.
+    let member = f.registration().await?;
+    let other = f.registration().await?;
+    let waiting = f.registration().await?;
+    let mut groups = std::collections::BTreeMap::new();
+    for (r, accepted) in [(&member, true), (&other, true), (&waiting, false)] {
+        let cluster = Cluster::new(
+            &r.cluster,
+            ClusterSpec {
+                sync_mode: SyncMode::Pull,
+                hub_accepts_client: accepted,
+                ..Default::default()
+            },
+        );
+        let created = f
+            .clusters()
+            .create(&PostParams::default(), &cluster)
+            .await?;
+        groups.insert(
+            r.cluster.clone(),
+            names::cluster_uid_group(&created.metadata.uid.unwrap_or_default()),
+        );
+    }
+    let usages = ["digital signature", "key encipherment", "client auth"];
+    let api: Api<CertificateSigningRequest> = Api::all(f.hub.clone());
+    let agent = names::agent_user_name(&member.cluster);
+    let refused = [
+        (
+            &member,
+            openssl_request("system:kube-controller-manager", &[])?,
+            "registration approves only pull-mode agents' certificate requests",
+        ),
+        (
+            &member,
+            openssl_request(&agent, &[names::AGENT_GROUP, &groups[&other.cluster]])?,
+            "SubjectMismatch",
+        ),
+        (
+            &waiting,
+            openssl_request(
+                &names::agent_user_name(&waiting.cluster),
+                &[names::AGENT_GROUP, &groups[&waiting.cluster]],
+            )?,
+            "AwaitingAcceptance",
+        ),
+    ];
+    for (registration, request, reason) in refused {
+        let bootstrap = registration.client().await?;
+        let name = send_request_for(
+            &bootstrap,
+            &registration.cluster,
+            request,
+            &usages,
+            Some(3600),
+        )
+        .await??;
+        match approve(&stolen, &name).await {
+            Ok(_) => anyhow::bail!(
+                "registration's token approved request {name}, which should be refused with \
+                 {reason:?}"
+            ),
+            Err(e) => ensure!(
+                e.to_string().contains(reason),
+                "the refusal of {name} should say {reason:?}: {e}"
+            ),
+        }
+        let csr = api.get(&name).await?;
+        ensure!(
+            request_state(&csr) == "Pending" && csr.status.and_then(|s| s.certificate).is_none(),
+            "request {name} must stay pending, without a certificate"
+        );
+        api.delete(&name, &DeleteParams::default()).await?;
+    }
+
+    // The agent's own identity for its accepted Cluster: approved, and signed.
+    let bootstrap = member.client().await?;
+    let own = send_request_for(
+        &bootstrap,
+        &member.cluster,
+        openssl_request(&agent, &[names::AGENT_GROUP, &groups[&member.cluster]])?,
+        &usages,
+        Some(3600),
+    )
+    .await??;
+    approve(&stolen, &own)
+        .await
+        .context("registration's token must approve an agent's own request")?;
+    wait_for(
+        "the hub to sign the agent's approved request",
+        Duration::from_secs(60),
+        || async {
+            let csr = api.get(&own).await?;
+            Ok(match csr.status.and_then(|s| s.certificate) {
+                Some(_) => Seen::Done(()),
+                None => Seen::not_yet(request_state(&api.get(&own).await?)),
+            })
+        },
+    )
+    .await?;
+    for r in [&member, &other, &waiting] {
+        f.clusters()
+            .delete(&r.cluster, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
+/// Approves the request `name` as registration does: an update (not a patch) of its approval.
+async fn approve(
+    client: &Client,
+    name: &str,
+) -> std::result::Result<CertificateSigningRequest, kube::Error> {
+    let api: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let mut csr = api.get(name).await?;
+    csr.status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(
+            k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition {
+                type_: "Approved".into(),
+                status: "True".into(),
+                reason: Some("E2E".into()),
+                message: Some("approved with registration's token".into()),
+                ..Default::default()
+            },
+        );
+    api.replace_subresource("approval", name, &PostParams::default(), &csr)
+        .await
+}
+
 /// Joins a fresh member through its agent (accepted from the start) and waits until the hub
 /// sees its heartbeat. Returns the registration, the agent and its hub client.
 async fn join(f: &Fixture, extra: &[&str]) -> Result<(Registration, AgentProcess, Client)> {
