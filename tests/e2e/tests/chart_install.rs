@@ -185,13 +185,14 @@ impl Release {
 
     /// Fails unless helm's `--debug` output `message` names the controller's Deployment as the
     /// one not ready.
-    fn names_not_ready(&self, message: &str, controller: &str) -> Result<()> {
+    /// `helm --debug` named one of the Deployments of `components` as not ready.
+    fn names_not_ready(&self, message: &str, components: &[&str]) -> Result<()> {
         ensure!(
-            message.contains(&format!(
-                "Deployment is not ready: {}/{}-{controller}",
+            components.iter().any(|c| message.contains(&format!(
+                "Deployment is not ready: {}/{}-{c}",
                 self.namespace, self.name
-            )),
-            "helm names the Deployment that is not ready: {message}"
+            ))),
+            "helm names the Deployment that is not ready (one of {components:?}): {message}"
         );
         Ok(())
     }
@@ -1203,8 +1204,9 @@ async fn missing_image(release: &Release) -> Result<()> {
     let Err(message) = out else {
         anyhow::bail!("helm install --wait succeeded without the controllers' image");
     };
-    // helm --debug names what it waits for; the pod says why.
-    release.names_not_ready(&message, "registration")?;
+    // helm --debug names what it waits for (a Deployment of the controllers' image); the pod
+    // says why.
+    release.names_not_ready(&message, &["csr-approval", "registration"])?;
     let pods = release
         .pods()
         .list(&ListParams::default().labels("app.kubernetes.io/component=registration"))
@@ -1328,7 +1330,7 @@ async fn external_mode(release: &Release, existing: &ClusterInfo) -> Result<()> 
     let Err(message) = release.install("upgrade", &args, "45s").await? else {
         anyhow::bail!("helm upgrade --wait succeeded with an unreachable hub");
     };
-    release.names_not_ready(&message, "negotiator")?;
+    release.names_not_ready(&message, &["negotiator"])?;
     let health = release.health_port("negotiator");
     let (status, body) = flotilla_e2e::process::http_get(
         std::net::SocketAddr::from(([127, 0, 0, 1], health)),
