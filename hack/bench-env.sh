@@ -27,9 +27,9 @@ trap '"${CL[@]}" down >/dev/null 2>&1 || true' EXIT
 
 # rss_of_processes: prints "<process> <kB>" for every recorded process (e.g. "member2.apiserver").
 rss_of_processes() {
-  local f pid st
+  local f pid
   for f in "${RUN}"/pids/*; do
-    read -r pid st <"${f}"
+    read -r pid _ <"${f}"
     echo "$(basename "${f}") $(awk '/^VmRSS:/ {print $2}' "/proc/${pid}/status" 2>/dev/null || echo 0)"
   done
 }

@@ -70,8 +70,8 @@ sleep "${SETTLE}"
 # The RSS (kB) of one process.
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 recorded_rss() { # process name in the run directory
-  local pid st
-  read -r pid st <"${RUN}/pids/$1"
+  local pid
+  read -r pid _ <"${RUN}/pids/$1"
   rss "${pid}"
 }
 # The RSS (kB) of the containers' processes by the name of their program (argv[0]), and of the

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by `hack/bench.sh splitter` once the environment, the registration controller and the
 # syncer run (see hack/bench.sh for the variables it sets). Not meant to be run on its own.
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by `hack/bench.sh user` once the environment, the registration controller and the
 # syncer run (see hack/bench.sh for the variables it sets). Not meant to be run on its own.
 
@@ -177,7 +178,7 @@ profiling=()
 if [[ -n "${PROFILE_DIR}" ]]; then
   profile "${HUB}" 10 "${PROFILE_DIR}/hub-delete.pprof" & profiling+=("$!")
 fi
-read -r _ _ MEMBERS_S[delete] PLACEMENT_S[delete] < <(user hub-delete bench-user)
+read -r _ _ "MEMBERS_S[delete]" "PLACEMENT_S[delete]" < <(user hub-delete bench-user)
 cpu_phase delete "${cpu_before}" "$(cpu_snapshot)"
 for p in "${profiling[@]}"; do wait "${p}" || log "a profile of the delete is missing"; done
 CALLS[delete]="$(per_object "${before}" "$(hub_requests)")"

@@ -52,9 +52,13 @@ WHAT="${1:-}"; shift || true
 MEMBERS=3
 COUNT=1000
 CONCURRENCY=32
+# REPLICAS and RUNS are read by the sourced hack/bench-splitter.sh.
+# shellcheck disable=SC2034
 REPLICAS=30
+# shellcheck disable=SC2034
 RUNS=5
 PROFILE_DIR=""
+# shellcheck disable=SC2034
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --members) MEMBERS="$2"; shift 2 ;;

@@ -397,6 +397,7 @@ start_apiserver() { # name
     || gates=(--feature-gates "${NEWEST_FEATURE_GATES}")
   # The host node's member calls its kubelet (logs, exec) with a client certificate, at the
   # node's InternalIP: its Hostname (<member>-host) resolves nowhere.
+  # shellcheck disable=SC2054 # InternalIP,Hostname is one value
   [[ "${name}" != "${HOST_MEMBER}" ]] \
     || kubelet=(--kubelet-client-certificate "${dir}/kubelet-client.crt" --kubelet-client-key "${dir}/kubelet-client.key"
       --kubelet-preferred-address-types InternalIP,Hostname)

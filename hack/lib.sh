@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# Its variables are for the scripts that source it.
+# shellcheck disable=SC2034
 # Shared helpers for the hack/ scripts. Source it; do not run it.
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -168,7 +170,7 @@ EOF
 # containerd, runc, the CNI plugins and a static C library (for its pause binary).
 PREREQUISITES=(
   openssl:openssl curl:curl flock:util-linux setsid:util-linux cc:gcc make:make python3:python3
-  ip:iproute2 ps:procps base64:coreutils
+  ip:iproute2 ps:procps base64:coreutils shellcheck:shellcheck
   containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins
   /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev
 )

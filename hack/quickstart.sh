@@ -131,7 +131,6 @@ log "== registering member3 (pull: its agent asks with a bootstrap token, the hu
 mkdir -p "${RUN_DIR}/controllers"
 sa_kubeconfig_of "${HUB_KUBECONFIG}" "${NS}" flotilla-bootstrap-member3 "${RUN_DIR}/controllers/member3-bootstrap.kubeconfig"
 M3_KUBECONFIG="$(member_kubeconfig member3)"
-M3=("${TOOLS_BIN}/kubectl" --kubeconfig "${M3_KUBECONFIG}")
 # member3 has only kwok nodes: its agent, syncer and importer run hosted, as pods on the host
 # node, with the member chart (charts/flotilla-agent) installed twice: in member3 their
 # identities (ServiceAccounts and least-privilege RBAC), on the host the Deployments, which reach

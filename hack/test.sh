@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Flotilla's test entry point: builds the tools if needed, checks formatting and lints, starts a
-# local environment (hub + members) of its own, runs every test of the workspace against it and
-# tears it down again, also on failure. Exits non-zero on any failure.
+# Flotilla's test entry point: builds the tools if needed, checks formatting and lints (cargo fmt,
+# clippy, shellcheck of hack/), runs the unit tests, then starts a local environment (hub +
+# members) of its own, runs the end-to-end tests (tests/e2e) against it and tears it down again,
+# also on failure. Exits non-zero on any failure; a failed unit test stops it before the
+# environment starts.
 #
 # Usage: hack/test.sh [-- CARGO_TEST_ARGS...]
 # Environment:
@@ -34,11 +36,16 @@ if [[ "${FLOTILLA_SKIP_LINT:-0}" != 1 ]]; then
   cargo fmt --all --check
   log "== cargo clippy --all-targets -- -D warnings"
   cargo clippy --workspace --all-targets --locked -- -D warnings
+  log "== shellcheck hack/ .ci/run"
+  shellcheck -S warning "${HACK_DIR}"/*.sh "${REPO_ROOT}/.ci/run"
 fi
 
 log "== building controllers and tests"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
+log "== cargo test: the unit tests (no environment needed)"
+FLOTILLA_TOOLS_BIN="$("${HACK_DIR}/build-tools.sh" --print-dir)" \
+  cargo test --workspace --exclude flotilla-e2e --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
 log "== the controllers' image, from the binaries just built (the chart's tests run it)"
 IMAGE="$("${HACK_DIR}/build-image.sh" --dev)"
 
@@ -69,8 +76,8 @@ ENV_LINES="$("${CLUSTERS[@]}" up --members "${FLOTILLA_TEST_MEMBERS:-3}" --host-
 eval "${ENV_LINES}"
 "${CLUSTERS[@]}" load-image "${IMAGE}" >/dev/null
 
-log "== cargo test"
-cargo test --workspace --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
+log "== cargo test: the end-to-end tests"
+cargo test -p flotilla-e2e --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
 
 if [[ ${#CARGO_TEST_ARGS[@]} -eq 0 && "${FLOTILLA_SKIP_QUICKSTART:-0}" != 1 ]]; then
   # The README's first command, as a user runs it, in an environment of its own.
