@@ -8,13 +8,13 @@
 //! what the other wrote.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_api::{
     ApiResourceImport, Cluster, Compatibility, ResourceCompatibility, field_managers,
 };
+use flotilla_runtime::Context;
 use flotilla_runtime::events::truncate;
-use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -29,6 +29,12 @@ use crate::metrics::NegotiatorMetrics;
 use crate::negotiation::Shared;
 use crate::types::DEFAULT_IMPORTS;
 use crate::verdict;
+use flotilla_runtime::reconcile::{Retry, error_policy};
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: Some(Duration::from_secs(5)),
+};
 
 /// The longest message kept per resource type in a Cluster's status.
 const MAX_MESSAGE_BYTES: usize = 512;
@@ -112,21 +118,18 @@ pub async fn run(
         },
     )
     .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-    .run(reconcile, error_policy, state)
+    .run(reconcile, error_policy(RETRY), state)
     .for_each(|_| async {})
     .await;
     Ok(())
 }
 
 async fn reconcile(cluster: Arc<Cluster>, state: Arc<State>) -> Result<Action, kube::Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&cluster, &state).await;
-    state.ctx.metrics.observe_reconcile(
-        "cluster",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| e.category()),
-    );
-    result
+    state
+        .ctx
+        .metrics
+        .measure("cluster", reconcile_inner(&cluster, &state))
+        .await
 }
 
 async fn reconcile_inner(cluster: &Cluster, state: &State) -> Result<Action, kube::Error> {
@@ -176,11 +179,6 @@ async fn reconcile_inner(cluster: &Cluster, state: &State) -> Result<Action, kub
             .await?;
     }
     Ok(Action::requeue(state.args.import.import_interval))
-}
-
-fn error_policy(cluster: Arc<Cluster>, error: &kube::Error, _: Arc<State>) -> Action {
-    tracing::warn!(cluster = %cluster.name_any(), error = %error, "writing the Cluster's compatibility summary failed");
-    Action::requeue(Duration::from_secs(5))
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_api::condition::is_condition_true;
 use flotilla_api::{Cluster, SyncMode, conditions, names};
 use flotilla_runtime::member_client::read_secret;
-use flotilla_runtime::{Context, ErrorCategory, MemberClients};
+use flotilla_runtime::{Context, MemberClients};
 use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Secret;
@@ -26,6 +26,7 @@ use crate::importer::{ImportError, ImportWriter, MemberReader};
 use crate::metrics::NegotiatorMetrics;
 use crate::negotiation::Shared;
 use crate::types;
+use flotilla_runtime::reconcile::Retry;
 
 /// A member's reader, and the credential it was built with.
 struct Member {
@@ -169,14 +170,11 @@ fn imports_from_hub(cluster: &Cluster) -> bool {
 }
 
 async fn reconcile(cluster: Arc<Cluster>, state: Arc<HubImporter>) -> Result<Action, ImportError> {
-    let started = Instant::now();
-    let result = reconcile_inner(&cluster, &state).await;
-    state.ctx.metrics.observe_reconcile(
-        "import",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| e.category()),
-    );
-    result
+    state
+        .ctx
+        .metrics
+        .measure("import", reconcile_inner(&cluster, &state))
+        .await
 }
 
 async fn reconcile_inner(cluster: &Cluster, state: &HubImporter) -> Result<Action, ImportError> {
@@ -218,10 +216,10 @@ async fn reconcile_inner(cluster: &Cluster, state: &HubImporter) -> Result<Actio
 }
 
 fn error_policy(cluster: Arc<Cluster>, error: &ImportError, state: Arc<HubImporter>) -> Action {
-    tracing::warn!(cluster = %cluster.name_any(), error = %error, "import failed");
-    Action::requeue(if error.is_transient() {
-        Duration::from_secs(10)
-    } else {
-        state.args.import.import_interval
-    })
+    // A permanent failure is tried again at the next import.
+    let retry = Retry {
+        transient: Duration::from_secs(10),
+        permanent: Some(state.args.import.import_interval),
+    };
+    retry.action(cluster.as_ref(), error)
 }

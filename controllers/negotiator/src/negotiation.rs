@@ -41,6 +41,12 @@ use crate::publish::{self, NegotiatedVersion};
 use crate::schemas::{self, SchemaReadError};
 use crate::types::ResourceType;
 use crate::verdict::{self, ImportInput, ImportVerdict, Reference};
+use flotilla_runtime::reconcile::{Retry, error_policy};
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: Some(Duration::from_secs(60)),
+};
 
 /// How long the hub's OpenAPI v3 document of a group/version is reused.
 const HUB_OPENAPI_TTL: Duration = Duration::from_secs(60);
@@ -291,7 +297,7 @@ pub async fn run(
             move |crd| negotiations_of_crd(&crd, &negotiations.state()),
         )
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
+        .run(reconcile, error_policy(RETRY), state)
         .for_each(|_| async {})
         .await;
     Ok(())
@@ -778,14 +784,14 @@ async fn reconcile(
     negotiation: Arc<NegotiatedApiResource>,
     state: Arc<Negotiator>,
 ) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&negotiation, &state).await;
-    state.ctx.metrics.observe_reconcile(
-        "negotiatedapiresource",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| e.category()),
-    );
-    result
+    state
+        .ctx
+        .metrics
+        .measure(
+            "negotiatedapiresource",
+            reconcile_inner(&negotiation, &state),
+        )
+        .await
 }
 
 async fn reconcile_inner(
@@ -941,19 +947,6 @@ async fn reconcile_inner(
         }
     }
     Ok(Action::requeue(state.args.import.import_interval))
-}
-
-fn error_policy(
-    negotiation: Arc<NegotiatedApiResource>,
-    error: &Error,
-    _: Arc<Negotiator>,
-) -> Action {
-    tracing::warn!(negotiation = %negotiation.name_any(), error = %error, "negotiation failed");
-    Action::requeue(if error.is_transient() {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(60)
-    })
 }
 
 #[cfg(test)]

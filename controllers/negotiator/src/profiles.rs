@@ -6,12 +6,13 @@
 //! gets negotiated, or its schema narrows so that a path is gone).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_api::condition::{ConditionStatus, new_condition, set_condition};
 use flotilla_api::{NegotiatedApiResource, WorkloadProfile, conditions, field_managers, reasons};
 use flotilla_interpreter::profile::{Rejection, check};
-use flotilla_runtime::{Context, ErrorCategory};
+use flotilla_runtime::Context;
+use flotilla_runtime::reconcile::{Retry, error_policy};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -22,6 +23,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: Some(Duration::from_secs(5)),
+};
 
 /// An accepted profile: the NegotiatedAPIResources it was checked against, and the fields of its
 /// `Ready` condition that every one of them declares.
@@ -151,7 +157,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
             },
         )
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
+        .run(reconcile, error_policy(RETRY), state)
         .for_each(|_| async {})
         .await;
     Ok(())
@@ -161,14 +167,11 @@ async fn reconcile(
     profile: Arc<WorkloadProfile>,
     state: Arc<State>,
 ) -> Result<Action, kube::Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&profile, &state).await;
-    state.ctx.metrics.observe_reconcile(
-        "workloadprofile",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| e.category()),
-    );
-    result
+    state
+        .ctx
+        .metrics
+        .measure("workloadprofile", reconcile_inner(&profile, &state))
+        .await
 }
 
 async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Action, kube::Error> {
@@ -259,11 +262,6 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
         _ => {}
     }
     Ok(Action::await_change())
-}
-
-fn error_policy(profile: Arc<WorkloadProfile>, error: &kube::Error, _: Arc<State>) -> Action {
-    tracing::warn!(profile = %profile.name_any(), error = %error, "writing the profile's verdict failed");
-    Action::requeue(Duration::from_secs(5))
 }
 
 #[cfg(test)]

@@ -35,6 +35,12 @@ use crate::RegistrationArgs;
 use crate::health::{self, ProbeOutcome, Timing, Verdict};
 use crate::probe::probe;
 use crate::rbac;
+use flotilla_runtime::reconcile::{Retry, error_policy};
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: Some(Duration::from_secs(60)),
+};
 
 /// How long one probe of a member may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,6 +65,11 @@ impl ErrorCategory for Error {
             Self::WaitingForNamespace(_) | Self::NamespaceTerminating(_) => "Waiting",
             Self::Finalizer(_) => "Finalizer",
         }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        // The namespace is being made: moments.
+        matches!(self, Self::WaitingForNamespace(_)).then_some(Duration::from_secs(2))
     }
 
     fn is_transient(&self) -> bool {
@@ -160,7 +171,7 @@ pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
 
     controller
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
+        .run(reconcile, error_policy(RETRY), state)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed");
@@ -171,9 +182,15 @@ pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
 }
 
 async fn reconcile(cluster: Arc<Cluster>, state: Arc<Registration>) -> Result<Action, Error> {
-    let started = Instant::now();
+    let metrics = state.ctx.metrics.clone();
+    metrics
+        .measure("cluster", reconcile_inner(cluster, state))
+        .await
+}
+
+async fn reconcile_inner(cluster: Arc<Cluster>, state: Arc<Registration>) -> Result<Action, Error> {
     let api = Api::<Cluster>::all(state.ctx.client.clone());
-    let result = finalizer(&api, finalizers::REGISTRATION, cluster, |event| async {
+    finalizer(&api, finalizers::REGISTRATION, cluster, |event| async {
         match event {
             FinalizerEvent::Apply(c) => apply(&c, &state).await,
             FinalizerEvent::Cleanup(c) => cleanup(&c, &state).await,
@@ -183,23 +200,7 @@ async fn reconcile(cluster: Arc<Cluster>, state: Arc<Registration>) -> Result<Ac
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer(other.to_string()),
-    });
-    state.ctx.metrics.observe_reconcile(
-        "cluster",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| e.category()),
-    );
-    result
-}
-
-fn error_policy(cluster: Arc<Cluster>, error: &Error, _state: Arc<Registration>) -> Action {
-    let retry = match error {
-        Error::WaitingForNamespace(_) => Duration::from_secs(2),
-        e if e.is_transient() => Duration::from_secs(5),
-        _ => Duration::from_secs(60),
-    };
-    tracing::warn!(cluster = %cluster.name_any(), error = %error, category = error.category(), "reconcile failed; retrying in {retry:?}");
-    Action::requeue(retry)
+    })
 }
 
 fn condition<'a>(status: &'a ClusterStatus, type_: &str) -> Option<&'a Condition> {

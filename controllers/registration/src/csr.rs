@@ -21,10 +21,11 @@
 //! configuration; [`run`] feeds it from watches and writes its decisions.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_api::cluster::{Cluster, SyncMode};
 use flotilla_api::{annotations, names};
+use flotilla_runtime::reconcile::{Retry, error_policy};
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::{
@@ -40,6 +41,11 @@ use kube::{Api, ResourceExt};
 use prometheus::{IntCounterVec, Opts};
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer, X509CertificationRequest};
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: None,
+};
 
 /// Namespace of the pull-mode agents' bootstrap ServiceAccounts on the hub.
 pub const BOOTSTRAP_NAMESPACE: &str = names::SYSTEM_NAMESPACE;
@@ -656,7 +662,7 @@ pub async fn run_scoped(
     );
     controller
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
+        .run(reconcile, error_policy(RETRY), state)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "certificate request reconciliation ended with an error");
@@ -670,14 +676,11 @@ async fn reconcile(
     csr: Arc<CertificateSigningRequest>,
     state: Arc<State>,
 ) -> Result<Action, CsrError> {
-    let started = Instant::now();
-    let result = reconcile_inner(&csr, &state).await;
-    state.ctx.metrics.observe_reconcile(
-        CONTROLLER,
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(ErrorCategory::category),
-    );
-    result
+    state
+        .ctx
+        .metrics
+        .measure(CONTROLLER, reconcile_inner(&csr, &state))
+        .await
 }
 
 async fn reconcile_inner(
@@ -833,24 +836,6 @@ async fn write_condition(
             name: name.to_string(),
             source,
         })
-}
-
-fn error_policy(
-    csr: Arc<CertificateSigningRequest>,
-    error: &CsrError,
-    _state: Arc<State>,
-) -> Action {
-    tracing::warn!(
-        csr = %csr.name_any(),
-        category = error.category(),
-        error = %error,
-        "could not decide a certificate request"
-    );
-    if error.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,12 @@ pub trait ErrorCategory: std::error::Error {
     fn is_transient(&self) -> bool {
         true
     }
+
+    /// A wait this error asks for itself, before any backoff: e.g. a namespace still being made
+    /// is tried again in moments. `None`: as [`crate::reconcile::Retry`] decides.
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// The category of a Kubernetes client error.

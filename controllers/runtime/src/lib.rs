@@ -18,6 +18,7 @@ pub mod leader;
 pub mod member_client;
 pub mod metrics;
 pub mod pool;
+pub mod reconcile;
 pub mod server;
 pub mod telemetry;
 pub mod union;

@@ -36,6 +36,12 @@ use crate::observe::observe;
 use crate::plan::{ObjectKey, Observation, Plan, plan};
 use crate::recent::RecentWrites;
 use crate::report::report;
+use flotilla_runtime::reconcile::{Retry, error_policy};
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: Some(Duration::from_secs(60)),
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -651,7 +657,7 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
                 .concurrency(args.concurrency),
         )
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
+        .run(reconcile, error_policy(RETRY), state)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "reconcile failed");
@@ -861,15 +867,6 @@ fn cluster_inputs(cluster: &Cluster) -> u64 {
     h.finish()
 }
 
-fn error_policy(p: Arc<Placement>, e: &Error, _s: Arc<Splitter>) -> Action {
-    tracing::warn!(placement = %p.name_any(), error = %e, "reconcile failed");
-    Action::requeue(if e.is_transient() {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(60)
-    })
-}
-
 /// Starts a pass of a Work's Placement when the Work was deleted or changed in what the
 /// Placement reads ([`work_inputs`]); called by the Work cache after it took the change.
 fn work_trigger(
@@ -969,7 +966,7 @@ fn work_inputs(work: &Work) -> u64 {
 /// One pass: observe, plan, execute, report.
 async fn reconcile(placement: Arc<Placement>, state: Arc<Splitter>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result: Result<Action, Error> = async {
+    let pass = async {
         let observation = observe(&state, placement.clone()).await;
         let observed = started.elapsed();
         let plan = plan(&observation)?;
@@ -995,17 +992,12 @@ async fn reconcile(placement: Arc<Placement>, state: Arc<Splitter>) -> Result<Ac
             // recovers in seconds.
             return Ok(Action::requeue(UNREADABLE_RETRY));
         }
-        Ok(Action::requeue(plan.recheck_after.map_or(RESYNC, |r| {
-            r.min(RESYNC) + Duration::from_millis(200)
-        })))
-    }
-    .await;
-    state.ctx.metrics.observe_reconcile(
-        "placement",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(ErrorCategory::category),
-    );
-    result
+        Ok::<_, Error>(Action::requeue(
+            plan.recheck_after
+                .map_or(RESYNC, |r| r.min(RESYNC) + Duration::from_millis(200)),
+        ))
+    };
+    state.ctx.metrics.measure("placement", pass).await
 }
 
 /// How soon a Placement with a type that cannot be read now is looked at again.

@@ -44,6 +44,12 @@ use crate::status::{Verdict, manifest_entry, same_ignoring_times, work_condition
 use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
 use crate::watches::{MemberWatches, Use};
 use flotilla_interpreter::HealthRule;
+use flotilla_runtime::reconcile::{Retry, error_policy};
+/// When an object is tried again after a failed reconciliation.
+const RETRY: Retry = Retry {
+    transient: Duration::from_secs(5),
+    permanent: Some(Duration::from_secs(5)),
+};
 
 /// Why a reconciliation failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +70,11 @@ pub enum Error {
 }
 
 impl ErrorCategory for Error {
+    fn retry_after(&self) -> Option<Duration> {
+        // An object of the member is going away: moments.
+        matches!(self, Self::WaitingForDeletion(_)).then_some(Duration::from_secs(2))
+    }
+
     fn category(&self) -> &'static str {
         match self {
             Self::Kube(e) => e.category(),
@@ -381,7 +392,7 @@ pub async fn serve(
 
     controller
         .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
+        .run(reconcile, error_policy(RETRY), state)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed");
@@ -416,7 +427,11 @@ impl Drop for InFlight {
 }
 
 async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error> {
-    let started = Instant::now();
+    let metrics = state.ctx.metrics.clone();
+    metrics.measure("work", reconcile_inner(work, state)).await
+}
+
+async fn reconcile_inner(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(&*work);
     let namespace = work.namespace().unwrap_or_default();
     let Some(cluster) = names::cluster_from_namespace(&namespace).map(str::to_string) else {
@@ -459,7 +474,7 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
     // A deleted Work that `finalizer` is done with has no finalizer of this syncer left.
     let deleting = work.metadata.deletion_timestamp.is_some();
     let released = work.clone();
-    let result = finalizer(&api, finalizers::SYNCER, work, |event| async {
+    finalizer(&api, finalizers::SYNCER, work, |event| async {
         match event {
             FinalizerEvent::Apply(w) => match state.manifests.whole(&w) {
                 Whole::Found(mut whole) => {
@@ -503,13 +518,7 @@ async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error>
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer(other.to_string()),
-    });
-    state.ctx.metrics.observe_reconcile(
-        "work",
-        started.elapsed().as_secs_f64(),
-        result.as_ref().err().map(|e| e.category()),
-    );
-    result
+    })
 }
 
 /// Whether this push-mode syncer may remove its finalizer from a deleted Work of a member it
@@ -558,15 +567,6 @@ async fn kept_because(work: &Work, state: &Syncer) -> Result<Option<String>, Err
              Placement or the Work for that)"
         )
     }))
-}
-
-fn error_policy(work: Arc<Work>, error: &Error, _state: Arc<Syncer>) -> Action {
-    let retry = match error {
-        Error::WaitingForDeletion(_) => Duration::from_secs(2),
-        _ => Duration::from_secs(5),
-    };
-    tracing::warn!(work = %work_ref(&work), error = %error, "reconcile failed; retrying in {retry:?}");
-    Action::requeue(retry)
 }
 
 /// What the syncer observed of a Work's objects: their status, and the objects it no longer
