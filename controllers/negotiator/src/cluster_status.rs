@@ -30,6 +30,7 @@ use crate::negotiation::Shared;
 use crate::types::DEFAULT_IMPORTS;
 use crate::verdict;
 use flotilla_runtime::reconcile::{Retry, error_policy};
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),

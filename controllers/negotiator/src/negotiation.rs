@@ -42,6 +42,7 @@ use crate::schemas::{self, SchemaReadError};
 use crate::types::ResourceType;
 use crate::verdict::{self, ImportInput, ImportVerdict, Reference};
 use flotilla_runtime::reconcile::{Retry, error_policy};
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),

@@ -23,6 +23,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),

@@ -36,6 +36,7 @@ use crate::health::{self, ProbeOutcome, Timing, Verdict};
 use crate::probe::probe;
 use crate::rbac;
 use flotilla_runtime::reconcile::{Retry, error_policy};
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),

@@ -41,6 +41,7 @@ use kube::{Api, ResourceExt};
 use prometheus::{IntCounterVec, Opts};
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer, X509CertificationRequest};
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),
@@ -211,14 +212,9 @@ pub fn requested_cluster(csr: &CertificateSigningRequest) -> Option<String> {
 
 /// Whether the request already has a final condition (Approved, Denied or Failed).
 pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.status == "True" && [APPROVED, DENIED, FAILED].contains(&c.type_.as_str())
-            })
-        })
+    [APPROVED, DENIED, FAILED]
+        .iter()
+        .any(|type_| has_condition(csr, type_))
 }
 
 /// What to do with a CertificateSigningRequest.
@@ -1238,15 +1234,7 @@ mod tests {
         assert_eq!(requested_cluster(&other_cn), None);
         // Already decided.
         for type_ in [APPROVED, DENIED, FAILED] {
-            let mut decided = agent_csr(&bootstrap_user_name(C));
-            decided.status = Some(CertificateSigningRequestStatus {
-                conditions: Some(vec![CertificateSigningRequestCondition {
-                    type_: type_.into(),
-                    status: "True".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            });
+            let decided = with_condition(&agent_csr(&bootstrap_user_name(C)), type_);
             assert_eq!(decide(&decided, Some(Ok(&c)), &config), Decision::Ignore);
         }
         // An agent's request names its cluster.

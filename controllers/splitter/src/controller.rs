@@ -37,6 +37,7 @@ use crate::plan::{ObjectKey, Observation, Plan, plan};
 use crate::recent::RecentWrites;
 use crate::report::report;
 use flotilla_runtime::reconcile::{Retry, error_policy};
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),

@@ -45,6 +45,7 @@ use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailabl
 use crate::watches::{MemberWatches, Use};
 use flotilla_interpreter::HealthRule;
 use flotilla_runtime::reconcile::{Retry, error_policy};
+
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),
