@@ -5,7 +5,8 @@ use flotilla_api::{Work, conditions, reasons};
 use serde_json::{Value, json};
 
 use crate::division::{Division, describe, unplaced};
-use crate::plan::{ObjectKey, copy_holds_now, manifest_status};
+use crate::keys::ObjectKey;
+use crate::works::{copy_holds_now, manifest_status};
 
 /// What one member copy reports, read from its Work.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -20,7 +20,8 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::plan::{Listed, ObjectKey, Unreadable};
+use crate::keys::ObjectKey;
+use crate::observation::{Listed, Unreadable};
 use crate::specificity::{Selectable, specificity};
 
 /// How many objects a Placement's status lists.
@@ -145,7 +146,7 @@ fn made_by(object: &DynamicObject) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::resource;
+    use crate::keys::resource;
     use serde_json::json;
 
     fn object(kind: &str, name: &str, extra: Value) -> DynamicObject {

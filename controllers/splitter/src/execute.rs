@@ -15,11 +15,12 @@ use serde_json::json;
 
 use flotilla_api::{Work, annotations, field_managers};
 
-use crate::controller::Error;
-use crate::plan::{Deletion, Plan, WorkId};
+use crate::keys::WorkId;
+use crate::plan::{Deletion, Plan};
 use crate::recent::RecentWrites;
 use crate::render::DataSecret;
 use crate::report::{Outcome, named};
+use crate::state::Error;
 
 /// How many Works one pass writes or deletes at the same time.
 pub const PARALLEL_WRITES: usize = 16;
@@ -140,7 +141,7 @@ async fn store(client: &kube::Client, data: &DataSecret) -> Result<(), kube::Err
 /// Writes one Work (server-side apply), after the hub Secret with the data of its Secrets
 /// (`data`), if it has any to write; or that Secret alone (`work`: none). The hub's answer,
 /// whatever it is, goes to the outcome: the Work as written, lean like the cache's (see
-/// [`crate::plan::lean`]), or why it was refused.
+/// [`crate::digest::lean`]), or why it was refused.
 async fn write(
     client: kube::Client,
     key: WorkId,
@@ -167,7 +168,7 @@ async fn write(
     {
         Ok(mut written) => {
             written.metadata.managed_fields = None;
-            crate::plan::lean(&mut written);
+            crate::digest::lean(&mut written);
             Ok(written)
         }
         Err(e) => Err(refused(&work, &e)),
@@ -209,7 +210,7 @@ async fn delete(client: kube::Client, d: Deletion) -> Result<(WorkId, Option<Wor
             id,
             answer.left().map(|mut deleting| {
                 deleting.metadata.managed_fields = None;
-                crate::plan::lean(&mut deleting);
+                crate::digest::lean(&mut deleting);
                 deleting
             }),
         )),

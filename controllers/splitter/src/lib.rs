@@ -33,11 +33,14 @@ pub mod bindings;
 pub mod compatibility;
 pub mod controller;
 pub mod coverage;
+pub mod digest;
 pub mod division;
 pub mod eligibility;
 pub mod execute;
 pub mod external_ips;
 pub mod history;
+pub mod keys;
+pub mod observation;
 pub mod observe;
 pub mod ordinals;
 pub mod plan;
@@ -50,6 +53,8 @@ pub mod report;
 pub mod revisions;
 pub mod services;
 pub mod specificity;
+pub mod state;
+pub mod works;
 
 use clap::Args;
 use flotilla_runtime::Context;
@@ -152,7 +157,7 @@ pub async fn run(ctx: Context, args: SplitterArgs) -> anyhow::Result<()> {
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty())
         .collect();
-    use controller::Scope;
+    use state::Scope;
     if namespaces.is_empty() {
         let scope = if args.cluster_placements == Some(false) {
             Scope::Namespaces

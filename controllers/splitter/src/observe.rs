@@ -15,19 +15,15 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use crate::controller::Splitter;
-use crate::plan::{CopyKey, ObjectKey};
-use crate::plan::{Listed, Observation, Other, Unreadable, import_name, member_namespace_labels};
+use crate::keys::{CopyKey, ObjectKey, import_name, member_namespace_labels, resource};
+use crate::observation::{Listed, Observation, Other, Unreadable};
 use crate::pod_security::{
     Level, Verdict, VerdictKey, Verdicts, pod_for_check, pod_templates, verdict_of,
     with_enforced_level,
 };
 use crate::references::references;
 use crate::specificity::{Selectable, specificity};
-
-pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
+use crate::state::Splitter;
 
 /// Why a selected type was not found.
 pub enum TypeLookupError {
@@ -845,7 +841,7 @@ async fn resolve(
 /// The API resource of a kind of the table, watched (from start-up, or from now on).
 fn known(state: &Splitter, k: &table::Kind) -> ApiResource {
     let ar = resource(k.group, k.version, k.kind, k.plural);
-    if !crate::controller::WATCHED_FROM_START
+    if !crate::state::WATCHED_FROM_START
         .iter()
         .any(|(g, v, kind)| (*g, *v, *kind) == (k.group, k.version, k.kind))
     {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use flotilla_api::Work;
 use kube::ResourceExt;
 
-use crate::plan::{WorkId, key_of};
+use crate::keys::{WorkId, key_of};
 
 /// How long a write is trusted over the cache at most: the cache normally has it in well under
 /// a second; after this, whatever the cache says holds.

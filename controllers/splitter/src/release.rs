@@ -35,7 +35,7 @@ use prometheus::{IntCounterVec, Opts};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::controller::Scope;
+use crate::state::Scope;
 
 /// The reason of the Event on a released Work.
 pub const RELEASED: &str = "Released";

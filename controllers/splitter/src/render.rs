@@ -9,7 +9,7 @@ use flotilla_api::{
 
 use std::collections::BTreeMap;
 
-use crate::plan::Shelf;
+use crate::keys::Shelf;
 use flotilla_interpreter::{Interpreter, generic, interpreter};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;

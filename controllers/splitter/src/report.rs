@@ -24,11 +24,11 @@ use crate::aggregate::{
     replicaset_status, service_status, statefulset_status, summed_status,
 };
 use crate::history::{RECORD, REVISION, REVISION_HISTORY, Record, Write, history, record_status};
-use crate::observe::resource;
-use crate::plan::{
-    CopyKey, Divided, Keep, ObjectKey, Observation, Plan, WorkId, copy_condition_now,
-    copy_holds_now, key_of, manifest_status,
-};
+use crate::keys::resource;
+use crate::keys::{CopyKey, ObjectKey, WorkId, key_of};
+use crate::observation::Observation;
+use crate::plan::{Divided, Keep, Plan};
+use crate::works::{copy_condition_now, copy_holds_now, manifest_status};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 
 /// At most this many member entries (`clusters` and `excluded` of every decision, at least one

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use flotilla_api::ObjectDecision;
 use serde_json::Value;
 
-use crate::plan::ObjectKey;
+use crate::keys::ObjectKey;
 
 /// The kinds whose pods a Service may select, with their pod template's labels.
 const WORKLOADS: [&str; 5] = [

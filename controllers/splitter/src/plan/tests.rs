@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use flotilla_api::{Cluster, DeletePolicy, Placement, Work, conditions};
+use flotilla_api::{
+    Cluster, DeletePolicy, Placement, Work, WorkSpec, annotations, conditions, labels, work_data,
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -12,7 +14,13 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::observe::resource;
+use crate::digest::{
+    CACHED_SPEC_DIGEST, hub_manifest_digest, lean, manifest_digest, spec_digest, spec_digest_with,
+    up_to_date,
+};
+use crate::keys::{key_of, member_namespace_labels, resource};
+use crate::observation::Other;
+use crate::works::copy_holds_now;
 
 const NOW: &str = "2026-06-01T12:00:00Z";
 

@@ -1,0 +1,182 @@
+//! How a pass tells a Work as wanted from the one the hub has without a second copy of every
+//! placed object in memory: digests of Work specs and manifests, and the lean form of a Work
+//! the splitter's cache keeps.
+
+use std::collections::BTreeMap;
+
+use flotilla_api::{Work, WorkSpec, annotations};
+use flotilla_interpreter::builtin;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use crate::render::Share;
+
+/// Set only in the splitter's own cache, never written: the digest of a cached Work's spec
+/// (see [`lean`]).
+pub const CACHED_SPEC_DIGEST: &str = "flotilla.dev/cached-spec-digest";
+
+/// Set only in the splitter's own cache, on each manifest it keeps: the digest of the manifest.
+pub const CACHED_MANIFEST_DIGEST: &str = "flotilla.dev/cached-manifest-digest";
+
+/// A digest of a Work's spec: equal specs have equal digests (FNV-1a of its JSON, whose maps
+/// serde_json keeps sorted).
+pub fn spec_digest(spec: &WorkSpec) -> String {
+    digest(&serde_json::to_vec(spec).unwrap_or_default())
+}
+
+pub fn digest(json: &[u8]) -> String {
+    format!("{:016x}", flotilla_api::names::fnv1a(json.iter().copied()))
+}
+
+/// [`spec_digest`] of `spec` with `manifests` (each as [`DynamicObject`] serializes it) as its
+/// manifests, from their JSON: a pass compares a Work with the hub's without decoding its
+/// manifests.
+pub fn spec_digest_with<'a>(
+    spec: &WorkSpec,
+    manifests: impl Iterator<Item = &'a str>,
+) -> Result<String, serde_json::Error> {
+    // Every field but the manifests (not cloned).
+    let empty = WorkSpec {
+        manifests: Vec::new(),
+        delete_policy: spec.delete_policy,
+        conflict_policy: spec.conflict_policy,
+        ignore_fields: spec.ignore_fields.clone(),
+        namespace_labels: spec.namespace_labels.clone(),
+        allow_existing_namespaces: spec.allow_existing_namespaces,
+        health: spec.health.clone(),
+    };
+    let json = serde_json::to_string(&empty)?;
+    // `manifests` is the spec's first field: `{"manifests":[],...}`.
+    const OPEN: &str = "{\"manifests\":[";
+    let rest = json
+        .strip_prefix(OPEN)
+        .and_then(|r| r.strip_prefix(']'))
+        .ok_or_else(|| std::io::Error::other("a Work's spec does not start with its manifests"))
+        .map_err(serde_json::Error::io)?;
+    let mut bytes: Vec<&[u8]> = vec![OPEN.as_bytes()];
+    for (i, m) in manifests.enumerate() {
+        if i > 0 {
+            bytes.push(b",");
+        }
+        bytes.push(m.as_bytes());
+    }
+    bytes.push(b"]");
+    bytes.push(rest.as_bytes());
+    Ok(format!(
+        "{:016x}",
+        flotilla_api::names::fnv1a(bytes.into_iter().flatten().copied())
+    ))
+}
+
+/// A digest of one manifest (of its JSON, as [`DynamicObject`] serializes it).
+pub fn manifest_digest(m: &DynamicObject) -> String {
+    digest(&serde_json::to_vec(m).unwrap_or_default())
+}
+
+/// What the splitter's cache keeps of a Work: all but its manifests, of which it keeps what a
+/// pass reads (apiVersion, kind, name, namespace, `spec.replicas` and a digest of each), and
+/// the digest of the whole spec, so that a pass tells a Work that is as wanted without a second
+/// copy of every placed object in memory.
+pub fn lean(work: &mut Work) {
+    // Each manifest serialized once, for its own digest and the whole spec's.
+    let json: Vec<String> = work
+        .spec
+        .manifests
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap_or_default())
+        .collect();
+    let whole = spec_digest_with(&work.spec, json.iter().map(String::as_str))
+        .unwrap_or_else(|_| spec_digest(&work.spec));
+    for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
+        let digest = digest(json.as_bytes());
+        // A built-in kind keeps its share; another kind (its profile is not known here) every
+        // integer of its spec, where its profile's replica path may be.
+        let kind = m
+            .types
+            .as_ref()
+            .and_then(|t| builtin(&t.api_version, &t.kind));
+        let lean_data = match kind {
+            Some(kind) => {
+                let mut data = serde_json::json!({});
+                Share::of(kind, m).write(&mut data, kind);
+                data
+            }
+            None => serde_json::json!({ "spec": integers(&m.data["spec"], LEAN_INTEGERS) }),
+        };
+        m.metadata = kube::api::ObjectMeta {
+            name: m.metadata.name.take(),
+            namespace: m.metadata.namespace.take(),
+            annotations: Some([(CACHED_MANIFEST_DIGEST.to_string(), digest)].into()),
+            ..Default::default()
+        };
+        m.data = lean_data;
+    }
+    work.annotations_mut()
+        .insert(CACHED_SPEC_DIGEST.to_string(), whole);
+}
+
+/// The most integers of a custom kind's spec a lean Work manifest keeps.
+const LEAN_INTEGERS: usize = 16;
+
+/// The integer fields of `value` (through objects, not arrays), at most `budget` of them, in
+/// the objects they are in: `{"replicas": 3, "workers": {"count": 2}}`.
+fn integers(value: &Value, budget: usize) -> Value {
+    fn walk(value: &Value, left: &mut usize) -> Option<Value> {
+        match value {
+            Value::Number(n) if n.is_u64() || n.is_i64() => {
+                *left = left.checked_sub(1)?;
+                Some(value.clone())
+            }
+            Value::Object(map) => {
+                let kept: serde_json::Map<String, Value> = map
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), walk(v, left)?)))
+                    .collect();
+                (!kept.is_empty()).then_some(Value::Object(kept))
+            }
+            _ => None,
+        }
+    }
+    let mut left = budget;
+    walk(value, &mut left).unwrap_or_else(|| serde_json::json!({}))
+}
+
+/// The digest of a hub Work's spec: as its cache entry recorded it, or of the spec itself.
+pub fn hub_digest(hub: &Work) -> String {
+    hub.annotations()
+        .get(CACHED_SPEC_DIGEST)
+        .cloned()
+        .unwrap_or_else(|| spec_digest(&hub.spec))
+}
+
+/// The digest of a hub Work's manifest: as its cache entry recorded it, or of the manifest.
+pub fn hub_manifest_digest(m: &DynamicObject) -> String {
+    m.annotations()
+        .get(CACHED_MANIFEST_DIGEST)
+        .cloned()
+        .unwrap_or_else(|| manifest_digest(m))
+}
+
+/// Whether the hub's Work already says what `wanted` says: the same spec (by digest: the cache
+/// keeps no manifests; `wanted_digest` is that of `wanted`'s spec), every label and annotation
+/// the splitter sets, and no Works replaced that `wanted` no longer names. Anything else another
+/// writer set on it is left alone.
+pub fn up_to_date(wanted: &Work, wanted_digest: &str, hub: &Work) -> bool {
+    let subset = |w: &Option<BTreeMap<String, String>>, h: &Option<BTreeMap<String, String>>| {
+        let h = h.as_ref();
+        w.iter()
+            .flatten()
+            .all(|(k, v)| h.and_then(|h| h.get(k)) == Some(v))
+    };
+    hub.metadata.deletion_timestamp.is_none()
+        && subset(&wanted.metadata.labels, &hub.metadata.labels)
+        && subset(&wanted.metadata.annotations, &hub.metadata.annotations)
+        && (wanted.annotations().contains_key(annotations::REPLACES)
+            || !hub.annotations().contains_key(annotations::REPLACES))
+        && wanted
+            .finalizers()
+            .iter()
+            .all(|f| hub.finalizers().contains(f))
+        && wanted_digest == hub_digest(hub)
+}
