@@ -601,30 +601,41 @@ async fn a_cluster_placement_binds_no_hub_identity_in_the_members() -> Result<()
     };
     let held = vec![crb("people"), crb("kube-system"), crb("controller")];
     in_members(vec![crb("tenant")], held.clone()).await?;
-    let status = cluster_placements
-        .get(&name)
-        .await?
-        .status
-        .unwrap_or_default();
-    let scheduled = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Scheduled")
-        .context("no Scheduled condition")?;
-    let message = &scheduled.message;
-    ensure!(
-        scheduled.reason == reasons::BINDING_HELD_BACK
-            && message.contains("User alice")
-            && message.contains("Group ops")
-            && message.contains("ServiceAccount kube-system/default")
-            && message.contains(&format!(
-                "ServiceAccount {}/{controller}",
-                identities.namespace
-            ))
-            && !message.contains(&crb("tenant")),
-        "the ClusterPlacement says which bindings are held back and why: {}: {message}",
-        scheduled.reason
-    );
+    // The splitter writes the status after the Works: polled, not read once.
+    wait_for(
+        "the ClusterPlacement to say which bindings are held back and why",
+        Duration::from_secs(60),
+        || async {
+            let status = cluster_placements
+                .get(&name)
+                .await?
+                .status
+                .unwrap_or_default();
+            let scheduled = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Scheduled")
+                .context("no Scheduled condition")?;
+            let message = &scheduled.message;
+            Ok(
+                if scheduled.reason == reasons::BINDING_HELD_BACK
+                    && message.contains("User alice")
+                    && message.contains("Group ops")
+                    && message.contains("ServiceAccount kube-system/default")
+                    && message.contains(&format!(
+                        "ServiceAccount {}/{controller}",
+                        identities.namespace
+                    ))
+                    && !message.contains(&crb("tenant"))
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{}: {message}", scheduled.reason))
+                },
+            )
+        },
+    )
+    .await?;
     // Nothing of the held bindings appears while the splitter keeps deciding.
     holds_for(
         "no held binding in a member",

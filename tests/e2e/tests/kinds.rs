@@ -153,21 +153,34 @@ async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign
     let trap = ("v1", "Service", "dns-trap");
     for ns in teams {
         in_every_member(&fleet, ns, &PLACED, &[ops, trap]).await?;
-        let (reason, message) = scheduled(hub, ns).await?;
-        ensure!(
-            reason == reasons::BINDING_HELD_BACK
-                && message.contains("RoleBinding ops")
-                && message.contains("Group ops")
-                && message.contains("Service dns-trap: its spec.externalIPs (192.0.2.53)"),
-            "the Placement says what is held back and why: {reason}: {message}"
-        );
-        let (status, reason, message) = all_placed(hub, ns, "all").await?;
-        ensure!(
-            status == "False"
-                && reason == reasons::NOT_PLACED
-                && message.contains("RoleBinding ops"),
-            "AllPlaced says the binding is placed nowhere: {status} {reason}: {message}"
-        );
+        // The splitter writes the Placement's status after the Works, so a syncer may have
+        // applied the copies before the status says why the rest is held back.
+        wait_for(
+            "the Placement to say what is held back and why",
+            WAIT,
+            || async {
+                let (reason, message) = scheduled(hub, ns).await?;
+                let (status, all_reason, all_message) = all_placed(hub, ns, "all").await?;
+                Ok(
+                    if reason == reasons::BINDING_HELD_BACK
+                        && message.contains("RoleBinding ops")
+                        && message.contains("Group ops")
+                        && message.contains("Service dns-trap: its spec.externalIPs (192.0.2.53)")
+                        && status == "False"
+                        && all_reason == reasons::NOT_PLACED
+                        && all_message.contains("RoleBinding ops")
+                    {
+                        Seen::Done(())
+                    } else {
+                        Seen::not_yet(format!(
+                            "Scheduled {reason}: {message}; AllPlaced {status} {all_reason}: \
+                             {all_message}"
+                        ))
+                    },
+                )
+            },
+        )
+        .await?;
     }
     // The hub DaemonSet shows its copies' pods, as GitOps tools read it.
     crate::api::kstatus_current(&env, teams[0], "daemonset", "agent").await?;

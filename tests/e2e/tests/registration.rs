@@ -207,6 +207,24 @@ impl Setup {
             .await?;
         Ok(list.items.into_iter().filter_map(|e| e.reason).collect())
     }
+
+    /// Waits for an Event of `reason` about Cluster `name`: registration sends its Events after
+    /// the status write they follow, so one may land a moment after the condition.
+    async fn wait_event(&self, name: &str, reason: &str) -> Result<()> {
+        wait_for(
+            &format!("an Event {reason} about Cluster {name}"),
+            Duration::from_secs(30),
+            || async {
+                let reasons = self.event_reasons(name).await?;
+                Ok(if reasons.iter().any(|r| r == reason) {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{reasons:?}"))
+                })
+            },
+        )
+        .await
+    }
 }
 
 /// The allocatable cpu, memory and pods of a member's Nodes, summed, in the form registration
@@ -306,11 +324,7 @@ async fn a_push_member_becomes_ready_with_version_and_allocatable() -> Result<()
             .is_some(),
         "namespace flotilla-cluster-{name}"
     );
-    let reasons = s.event_reasons(&name).await?;
-    ensure!(
-        reasons.iter().any(|r| r == "Reachable"),
-        "an Event for Ready=True: {reasons:?}"
-    );
+    s.wait_event(&name, "Reachable").await?;
 
     // Cordon, then taint: reflected in Schedulable.
     s.clusters()
@@ -403,20 +417,7 @@ async fn a_stopped_member_turns_unknown_and_comes_back() -> Result<()> {
         "Ready became Unknown {detected:?} after the member stopped; expected within grace {GRACE:?} + interval {INTERVAL:?} (+ slack)"
     );
     eprintln!("member outage detected after {detected:?}");
-    // The Event is written after the status: it may land a moment later.
-    wait_for(
-        "a Warning Event for the outage",
-        Duration::from_secs(15),
-        || async {
-            let reasons = s.event_reasons(&name).await?;
-            Ok(if reasons.iter().any(|r| r == "Unreachable") {
-                Seen::Done(())
-            } else {
-                Seen::not_yet(format!("{reasons:?}"))
-            })
-        },
-    )
-    .await?;
+    s.wait_event(&name, "Unreachable").await?;
 
     s.env
         .clusters_sh(&["start-member", &scratch.info.name])
@@ -597,6 +598,41 @@ async fn allowed(
     access::allowed(hub, user, &groups, request).await
 }
 
+/// One access check: verb, group, resource, namespace and name.
+type Check<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, Option<&'a str>);
+
+/// Waits until every check of `who`'s access answers `want`: the apiserver's authorizer learns
+/// of a binding made or deleted from its cache, a moment after the write.
+async fn access_becomes(
+    hub: &Client,
+    who: (&str, &str),
+    checks: &[Check<'_>],
+    want: bool,
+) -> Result<()> {
+    wait_for(
+        &format!(
+            "{} to be {}allowed {checks:?}",
+            who.0,
+            if want { "" } else { "NOT " }
+        ),
+        Duration::from_secs(30),
+        || async {
+            let mut wrong = Vec::new();
+            for (verb, group, resource, namespace, object) in checks {
+                if allowed(hub, who, verb, group, resource, *namespace, *object).await? != want {
+                    wrong.push(format!("{verb} {resource} in {namespace:?} {object:?}"));
+                }
+            }
+            Ok(if wrong.is_empty() {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(wrong.join(", "))
+            })
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<()> {
     let s = Setup::start("reg-pull").await?;
@@ -717,21 +753,7 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
             Some(name.as_str()),
         ),
     ];
-    for (verb, group, resource, namespace, object) in may {
-        ensure!(
-            allowed(
-                hub,
-                (&agent, &uid),
-                verb,
-                group,
-                resource,
-                namespace,
-                object
-            )
-            .await?,
-            "{agent} must be allowed to {verb} {resource} in {namespace:?} {object:?}"
-        );
-    }
+    access_becomes(hub, (&agent, &uid), &may, true).await?;
     let may_not = [
         (
             "list",
@@ -775,21 +797,7 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
             Some("something-else"),
         ),
     ];
-    for (verb, group, resource, namespace, object) in may_not {
-        ensure!(
-            !allowed(
-                hub,
-                (&agent, &uid),
-                verb,
-                group,
-                resource,
-                namespace,
-                object
-            )
-            .await?,
-            "{agent} must NOT be allowed to {verb} {resource} in {namespace:?} {object:?}"
-        );
-    }
+    access_becomes(hub, (&agent, &uid), &may_not, false).await?;
 
     // Revoking acceptance revokes access.
     s.clusters()
@@ -824,47 +832,17 @@ async fn pull_clusters_wait_for_acceptance_and_get_least_privilege() -> Result<(
         },
     )
     .await?;
-    ensure!(
-        !allowed(
-            hub,
-            (&agent, &uid),
-            "list",
-            "flotilla.dev",
-            "works",
-            Some(&own),
-            None
-        )
-        .await?,
-        "after revocation {agent} must not list Works"
-    );
+    // After revocation the agent may not list Works.
+    let list_works: Check = ("list", "flotilla.dev", "works", Some(&own), None);
+    access_becomes(hub, (&agent, &uid), &[list_works], false).await?;
 
     // Deleting a Cluster revokes access too.
-    ensure!(
-        allowed(
-            hub,
-            (&names::agent_user_name(&other), &other_uid),
-            "list",
-            "flotilla.dev",
-            "works",
-            Some(&foreign),
-            None
-        )
-        .await?
-    );
+    let other_agent = names::agent_user_name(&other);
+    let list_foreign: Check = ("list", "flotilla.dev", "works", Some(&foreign), None);
+    access_becomes(hub, (&other_agent, &other_uid), &[list_foreign], true).await?;
     s.delete_cluster(&other).await?;
-    ensure!(
-        !allowed(
-            hub,
-            (&names::agent_user_name(&other), &other_uid),
-            "list",
-            "flotilla.dev",
-            "works",
-            Some(&foreign),
-            None
-        )
-        .await?,
-        "after deletion the agent must not list Works"
-    );
+    // After deletion the agent may not list Works.
+    access_becomes(hub, (&other_agent, &other_uid), &[list_foreign], false).await?;
     s.delete_cluster(&name).await?;
     Ok(())
 }

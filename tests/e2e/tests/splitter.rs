@@ -3271,16 +3271,26 @@ async fn a_daemonset_runs_on_every_members_nodes_and_the_hub_counts_them_all() -
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     ensure!(said.contains("successfully rolled out"), "{said}");
-    let hub_status = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(hub.clone(), ns)
-        .get("agent")
-        .await?
-        .status
-        .unwrap_or_default();
-    ensure!(
-        hub_status.desired_number_scheduled == expected
-            && hub_status.number_available == Some(expected),
-        "the hub counts the pods of every member ({expected}): {hub_status:?}"
-    );
+    // The hub's sum follows each member's report of its copy: polled, not read once.
+    let daemonsets = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(hub.clone(), ns);
+    wait_for(
+        &format!("the hub to count the pods of every member ({expected})"),
+        Duration::from_secs(60),
+        || async {
+            let status = daemonsets.get("agent").await?.status.unwrap_or_default();
+            Ok(
+                if status.desired_number_scheduled == expected
+                    && status.number_available == Some(expected)
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{status:?}"))
+                },
+            )
+        },
+    )
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
     crate::api::kstatus_current(&env, ns, "daemonset", "agent").await?;
     Ok(())
 }

@@ -133,24 +133,11 @@ async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Re
         holders(&fleet, &widgets, "plain").await? == everywhere,
         "an object using only fields the drifted member has must stay there"
     );
-    let placements: Api<Placement> = Api::namespaced(fleet.hub.clone(), fleet.ns.name());
-    let decision = placements
-        .get("widgets")
-        .await?
-        .status
-        .and_then(|s| s.decisions.into_iter().find(|d| d.name == "colored"));
-    let exclusion = decision
-        .iter()
-        .flat_map(|d| d.excluded.iter())
-        .find(|e| e.cluster == drifted)
-        .cloned();
+    // The Placement's status is written after the Works: polled, not read once.
+    let exclusion = exclusion(&fleet, "widgets", "colored", &drifted).await?;
     ensure!(
-        exclusion.as_ref().is_some_and(|e| e
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains(".spec.color")),
-        "the decision for the colored Widget names the field the member lacks: {exclusion:?}"
+        exclusion.contains(".spec.color"),
+        "the decision for the colored Widget names the field the member lacks: {exclusion}"
     );
 
     // Cleanup of what the shared environment keeps: the CRDs.
@@ -184,8 +171,9 @@ async fn an_edit_of_a_custom_object_reaches_every_member_in_seconds() -> Result<
             let started = std::time::Instant::now();
             wait_for(
                 &format!("Widget gadget of size {size} in every member"),
-                // About a second; far below the 60 s resync an unwatched type waits for.
-                Duration::from_secs(15),
+                // About a second; well below the 60 s resync an unwatched type waits for, with
+                // room for a loaded machine.
+                Duration::from_secs(30),
                 || async {
                     let mut behind = Vec::new();
                     for (cluster, client) in &fleet.members {
