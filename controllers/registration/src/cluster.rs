@@ -10,38 +10,41 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_api::condition::set_condition;
 use flotilla_api::{
     Cluster, ClusterStatus, SyncMode, annotations, conditions, field_managers, finalizers, labels,
     names, reasons,
 };
 use flotilla_runtime::member_client::{MemberClientError, read_secret};
 use flotilla_runtime::{Context, ErrorCategory, MemberClients};
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
-use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts};
 use serde_json::json;
 
 use crate::RegistrationArgs;
-use crate::health::{self, ProbeOutcome, Timing, Verdict};
+use crate::health::{self, ProbeOutcome, Verdict};
 use crate::probe::probe;
 use crate::rbac;
-use flotilla_runtime::reconcile::{Retry, error_policy};
+use flotilla_runtime::reconcile::{Cleanup, Reconciler, Retry, drive};
+
+mod plan;
+
+use plan::{Access, NamespaceStep, Observed, Plan, Settings, condition, is_clusters_namespace};
 
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
     transient: Duration::from_secs(5),
     permanent: Some(Duration::from_secs(60)),
 };
+
+/// How soon a Cluster waiting for its namespace to be made or deleted is looked at again.
+const NAMESPACE_WAIT: Duration = Duration::from_secs(2);
 
 /// How long one probe of a member may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -51,12 +54,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum Error {
     #[error(transparent)]
     Kube(#[from] kube::Error),
-    #[error("waiting for namespace {0} (and its Works) to be deleted")]
+    #[error("namespace {0} was made by someone else meanwhile; looking at it again")]
     WaitingForNamespace(String),
     #[error("namespace {0} is being deleted (a Cluster of this name was removed); waiting")]
     NamespaceTerminating(String),
-    #[error("finalizer: {0}")]
-    Finalizer(String),
 }
 
 impl ErrorCategory for Error {
@@ -64,13 +65,12 @@ impl ErrorCategory for Error {
         match self {
             Self::Kube(e) => e.category(),
             Self::WaitingForNamespace(_) | Self::NamespaceTerminating(_) => "Waiting",
-            Self::Finalizer(_) => "Finalizer",
         }
     }
 
     fn retry_after(&self) -> Option<Duration> {
-        // The namespace is being made: moments.
-        matches!(self, Self::WaitingForNamespace(_)).then_some(Duration::from_secs(2))
+        // Whose namespace it is is known on the next look: moments.
+        matches!(self, Self::WaitingForNamespace(_)).then_some(NAMESPACE_WAIT)
     }
 
     fn is_transient(&self) -> bool {
@@ -126,6 +126,132 @@ impl Registration {
     }
 }
 
+impl Reconciler for Registration {
+    type Object = Cluster;
+    type Observed = Observed;
+    type Plan = Plan;
+    type Error = Error;
+
+    const NAME: &'static str = "cluster";
+    const RETRY: Retry = RETRY;
+    const FINALIZER: Option<&'static str> = Some(finalizers::REGISTRATION);
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, _: &Cluster) -> Api<Cluster> {
+        Api::all(self.ctx.client.clone())
+    }
+
+    async fn observe(&self, cluster: &Cluster) -> Result<Observed, Error> {
+        let name = cluster.name_any();
+        let ns = names::cluster_namespace(&name);
+        let namespace = Api::<Namespace>::all(self.ctx.client.clone())
+            .get_opt(&ns)
+            .await?;
+        let (probe, lease_renewed) = match cluster.spec.sync_mode {
+            SyncMode::Push => (Some(probe_push(cluster, self).await), None),
+            SyncMode::Pull if namespace.is_some() => {
+                let leases: Api<Lease> = Api::namespaced(self.ctx.client.clone(), &ns);
+                let renewed = leases
+                    .get_opt(names::AGENT_LEASE_NAME)
+                    .await?
+                    .and_then(|l| l.spec?.renew_time)
+                    .map(|t| t.0);
+                (None, renewed)
+            }
+            SyncMode::Pull => (None, None),
+        };
+        Ok(Observed {
+            now: Timestamp::now(),
+            probe,
+            lease_renewed,
+            namespace,
+        })
+    }
+
+    fn plan(&self, cluster: &Cluster, observed: &Observed) -> Plan {
+        let settings = Settings {
+            auto_accept: self.args.auto_accept,
+            grace_period: self.args.grace_period,
+            probe_interval: self.args.probe_interval,
+            grants_syncer: self.args.syncer_grant().is_some(),
+        };
+        plan::plan(cluster, observed, &settings)
+    }
+
+    async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), Error> {
+        let client = &self.ctx.client;
+        let name = cluster.name_any();
+        if let Some(taints) = &plan.stamp_taints {
+            // With the resourceVersion: a concurrent edit of the taints wins, and the next pass
+            // stamps again.
+            Api::<Cluster>::all(client.clone())
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({
+                        "metadata": { "resourceVersion": cluster.metadata.resource_version },
+                        "spec": { "taints": taints },
+                    })),
+                )
+                .await?;
+        }
+        match &plan.namespace {
+            NamespaceStep::Terminating => {
+                return Err(Error::NamespaceTerminating(names::cluster_namespace(&name)));
+            }
+            NamespaceStep::Make => ensure_namespace(client, cluster, true).await?,
+            NamespaceStep::Mark => ensure_namespace(client, cluster, false).await?,
+            NamespaceStep::Leave | NamespaceStep::Taken(_) => {}
+        }
+        match plan.agent_access {
+            Access::Grant => {
+                apply_agent_rbac(client, cluster, &self.args.agent_cluster_role).await?
+            }
+            Access::Revoke => revoke_agent_rbac(client, &name).await?,
+            Access::Leave => {}
+        }
+        match (plan.syncer_access, self.args.syncer_grant()) {
+            (Access::Grant, Some(grant)) => apply_syncer_rbac(client, &name, &grant).await?,
+            (Access::Revoke, _) => {
+                delete_if_present(
+                    &Api::<RoleBinding>::namespaced(
+                        client.clone(),
+                        &names::cluster_namespace(&name),
+                    ),
+                    rbac::SYNCER_ROLE_BINDING,
+                )
+                .await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn report(&self, cluster: &Cluster, plan: &Plan) -> Result<Action, Error> {
+        Api::<Cluster>::all(self.ctx.client.clone())
+            .patch_status(
+                &cluster.name_any(),
+                &PatchParams::apply(field_managers::REGISTRATION).force(),
+                &Patch::Apply(json!({
+                    "apiVersion": Cluster::api_version(&()),
+                    "kind": Cluster::kind(&()),
+                    "status": plan.status,
+                })),
+            )
+            .await?;
+        let old = cluster.status.clone().unwrap_or_default();
+        publish_transitions(cluster, &old, &plan.verdicts, self).await;
+        Ok(Action::requeue(plan.requeue))
+    }
+
+    async fn cleanup(&self, cluster: &Cluster) -> Result<Cleanup, Error> {
+        cleanup(cluster, self).await
+    }
+}
+
 /// Runs the Cluster controller until `ctx.shutdown`.
 pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
     let state = Arc::new(Registration::new(ctx.clone(), args.clone())?);
@@ -170,42 +296,8 @@ pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
         }
     });
 
-    controller
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy(RETRY), state)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile failed");
-            }
-        })
-        .await;
+    drive(controller, state).await;
     Ok(())
-}
-
-async fn reconcile(cluster: Arc<Cluster>, state: Arc<Registration>) -> Result<Action, Error> {
-    let metrics = state.ctx.metrics.clone();
-    metrics
-        .measure("cluster", reconcile_inner(cluster, state))
-        .await
-}
-
-async fn reconcile_inner(cluster: Arc<Cluster>, state: Arc<Registration>) -> Result<Action, Error> {
-    let api = Api::<Cluster>::all(state.ctx.client.clone());
-    finalizer(&api, finalizers::REGISTRATION, cluster, |event| async {
-        match event {
-            FinalizerEvent::Apply(c) => apply(&c, &state).await,
-            FinalizerEvent::Cleanup(c) => cleanup(&c, &state).await,
-        }
-    })
-    .await
-    .map_err(|e| match e {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    })
-}
-
-fn condition<'a>(status: &'a ClusterStatus, type_: &str) -> Option<&'a Condition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
 }
 
 /// The outcome of probing a push-mode member.
@@ -269,198 +361,6 @@ async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
     outcome
 }
 
-async fn apply(cluster: &Cluster, state: &Registration) -> Result<Action, Error> {
-    let name = cluster.name_any();
-    let client = state.ctx.client.clone();
-    let old = cluster.status.clone().unwrap_or_default();
-    let now = Timestamp::now();
-    let spec = &cluster.spec;
-
-    stamp_taints(cluster, &client, now).await?;
-    let accepted = health::accepted(
-        spec,
-        state.args.auto_accept,
-        condition(&old, conditions::ACCEPTED),
-    );
-    let is_accepted = accepted.status == "True";
-    let joined_before = condition(&old, conditions::JOINED).is_some_and(|c| c.status == "True");
-    // Someone else's namespace of this Cluster's name is never used: its Works and bindings are
-    // theirs.
-    let taken = if is_accepted {
-        ensure_namespace(&client, cluster, joined_before).await?
-    } else {
-        None
-    };
-    if spec.sync_mode == SyncMode::Pull {
-        if is_accepted && taken.is_none() {
-            apply_agent_rbac(&client, cluster, &state.args.agent_cluster_role).await?;
-        } else {
-            revoke_agent_rbac(&client, &name).await?;
-        }
-    }
-    if let Some(grant) = state.args.syncer_grant()
-        && is_accepted
-        && taken.is_none()
-    {
-        // The hub syncer serves push-mode members only; a pull member's syncer reads with the
-        // agent's rights.
-        if spec.sync_mode == SyncMode::Push {
-            apply_syncer_rbac(&client, &name, &grant).await?;
-        } else {
-            delete_if_present(
-                &Api::<RoleBinding>::namespaced(client.clone(), &names::cluster_namespace(&name)),
-                rbac::SYNCER_ROLE_BINDING,
-            )
-            .await?;
-        }
-    }
-
-    let timing = |last: Option<Timestamp>| Timing {
-        now,
-        last_heartbeat: last,
-        created: cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        grace: state.args.grace_period,
-    };
-    let mut status = json!({});
-    let mut version = old.kubernetes_version.clone();
-    let mut allocatable = old.allocatable.clone();
-    let mut cluster_id = old.cluster_id.clone();
-    let mut last_heartbeat = old.last_heartbeat_time.as_ref().map(|t| t.0);
-    let (mut joined, mut ready) = match spec.sync_mode {
-        SyncMode::Push => {
-            let mut outcome = probe_push(cluster, state).await;
-            if let ProbeOutcome::Healthy(facts) = &outcome {
-                match (&old.cluster_id, &facts.cluster_id) {
-                    (Some(registered), Some(seen)) if registered != seen => {
-                        outcome = ProbeOutcome::BadCredentials {
-                            reason: reasons::DUPLICATE_NAME,
-                            message: format!(
-                                "the kubeconfig now reaches a different cluster (kube-system UID {seen}, \
-                                 registered {registered}); register it under another name, or clear \
-                                 status.clusterId if the member was rebuilt"
-                            ),
-                        };
-                    }
-                    _ => {
-                        version = Some(facts.kubernetes_version.clone());
-                        allocatable = facts.allocatable.clone();
-                        cluster_id = cluster_id.or(facts.cluster_id.clone());
-                        last_heartbeat = Some(now);
-                    }
-                }
-            }
-            let joined_before =
-                condition(&old, conditions::JOINED).is_some_and(|c| c.status == "True");
-            let verdicts = health::push_health(
-                &outcome,
-                condition(&old, conditions::READY),
-                joined_before,
-                &timing(last_heartbeat),
-            );
-            // Push mode: this controller owns every observed field.
-            status["kubernetesVersion"] = json!(version);
-            status["allocatable"] = json!(allocatable);
-            status["clusterId"] = json!(cluster_id);
-            verdicts
-        }
-        SyncMode::Pull => {
-            let renewed = if is_accepted {
-                let leases: Api<Lease> =
-                    Api::namespaced(client.clone(), &names::cluster_namespace(&name));
-                leases
-                    .get_opt(names::AGENT_LEASE_NAME)
-                    .await?
-                    .and_then(|l| l.spec?.renew_time)
-                    .map(|t| t.0)
-            } else {
-                None
-            };
-            last_heartbeat = renewed.or(last_heartbeat);
-            // Pull mode: the agent reports version and allocatable; this controller owns the
-            // conditions and the heartbeat time.
-            health::pull_health(is_accepted, renewed, &timing(renewed))
-        }
-    };
-    status["lastHeartbeatTime"] = json!(last_heartbeat.map(Time));
-    if let Some(why) = &taken {
-        joined = Verdict::new(
-            conditions::JOINED,
-            "False",
-            reasons::NAMESPACE_TAKEN,
-            why.clone(),
-        );
-        ready = Verdict::new(
-            conditions::READY,
-            "False",
-            reasons::NAMESPACE_TAKEN,
-            why.clone(),
-        );
-    }
-
-    let verdicts = [accepted, joined, ready, health::schedulable(spec)];
-    let mut conditions = old.conditions.clone();
-    for v in &verdicts {
-        set_condition(
-            &mut conditions,
-            v.into_condition(now, cluster.metadata.generation),
-        );
-    }
-    // Only the condition types this controller owns.
-    let owned: Vec<&Condition> = conditions
-        .iter()
-        .filter(|c| verdicts.iter().any(|v| v.type_ == c.type_))
-        .collect();
-    status["conditions"] = json!(owned);
-
-    Api::<Cluster>::all(client)
-        .patch_status(
-            &name,
-            &PatchParams::apply(field_managers::REGISTRATION).force(),
-            &Patch::Apply(json!({
-                "apiVersion": Cluster::api_version(&()),
-                "kind": Cluster::kind(&()),
-                "status": status,
-            })),
-        )
-        .await?;
-    publish_transitions(cluster, &old, &verdicts, state).await;
-    Ok(Action::requeue(state.args.probe_interval))
-}
-
-/// Sets `timeAdded` on taints that lack it: `tolerationSeconds` of `NoExecute` tolerations count
-/// from there. The patch carries the resourceVersion, so a concurrent edit of the taints wins and
-/// the next reconciliation stamps again.
-async fn stamp_taints(
-    cluster: &Cluster,
-    client: &kube::Client,
-    now: Timestamp,
-) -> Result<(), Error> {
-    if cluster.spec.taints.iter().all(|t| t.time_added.is_some()) {
-        return Ok(());
-    }
-    let taints: Vec<_> = cluster
-        .spec
-        .taints
-        .iter()
-        .cloned()
-        .map(|mut t| {
-            t.time_added.get_or_insert(Time(now));
-            t
-        })
-        .collect();
-    Api::<Cluster>::all(client.clone())
-        .patch(
-            &cluster.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({
-                "metadata": { "resourceVersion": cluster.metadata.resource_version },
-                "spec": { "taints": taints },
-            })),
-        )
-        .await?;
-    Ok(())
-}
-
 /// An Event for every condition whose status or reason changed.
 async fn publish_transitions(
     cluster: &Cluster,
@@ -490,96 +390,44 @@ async fn publish_transitions(
     }
 }
 
-/// Makes the Cluster's hub namespace `flotilla-cluster-<name>`, marked with the Cluster's UID.
-/// Returns why the Cluster cannot use it when a namespace of that name exists that registration
-/// did not make for this Cluster (someone made it first, with their own RoleBindings and Works):
-/// it is left as it is and never used. (A Cluster that joined before namespaces were marked
-/// (`joined_before`) has its mark added.)
+/// Makes the Cluster's hub namespace `flotilla-cluster-<name>` (`make`), or applies its mark
+/// and label, marked with the Cluster's UID.
 async fn ensure_namespace(
     client: &kube::Client,
     cluster: &Cluster,
-    joined_before: bool,
-) -> Result<Option<String>, Error> {
+    make: bool,
+) -> Result<(), Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let cluster_name = cluster.name_any();
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
     let name = names::cluster_namespace(&cluster_name);
-    let ours = ObjectMeta {
-        name: Some(name.clone()),
-        labels: Some([(labels::CLUSTER.to_string(), cluster_name.clone())].into()),
-        annotations: Some([(annotations::CLUSTER_UID.to_string(), uid.clone())].into()),
-        ..ObjectMeta::default()
+    let ours = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some([(labels::CLUSTER.to_string(), cluster_name.clone())].into()),
+            annotations: Some([(annotations::CLUSTER_UID.to_string(), uid)].into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
     };
-    match namespaces.get_opt(&name).await? {
-        Some(ns) if ns.metadata.deletion_timestamp.is_some() => {
-            return Err(Error::NamespaceTerminating(name));
-        }
-        Some(ns) if is_clusters_namespace(&ns, cluster, joined_before) => {}
-        Some(ns) => {
-            return Ok(Some(match cluster_uid_mark(&ns) {
-                Some(other) => format!(
-                    "namespace {name} was made for another Cluster of this name (UID {other}) and \
-                     is not this one's; it is left as it is"
-                ),
-                None => format!(
-                    "namespace {name} exists and registration did not make it for this Cluster \
-                     (someone made it first); it is left as it is and never used: delete it, or \
-                     register the member under another name"
-                ),
-            }));
-        }
-        None => {
-            let created = namespaces
-                .create(
-                    &PostParams::default(),
-                    &Namespace {
-                        metadata: ours.clone(),
-                        ..Namespace::default()
-                    },
-                )
-                .await;
-            match created {
-                Ok(_) => {}
-                // Made meanwhile, by someone: looked at again on the next pass.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    return Err(Error::WaitingForNamespace(name));
-                }
-                Err(e) => return Err(e.into()),
+    if make {
+        match namespaces.create(&PostParams::default(), &ours).await {
+            Ok(_) => {}
+            // Made meanwhile, by someone: looked at again on the next pass.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Err(Error::WaitingForNamespace(name));
             }
+            Err(e) => return Err(e.into()),
         }
     }
     namespaces
         .patch(
             &name,
             &apply_params(),
-            &Patch::Apply(typed(
-                Namespace {
-                    metadata: ours,
-                    ..Namespace::default()
-                },
-                "v1",
-                "Namespace",
-            )),
+            &Patch::Apply(typed(ours, "v1", "Namespace")),
         )
         .await?;
-    Ok(None)
-}
-
-/// The Cluster UID a hub namespace is marked with, if any.
-fn cluster_uid_mark(ns: &Namespace) -> Option<&String> {
-    ns.metadata
-        .annotations
-        .as_ref()?
-        .get(annotations::CLUSTER_UID)
-}
-
-/// Whether `ns` is `cluster`'s hub namespace: marked with its UID, or unmarked but labelled as
-/// its namespace for a Cluster that `joined` before namespaces were marked.
-fn is_clusters_namespace(ns: &Namespace, cluster: &Cluster, joined: bool) -> bool {
-    match cluster_uid_mark(ns) {
-        Some(uid) => Some(uid) == cluster.metadata.uid.as_ref(),
-        None => joined && ns.labels().get(labels::CLUSTER) == Some(&cluster.name_any()),
-    }
+    Ok(())
 }
 
 fn apply_params() -> PatchParams {
@@ -730,7 +578,7 @@ async fn revoke_agent_rbac(client: &kube::Client, cluster: &str) -> Result<(), E
 
 /// Removal: revoke access, delete the namespace (with its Works, whose member objects the
 /// syncers leave in place), and let the finalizer go once it is gone.
-async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Error> {
+async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Cleanup, Error> {
     let name = cluster.name_any();
     let client = state.ctx.client.clone();
     revoke_agent_rbac(&client, &name).await?;
@@ -759,7 +607,7 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
                 format!("namespace {ns_name} is gone; the Cluster can go"),
             )
             .await;
-        return Ok(Action::await_change());
+        return Ok(Cleanup::Done);
     };
     if ns.metadata.deletion_timestamp.is_none() {
         // The Works go with the namespace, and the syncers leave their objects in the member: a
@@ -781,52 +629,6 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Action, Erro
             )
             .await;
     }
-    Err(Error::WaitingForNamespace(ns_name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn namespace(label: Option<&str>, mark: Option<&str>) -> Namespace {
-        Namespace {
-            metadata: ObjectMeta {
-                name: Some(names::cluster_namespace("east")),
-                labels: label.map(|l| [(labels::CLUSTER.to_string(), l.to_string())].into()),
-                annotations: mark
-                    .map(|m| [(annotations::CLUSTER_UID.to_string(), m.to_string())].into()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        }
-    }
-
-    #[test]
-    fn a_hub_namespace_is_the_clusters_only_with_its_mark_or_from_before_marks() {
-        let mut east = Cluster::new("east", Default::default());
-        east.metadata.uid = Some("u1".into());
-        assert!(is_clusters_namespace(
-            &namespace(Some("east"), Some("u1")),
-            &east,
-            false
-        ));
-        // Another Cluster of the name, deleted and made again, marked it.
-        assert!(!is_clusters_namespace(
-            &namespace(Some("east"), Some("u0")),
-            &east,
-            true
-        ));
-        // Unmarked: a squatter's, unless the Cluster joined before namespaces were marked.
-        assert!(!is_clusters_namespace(
-            &namespace(Some("east"), None),
-            &east,
-            false
-        ));
-        assert!(is_clusters_namespace(
-            &namespace(Some("east"), None),
-            &east,
-            true
-        ));
-        assert!(!is_clusters_namespace(&namespace(None, None), &east, true));
-    }
+    // The namespace is going: looked at again in moments, the finalizer kept meanwhile.
+    Ok(Cleanup::Pending(NAMESPACE_WAIT))
 }

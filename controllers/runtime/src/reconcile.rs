@@ -1,15 +1,285 @@
-//! What every reconciler shares around its own logic: measuring each reconciliation
-//! ([`crate::Metrics::measure`]) and deciding when an object is tried again after an error
-//! ([`Retry`], [`error_policy`]).
+//! What every reconciler shares around its own logic.
+//!
+//! A controller states its logic as a [`Reconciler`]: **observe** what one object's pass reads,
+//! **plan** — a pure function from the object and that observation to a typed value, unit
+//! tested on values — **execute** the plan's writes and **report** (status, Events). [`drive`]
+//! runs it under a `kube::runtime::Controller`: it measures each pass
+//! ([`crate::Metrics::measure`]), keeps the reconciler's finalizer and calls
+//! [`Reconciler::cleanup`] on deletion, turns a failure into a Warning Event of the error's
+//! category (once per streak or change of category), and backs off per object: a transient
+//! error is tried again after [`Retry::transient`], doubled with every failure in a row up to
+//! [`Retry::MAX_BACKOFF`].
+//!
+//! Controllers that do not fit one object per pass use the parts: [`Retry`] and
+//! [`error_policy`].
 
+use std::collections::HashMap;
+use std::fmt::Debug;
 use std::future::Future;
-use std::sync::Arc;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::{ErrorCategory, Metrics};
+use crate::{Context, ErrorCategory, Metrics};
+
+/// One controller's logic, in four steps per pass over one object.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The kind reconciled (cluster-scoped or namespaced).
+    type Object: Resource<DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Serialize
+        + Send
+        + Sync
+        + 'static;
+    /// What a pass reads besides the object.
+    type Observed: Send + Sync;
+    /// What a pass decided: the writes to make, the status, the Events.
+    type Plan: Send + Sync;
+    type Error: ErrorCategory + Send + Sync + 'static;
+
+    /// The controller's name in metrics (`controller` label) and logs.
+    const NAME: &'static str;
+    /// When an object is tried again after a failure.
+    const RETRY: Retry;
+    /// The finalizer kept on every object until [`Reconciler::cleanup`] finished, if any.
+    const FINALIZER: Option<&'static str> = None;
+
+    fn context(&self) -> &Context;
+
+    /// The API of `object` (of its namespace, for a namespaced kind): the finalizer is kept
+    /// through it.
+    fn api(&self, object: &Self::Object) -> Api<Self::Object>;
+
+    /// Reads what the pass needs.
+    fn observe(
+        &self,
+        object: &Self::Object,
+    ) -> impl Future<Output = Result<Self::Observed, Self::Error>> + Send;
+
+    /// Decides, with no I/O.
+    fn plan(&self, object: &Self::Object, observed: &Self::Observed) -> Self::Plan;
+
+    /// Makes the plan's writes (not the object's status).
+    fn execute(
+        &self,
+        object: &Self::Object,
+        plan: &Self::Plan,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Writes the object's status and Events from the plan; says when to look again.
+    fn report(
+        &self,
+        object: &Self::Object,
+        plan: &Self::Plan,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// Undoes what the reconciler made for a deleted object; the finalizer goes once it
+    /// returns [`Cleanup::Done`]. Only called with a [`Reconciler::FINALIZER`].
+    fn cleanup(
+        &self,
+        object: &Self::Object,
+    ) -> impl Future<Output = Result<Cleanup, Self::Error>> + Send {
+        let _ = object;
+        async { Ok(Cleanup::Done) }
+    }
+}
+
+/// How far the cleanup of a deleted object got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Everything is undone: the finalizer goes.
+    Done,
+    /// Still being undone (what it made is being deleted): looked at again after this long,
+    /// the finalizer kept. Not a failure: no Event.
+    Pending(Duration),
+}
+
+/// Why a pass failed: the reconciler's error, or its finalizer could not be added or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure<E: std::error::Error + 'static> {
+    #[error(transparent)]
+    Reconcile(E),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    /// The cleanup of a deleted object goes on ([`Cleanup::Pending`]).
+    #[error("cleanup in progress; looking again in {0:?}")]
+    Pending(Duration),
+}
+
+impl<E: ErrorCategory + 'static> ErrorCategory for Failure<E> {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Reconcile(e) => e.category(),
+            Self::Finalizer(_) => "Finalizer",
+            Self::Pending(_) => "Waiting",
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::Reconcile(e) => e.is_transient(),
+            Self::Finalizer(_) | Self::Pending(_) => true,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Reconcile(e) => e.retry_after(),
+            Self::Finalizer(_) => None,
+            Self::Pending(wait) => Some(*wait),
+        }
+    }
+}
+
+/// The failures in a row of each object, with the category of the last.
+struct Streaks<K: Resource> {
+    by_object: Mutex<HashMap<ObjectRef<K>, (u32, &'static str)>>,
+}
+
+impl<K> Streaks<K>
+where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// Records a failure of `category`: the failures in a row now, and whether the category is
+    /// new to the streak.
+    fn fail(&self, object: ObjectRef<K>, category: &'static str) -> (u32, bool) {
+        let mut by_object = self.by_object.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = by_object.entry(object).or_insert((0, category));
+        let changed = entry.0 == 0 || entry.1 != category;
+        *entry = (entry.0.saturating_add(1), category);
+        (entry.0, changed)
+    }
+
+    fn succeed(&self, object: &ObjectRef<K>) {
+        self.by_object
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(object);
+    }
+
+    fn failures(&self, object: &ObjectRef<K>) -> u32 {
+        self.by_object
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(object)
+            .map_or(0, |(n, _)| *n)
+    }
+}
+
+/// A reconciler with the failure streaks of its objects.
+struct Driven<R: Reconciler> {
+    reconciler: Arc<R>,
+    streaks: Streaks<R::Object>,
+}
+
+/// Runs `reconciler` over the objects `controller` watches until the context's shutdown.
+pub async fn drive<R: Reconciler>(controller: Controller<R::Object>, reconciler: Arc<R>) {
+    let shutdown = reconciler.context().shutdown.clone();
+    let driven = Arc::new(Driven {
+        reconciler,
+        streaks: Streaks {
+            by_object: Mutex::new(HashMap::new()),
+        },
+    });
+    controller
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(pass::<R>, retry_after_failure::<R>, driven)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller = R::NAME, error = %e, "reconcile failed");
+            }
+        })
+        .await;
+}
+
+/// One pass: measured; a failure becomes a Warning Event once per streak or change of category.
+async fn pass<R: Reconciler>(
+    object: Arc<R::Object>,
+    driven: Arc<Driven<R>>,
+) -> Result<Action, Failure<R::Error>> {
+    let r = &driven.reconciler;
+    let ctx = r.context();
+    let result = ctx
+        .metrics
+        .measure(R::NAME, steps(object.clone(), r.clone()))
+        .await;
+    let key = ObjectRef::from_obj(&*object);
+    match &result {
+        Ok(_) | Err(Failure::Pending(_)) => driven.streaks.succeed(&key),
+        Err(e) => {
+            let (_, new) = driven.streaks.fail(key, e.category());
+            if new {
+                ctx.events
+                    .warning(&*object, e.category(), "Reconcile", e.to_string())
+                    .await;
+            }
+        }
+    }
+    result
+}
+
+/// The four steps, behind the finalizer when the reconciler has one.
+async fn steps<R: Reconciler>(
+    object: Arc<R::Object>,
+    r: Arc<R>,
+) -> Result<Action, Failure<R::Error>> {
+    let apply = |object: Arc<R::Object>| {
+        let r = r.clone();
+        async move {
+            let observed = r.observe(&object).await.map_err(Failure::Reconcile)?;
+            let plan = r.plan(&object, &observed);
+            r.execute(&object, &plan)
+                .await
+                .map_err(Failure::Reconcile)?;
+            r.report(&object, &plan).await.map_err(Failure::Reconcile)
+        }
+    };
+    let Some(name) = R::FINALIZER else {
+        return apply(object).await;
+    };
+    let api = r.api(&object);
+    finalizer(&api, name, object, |event| async {
+        match event {
+            FinalizerEvent::Apply(o) => apply(o).await,
+            // Kube's finalizer helper keeps the finalizer while cleanup fails: a pending one
+            // is told as a failure that is not announced.
+            FinalizerEvent::Cleanup(o) => match r.cleanup(&o).await {
+                Ok(Cleanup::Done) => Ok(Action::await_change()),
+                Ok(Cleanup::Pending(wait)) => Err(Failure::Pending(wait)),
+                Err(e) => Err(Failure::Reconcile(e)),
+            },
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Failure::Finalizer(other.to_string()),
+    })
+}
+
+/// The error policy of [`drive`]: [`Reconciler::RETRY`], backed off per object.
+fn retry_after_failure<R: Reconciler>(
+    object: Arc<R::Object>,
+    error: &Failure<R::Error>,
+    driven: Arc<Driven<R>>,
+) -> Action {
+    if let Failure::Pending(wait) = error {
+        return Action::requeue(*wait);
+    }
+    let failures = driven.streaks.failures(&ObjectRef::from_obj(&*object));
+    R::RETRY.backed_off(failures).action(object.as_ref(), error)
+}
 
 impl Metrics {
     /// Runs `reconcile`, one reconciliation of `controller`, and records how long it took and,
@@ -41,6 +311,21 @@ pub struct Retry {
 }
 
 impl Retry {
+    /// The longest a transient failure waits when backed off ([`Retry::backed_off`]).
+    pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+    /// This retry after `failures` failures in a row: the transient wait doubled for each but
+    /// the first, at most [`Retry::MAX_BACKOFF`] (never shorter than it was).
+    pub fn backed_off(&self, failures: u32) -> Self {
+        let doublings = failures.saturating_sub(1).min(16);
+        let transient = self
+            .transient
+            .saturating_mul(1 << doublings)
+            .min(Self::MAX_BACKOFF)
+            .max(self.transient);
+        Self { transient, ..*self }
+    }
+
     /// How long to wait before trying again after `error`; `None`: until the object changes.
     /// An error that names its own wait ([`ErrorCategory::retry_after`]) gets it.
     pub fn delay<E: ErrorCategory + ?Sized>(&self, error: &E) -> Option<Duration> {
@@ -131,5 +416,43 @@ mod tests {
         };
         assert_eq!(on_change.delay(&E::Permanent), None);
         assert_eq!(on_change.delay(&E::Transient), Some(s(5)));
+    }
+
+    #[test]
+    fn a_transient_failure_in_a_row_waits_twice_as_long_up_to_a_limit() {
+        let s = Duration::from_secs;
+        let retry = Retry {
+            transient: s(5),
+            permanent: Some(s(60)),
+        };
+        let waits: Vec<_> = [0, 1, 2, 3, 7, 40]
+            .into_iter()
+            .map(|n| retry.backed_off(n).delay(&E::Transient))
+            .collect();
+        assert_eq!(
+            waits,
+            [s(5), s(5), s(10), s(20), s(300), s(300)]
+                .map(Some)
+                .to_vec()
+        );
+        // What a failure asks for itself, and a permanent one, are not backed off.
+        assert_eq!(retry.backed_off(5).delay(&E::Waiting), Some(s(2)));
+        assert_eq!(retry.backed_off(5).delay(&E::Permanent), Some(s(60)));
+    }
+
+    #[test]
+    fn a_streak_announces_its_first_failure_and_each_new_category() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let streaks: Streaks<ConfigMap> = Streaks {
+            by_object: Mutex::new(HashMap::new()),
+        };
+        let a = ObjectRef::<ConfigMap>::new("a").within("ns");
+        assert_eq!(streaks.fail(a.clone(), "Timeout"), (1, true));
+        assert_eq!(streaks.fail(a.clone(), "Timeout"), (2, false));
+        assert_eq!(streaks.fail(a.clone(), "Forbidden"), (3, true));
+        assert_eq!(streaks.failures(&a), 3);
+        streaks.succeed(&a);
+        assert_eq!(streaks.failures(&a), 0);
+        assert_eq!(streaks.fail(a, "Forbidden"), (1, true));
     }
 }
