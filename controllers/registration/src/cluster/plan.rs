@@ -1,6 +1,7 @@
 //! What one pass of a Cluster decides, with no I/O: from the Cluster and what the pass observed
 //! ([`Observed`]) to the writes it makes and the status it reports ([`Plan`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use flotilla_api::condition::set_condition;
@@ -8,6 +9,7 @@ use flotilla_api::{
     Cluster, ClusterStatus, SyncMode, Taint, annotations, conditions, labels, names, reasons,
 };
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -196,8 +198,7 @@ pub fn plan(cluster: &Cluster, observed: &Observed, settings: &Settings) -> Plan
 struct Seen {
     outcome: ProbeOutcome,
     version: Option<String>,
-    allocatable:
-        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    allocatable: BTreeMap<String, Quantity>,
     cluster_id: Option<String>,
     last_heartbeat: Option<Timestamp>,
 }

@@ -290,10 +290,13 @@ fn facts(
     } else {
         OnHub::Missing { past_grace }
     };
+    // The wanted copies of the object, by range: copies order by object, then member, so a
+    // pass judging many copies (a bulk delete) does not scan every wanted copy for each.
     let replacing: Vec<&CopyKey> = placed
         .wanted
-        .keys()
-        .filter(|k| k.object == *object)
+        .range(CopyKey::new(object.clone(), "")..)
+        .map(|(k, _)| k)
+        .take_while(|k| k.object == *object)
         .collect();
     let replacements = if replacing.is_empty() {
         Replacements::None

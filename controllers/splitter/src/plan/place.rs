@@ -283,11 +283,13 @@ impl<'o> Placer<'_, 'o> {
     ) -> Shares {
         let spec = &self.obs.placement.spec;
         // What each member's copy holds now (a copy being removed included).
+        // By range (copies order by object, then member): not a scan of every copy per object.
+        let first = CopyKey::new(key.clone(), "");
         let holding: BTreeMap<String, Share> = self
             .holdings
             .previous
-            .iter()
-            .filter(|(k, _)| k.object == *key)
+            .range::<&CopyKey, _>(&first..)
+            .take_while(|(k, _)| k.object == *key)
             .map(|(k, s)| (k.cluster.clone(), *s))
             .collect();
         let mut shares = Shares::default();
