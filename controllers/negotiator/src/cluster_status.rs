@@ -15,7 +15,6 @@ use flotilla_api::{
 };
 use flotilla_runtime::Context;
 use flotilla_runtime::events::truncate;
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
@@ -29,7 +28,7 @@ use crate::metrics::NegotiatorMetrics;
 use crate::negotiation::Shared;
 use crate::types::DEFAULT_IMPORTS;
 use crate::verdict;
-use flotilla_runtime::reconcile::{Retry, error_policy};
+use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
@@ -85,6 +84,108 @@ pub fn summarize<'a>(
     out
 }
 
+/// What a pass over a Cluster writes.
+struct Plan {
+    /// Its `status.resources`.
+    resources: Vec<ResourceCompatibility>,
+    /// Whether that changes (and is written).
+    write: bool,
+    imports: usize,
+    incompatible: usize,
+}
+
+/// The summary of `cluster` from its imports.
+fn plan(cluster: &Cluster, imports: &[Arc<ApiResourceImport>]) -> Plan {
+    let resources = summarize(imports.iter().map(|i| &**i));
+    let incompatible = resources
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.compatibility,
+                Compatibility::Incompatible | Compatibility::Partial
+            )
+        })
+        .count();
+    let current = cluster
+        .status
+        .as_ref()
+        .map(|s| s.resources.as_slice())
+        .unwrap_or_default();
+    Plan {
+        write: cluster.metadata.deletion_timestamp.is_none() && current != resources.as_slice(),
+        resources,
+        imports: imports.len(),
+        incompatible,
+    }
+}
+
+impl Reconciler for State {
+    type Object = Cluster;
+    /// The Cluster's imports.
+    type Observed = Vec<Arc<ApiResourceImport>>;
+    type Plan = Plan;
+    type Outcome = ();
+    type Error = kube::Error;
+
+    const NAME: &'static str = "cluster";
+    const RETRY: Retry = RETRY;
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, _: &Cluster) -> Api<Cluster> {
+        Api::all(self.ctx.client.clone())
+    }
+
+    async fn observe(&self, cluster: &Cluster) -> Result<Self::Observed, kube::Error> {
+        let name = cluster.name_any();
+        Ok(self
+            .shared
+            .selected_imports(None)
+            .into_iter()
+            .filter(|i| i.cluster_name() == Some(name.as_str()))
+            .collect())
+    }
+
+    fn plan(&self, cluster: &Cluster, imports: &Self::Observed) -> Result<Plan, kube::Error> {
+        Ok(plan(cluster, imports))
+    }
+
+    async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), kube::Error> {
+        if plan.write {
+            Api::<Cluster>::all(self.ctx.client.clone())
+                .patch_status(
+                    &cluster.name_any(),
+                    &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+                    &Patch::Apply(json!({
+                        "apiVersion": Cluster::api_version(&()),
+                        "kind": Cluster::kind(&()),
+                        "status": {"resources": plan.resources},
+                    })),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn report(
+        &self,
+        cluster: &Cluster,
+        _: &Self::Observed,
+        plan: &Plan,
+        (): (),
+    ) -> Result<Action, kube::Error> {
+        let name = cluster.name_any();
+        let gauge = |g: &prometheus::IntGaugeVec, n: usize| {
+            g.with_label_values(&[&name]).set(n as i64);
+        };
+        gauge(&self.metrics.imports, plan.imports);
+        gauge(&self.metrics.incompatible_imports, plan.incompatible);
+        Ok(Action::requeue(self.args.import.import_interval))
+    }
+}
+
 /// Runs the Cluster summary controller until `ctx.shutdown`.
 pub async fn run(
     ctx: Context,
@@ -99,7 +200,7 @@ pub async fn run(
         shared,
         metrics,
     });
-    flotilla_runtime::guard::controller(
+    let controller = flotilla_runtime::guard::controller(
         Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
         config,
     )
@@ -117,69 +218,9 @@ pub async fn run(
                 .and_then(flotilla_api::names::cluster_from_namespace)
                 .map(ObjectRef::new)
         },
-    )
-    .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-    .run(reconcile, error_policy(RETRY), state)
-    .for_each(|_| async {})
-    .await;
+    );
+    drive(controller, state).await;
     Ok(())
-}
-
-async fn reconcile(cluster: Arc<Cluster>, state: Arc<State>) -> Result<Action, kube::Error> {
-    state
-        .ctx
-        .metrics
-        .measure("cluster", reconcile_inner(&cluster, &state))
-        .await
-}
-
-async fn reconcile_inner(cluster: &Cluster, state: &State) -> Result<Action, kube::Error> {
-    let name = cluster.name_any();
-    let imports: Vec<_> = state
-        .shared
-        .selected_imports(None)
-        .into_iter()
-        .filter(|i| i.cluster_name() == Some(name.as_str()))
-        .collect();
-    let resources = summarize(imports.iter().map(|i| &**i));
-    let incompatible = resources
-        .iter()
-        .filter(|r| {
-            matches!(
-                r.compatibility,
-                Compatibility::Incompatible | Compatibility::Partial
-            )
-        })
-        .count();
-    state
-        .metrics
-        .imports
-        .with_label_values(&[&name])
-        .set(imports.len() as i64);
-    state
-        .metrics
-        .incompatible_imports
-        .with_label_values(&[&name])
-        .set(incompatible as i64);
-    let current = cluster
-        .status
-        .as_ref()
-        .map(|s| s.resources.as_slice())
-        .unwrap_or_default();
-    if cluster.metadata.deletion_timestamp.is_none() && current != resources.as_slice() {
-        Api::<Cluster>::all(state.ctx.client.clone())
-            .patch_status(
-                &name,
-                &PatchParams::apply(field_managers::NEGOTIATOR).force(),
-                &Patch::Apply(json!({
-                    "apiVersion": Cluster::api_version(&()),
-                    "kind": Cluster::kind(&()),
-                    "status": {"resources": resources},
-                })),
-            )
-            .await?;
-    }
-    Ok(Action::requeue(state.args.import.import_interval))
 }
 
 #[cfg(test)]
@@ -216,5 +257,29 @@ mod tests {
                 .filter(|r| r.group.is_empty())
                 .all(|r| r.compatibility == Compatibility::Pending)
         );
+    }
+
+    #[test]
+    fn a_summary_is_written_only_when_it_changes_and_never_on_a_deleted_cluster() {
+        let mut cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "a"},
+            "spec": {},
+        }))
+        .expect("a Cluster");
+        let first = plan(&cluster, &[]);
+        assert!(first.write);
+        assert_eq!((first.imports, first.incompatible), (0, 0));
+        cluster
+            .status
+            .get_or_insert_with(Default::default)
+            .resources = first.resources;
+        assert!(!plan(&cluster, &[]).write, "unchanged");
+        cluster.status = None;
+        cluster.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(!plan(&cluster, &[]).write, "being deleted");
     }
 }

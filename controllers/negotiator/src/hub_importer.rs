@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_api::condition::is_condition_true;
-use flotilla_api::{Cluster, SyncMode, conditions, names};
+use flotilla_api::{ApiResourceImport, Cluster, SyncMode, conditions, names};
 use flotilla_runtime::member_client::read_secret;
 use flotilla_runtime::{Context, MemberClients};
-use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::DeserializeGuard;
@@ -22,11 +21,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
 use crate::NegotiatorArgs;
-use crate::importer::{ImportError, ImportWriter, MemberReader};
+use crate::importer::{ImportError, ImportWriter, MemberReader, ReadResult, Step, steps};
 use crate::metrics::NegotiatorMetrics;
 use crate::negotiation::Shared;
-use crate::types;
-use flotilla_runtime::reconcile::Retry;
+use crate::types::{self, ResourceType};
+use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 
 /// A member's reader, and the credential it was built with.
 struct Member {
@@ -77,13 +76,10 @@ pub async fn run(
         trigger,
     });
     let placements_changed = shared.take_placement_changes();
-    controller
+    let controller = controller
         .reconcile_all_on(member_changes)
-        .reconcile_all_on(placements_changed)
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
-        .for_each(|_| async {})
-        .await;
+        .reconcile_all_on(placements_changed);
+    drive(controller, state).await;
     Ok(())
 }
 
@@ -169,57 +165,137 @@ fn imports_from_hub(cluster: &Cluster) -> bool {
         && is_condition_true(cluster.conditions(), conditions::JOINED)
 }
 
-async fn reconcile(cluster: Arc<Cluster>, state: Arc<HubImporter>) -> Result<Action, ImportError> {
-    state
-        .ctx
-        .metrics
-        .measure("import", reconcile_inner(&cluster, &state))
-        .await
+/// What a pass over a Cluster read.
+enum Observed {
+    /// Its schemas are not imported from the hub ([`imports_from_hub`]).
+    NotImported,
+    /// Its member cannot be read at all.
+    Unreachable(ImportError),
+    /// What was read of every wanted type, and the member's imports on the hub now.
+    Read {
+        results: Vec<(ResourceType, ReadResult)>,
+        current: Vec<Arc<ApiResourceImport>>,
+    },
 }
 
-async fn reconcile_inner(cluster: &Cluster, state: &HubImporter) -> Result<Action, ImportError> {
-    state.forget_gone();
-    let name = cluster.name_any();
-    let interval = state.args.import.import_interval;
-    if !imports_from_hub(cluster) {
-        state.forget(&name);
-        return Ok(Action::requeue(interval));
-    }
-    let writer = ImportWriter {
-        cluster: &name,
-        api: Api::namespaced(state.ctx.client.clone(), &names::cluster_namespace(&name)),
-        imports: &state.shared.imports,
-        metrics: &state.metrics,
-        status_forbidden: Default::default(),
-    };
-    let reader = match state.reader(cluster).await {
-        Ok(r) => r,
-        Err(e) => {
-            writer.fail_all(&e).await;
-            return Err(e);
+/// What a pass does.
+enum Plan {
+    /// Stop watching the member.
+    Forget,
+    /// Mark every import of the member as not refreshed, and fail.
+    FailAll(ImportError),
+    /// Bring the member's imports to what was read.
+    Sync(Vec<Step>),
+}
+
+impl HubImporter {
+    fn writer<'a>(&'a self, cluster: &'a str) -> ImportWriter<'a> {
+        ImportWriter {
+            cluster,
+            api: Api::namespaced(self.ctx.client.clone(), &names::cluster_namespace(cluster)),
+            imports: &self.shared.imports,
+            metrics: &self.metrics,
+            status_forbidden: Default::default(),
         }
-    };
-    let placements = state.shared.placements.state();
-    let wanted = types::wanted(
-        placements.iter().map(|p| &**p),
-        &state.args.import.extra_types,
-    );
-    let version = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.kubernetes_version.as_deref());
-    let results = reader
-        .read(&wanted, version, interval, &state.args.import.limits())
-        .await;
-    writer.sync(results).await?;
-    Ok(Action::requeue(interval))
+    }
 }
 
-fn error_policy(cluster: Arc<Cluster>, error: &ImportError, state: Arc<HubImporter>) -> Action {
-    // A permanent failure is tried again at the next import.
-    let retry = Retry {
+impl Reconciler for HubImporter {
+    type Object = Cluster;
+    type Observed = Observed;
+    type Plan = Plan;
+    type Outcome = ();
+    type Error = ImportError;
+
+    const NAME: &'static str = "import";
+    const RETRY: Retry = Retry {
         transient: Duration::from_secs(10),
-        permanent: Some(state.args.import.import_interval),
+        permanent: None,
     };
-    retry.action(cluster.as_ref(), error)
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// A permanent failure is tried again at the next import.
+    fn retry(&self) -> Retry {
+        Retry {
+            permanent: Some(self.args.import.import_interval),
+            ..Self::RETRY
+        }
+    }
+
+    fn api(&self, _: &Cluster) -> Api<Cluster> {
+        Api::all(self.ctx.client.clone())
+    }
+
+    async fn observe(&self, cluster: &Cluster) -> Result<Observed, ImportError> {
+        self.forget_gone();
+        if !imports_from_hub(cluster) {
+            return Ok(Observed::NotImported);
+        }
+        let reader = match self.reader(cluster).await {
+            Ok(r) => r,
+            Err(e) => return Ok(Observed::Unreachable(e)),
+        };
+        let placements = self.shared.placements.state();
+        let wanted = types::wanted(
+            placements.iter().map(|p| &**p),
+            &self.args.import.extra_types,
+        );
+        let version = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.kubernetes_version.as_deref());
+        let results = reader
+            .read(
+                &wanted,
+                version,
+                self.args.import.import_interval,
+                &self.args.import.limits(),
+            )
+            .await;
+        let namespace = names::cluster_namespace(&cluster.name_any());
+        let current = self
+            .shared
+            .imports
+            .state()
+            .into_iter()
+            .filter(|i| i.namespace().as_deref() == Some(namespace.as_str()))
+            .collect();
+        Ok(Observed::Read { results, current })
+    }
+
+    fn plan(&self, cluster: &Cluster, observed: &Observed) -> Result<Plan, ImportError> {
+        Ok(match observed {
+            Observed::NotImported => Plan::Forget,
+            Observed::Unreachable(e) => Plan::FailAll(e.clone()),
+            Observed::Read { results, current } => {
+                Plan::Sync(steps(&cluster.name_any(), results, current))
+            }
+        })
+    }
+
+    async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), ImportError> {
+        let name = cluster.name_any();
+        match plan {
+            Plan::Forget => self.forget(&name),
+            Plan::FailAll(e) => self.writer(&name).fail_all(e).await,
+            Plan::Sync(steps) => self.writer(&name).execute(steps).await?,
+        }
+        Ok(())
+    }
+
+    async fn report(
+        &self,
+        _: &Cluster,
+        _: &Observed,
+        plan: &Plan,
+        (): (),
+    ) -> Result<Action, ImportError> {
+        match plan {
+            Plan::FailAll(e) => Err(e.clone()),
+            Plan::Forget | Plan::Sync(_) => Ok(Action::requeue(self.args.import.import_interval)),
+        }
+    }
 }

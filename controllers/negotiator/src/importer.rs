@@ -23,7 +23,7 @@ use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -354,18 +354,35 @@ pub fn import_object(cluster: &str, spec: &ApiResourceSpec) -> Value {
     })
 }
 
-impl ImportWriter<'_> {
-    fn namespace(&self) -> String {
-        names::cluster_namespace(self.cluster)
-    }
+/// What to do with a member's imports of one type after reading its schema.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// The schema is new or changed: apply its import, then mark it imported.
+    Apply(ApiResourceSpec),
+    /// The import says what the member serves: mark it imported.
+    Keep(Arc<ApiResourceImport>),
+    /// The member answered that it does not serve the type: delete its imports.
+    Remove(Vec<Arc<ApiResourceImport>>),
+    /// The schema could not be read: keep the imports of the type, marked with why, never
+    /// deleted because of an error.
+    Failed {
+        type_: ResourceType,
+        error: ImportError,
+        imports: Vec<Arc<ApiResourceImport>>,
+    },
+}
 
-    /// The member's imports of `type_`, whatever their plural.
-    fn imports_of(&self, type_: &ResourceType) -> Vec<Arc<ApiResourceImport>> {
-        let ns = self.namespace();
-        self.imports
-            .state()
-            .into_iter()
-            .filter(|i| i.namespace().as_deref() == Some(ns.as_str()))
+/// The steps that bring `cluster`'s imports (`current`, those in its hub namespace) to what was
+/// read of its schemas: one per type read.
+pub fn steps(
+    cluster: &str,
+    results: &[(ResourceType, ReadResult)],
+    current: &[Arc<ApiResourceImport>],
+) -> Vec<Step> {
+    // The imports of a type, whatever their plural.
+    let of = |type_: &ResourceType| -> Vec<Arc<ApiResourceImport>> {
+        current
+            .iter()
             .filter(|i| {
                 let r = &i.spec.resource;
                 type_.is(
@@ -374,6 +391,67 @@ impl ImportWriter<'_> {
                     &r.names.kind,
                 )
             })
+            .cloned()
+            .collect()
+    };
+    results
+        .iter()
+        .map(|(type_, result)| match result {
+            Ok(Some(spec)) => {
+                let name = spec.object_name();
+                match current.iter().find(|i| i.name_any() == name) {
+                    Some(i)
+                        if schemas::same_spec(&i.spec.resource, spec)
+                            && i.labels().get(labels::CLUSTER).map(String::as_str)
+                                == Some(cluster) =>
+                    {
+                        Step::Keep(i.clone())
+                    }
+                    _ => Step::Apply(spec.clone()),
+                }
+            }
+            Ok(None) => Step::Remove(of(type_)),
+            Err(error) => Step::Failed {
+                imports: of(type_),
+                type_: type_.clone(),
+                error: error.clone(),
+            },
+        })
+        .collect()
+}
+
+/// The `Imported` condition of a schema read.
+fn imported() -> Verdict {
+    Verdict::new(
+        conditions::IMPORTED,
+        "True",
+        reasons::IMPORTED,
+        "the member's schema was read",
+    )
+}
+
+/// The `Imported` condition of a schema that could not be read.
+fn failed(error: &ImportError) -> Verdict {
+    Verdict::new(
+        conditions::IMPORTED,
+        "False",
+        reasons::IMPORT_FAILED,
+        format!("{error}; the last import is kept"),
+    )
+}
+
+impl ImportWriter<'_> {
+    fn namespace(&self) -> String {
+        names::cluster_namespace(self.cluster)
+    }
+
+    /// The member's imports on the hub, from the cache.
+    fn current(&self) -> Vec<Arc<ApiResourceImport>> {
+        let ns = self.namespace();
+        self.imports
+            .state()
+            .into_iter()
+            .filter(|i| i.namespace().as_deref() == Some(ns.as_str()))
             .collect()
     }
 
@@ -381,26 +459,32 @@ impl ImportWriter<'_> {
     /// serve are deleted, and failures are reported on the imports they keep. Returns the first
     /// failure, so the caller retries with backoff.
     pub async fn sync(&self, results: Vec<(ResourceType, ReadResult)>) -> Result<(), ImportError> {
+        let steps = steps(self.cluster, &results, &self.current());
+        self.execute(&steps).await
+    }
+
+    /// Makes the steps' writes; returns the first failure (of a read or a write).
+    pub async fn execute(&self, steps: &[Step]) -> Result<(), ImportError> {
         let mut first_error = None;
-        for (type_, result) in results {
-            let outcome = match result {
-                Ok(Some(spec)) => self.write(&spec).await,
-                Ok(None) => self.remove(&type_).await,
-                Err(e) => {
-                    tracing::warn!(cluster = self.cluster, type_ = %type_, error = %e, "cannot read the member's schema; keeping the last import");
+        for step in steps {
+            let outcome = match step {
+                Step::Apply(spec) => self.write(spec).await,
+                Step::Keep(import) => self.set_imported(import, &imported()).await,
+                Step::Remove(imports) => self.remove(imports).await,
+                Step::Failed {
+                    type_,
+                    error,
+                    imports,
+                } => {
+                    tracing::warn!(cluster = self.cluster, type_ = %type_, error = %error, "cannot read the member's schema; keeping the last import");
                     self.metrics
                         .import_errors
-                        .with_label_values(&[self.cluster, e.category()])
+                        .with_label_values(&[self.cluster, error.category()])
                         .inc();
-                    let failed = Verdict::new(
-                        conditions::IMPORTED,
-                        "False",
-                        reasons::IMPORT_FAILED,
-                        format!("{e}; the last import is kept"),
-                    );
-                    let mut outcome = Err(e);
-                    for import in self.imports_of(&type_) {
-                        if let Err(e) = self.set_imported(&import, &failed).await {
+                    let failed = failed(error);
+                    let mut outcome = Err(error.clone());
+                    for import in imports {
+                        if let Err(e) = self.set_imported(import, &failed).await {
                             outcome = Err(e);
                         }
                     }
@@ -417,66 +501,38 @@ impl ImportWriter<'_> {
     /// Marks every import of the member as not refreshed because of `error` (the member could
     /// not be reached at all).
     pub async fn fail_all(&self, error: &ImportError) {
-        let ns = self.namespace();
-        let failed = Verdict::new(
-            conditions::IMPORTED,
-            "False",
-            reasons::IMPORT_FAILED,
-            format!("{error}; the last import is kept"),
-        );
-        for import in self.imports.state() {
-            if import.namespace().as_deref() == Some(ns.as_str()) {
-                let _ = self.set_imported(&import, &failed).await;
-            }
+        let failed = failed(error);
+        for import in self.current() {
+            let _ = self.set_imported(&import, &failed).await;
         }
     }
 
+    /// Applies the import of `spec` and marks it imported.
     async fn write(&self, spec: &ApiResourceSpec) -> Result<(), ImportError> {
         let name = spec.object_name();
-        let existing = self
-            .imports
-            .get(&ObjectRef::new(&name).within(&self.namespace()));
-        let import = match existing {
-            Some(i)
-                if schemas::same_spec(&i.spec.resource, spec)
-                    && i.labels().get(labels::CLUSTER).map(String::as_str)
-                        == Some(self.cluster) =>
-            {
-                i
-            }
-            _ => {
-                let applied = self
-                    .api
-                    .patch(
-                        &name,
-                        &PatchParams::apply(field_managers::IMPORTER).force(),
-                        &Patch::Apply(import_object(self.cluster, spec)),
-                    )
-                    .await
-                    .map_err(ImportError::Hub)?;
-                self.metrics
-                    .imports_written
-                    .with_label_values(&[self.cluster])
-                    .inc();
-                tracing::info!(
-                    cluster = self.cluster,
-                    import = name,
-                    "imported the member's schema"
-                );
-                Arc::new(applied)
-            }
-        };
-        let imported = Verdict::new(
-            conditions::IMPORTED,
-            "True",
-            reasons::IMPORTED,
-            "the member's schema was read",
+        let applied = self
+            .api
+            .patch(
+                &name,
+                &PatchParams::apply(field_managers::IMPORTER).force(),
+                &Patch::Apply(import_object(self.cluster, spec)),
+            )
+            .await
+            .map_err(ImportError::Hub)?;
+        self.metrics
+            .imports_written
+            .with_label_values(&[self.cluster])
+            .inc();
+        tracing::info!(
+            cluster = self.cluster,
+            import = name,
+            "imported the member's schema"
         );
-        self.set_imported(&import, &imported).await
+        self.set_imported(&applied, &imported()).await
     }
 
-    async fn remove(&self, type_: &ResourceType) -> Result<(), ImportError> {
-        for import in self.imports_of(type_) {
+    async fn remove(&self, imports: &[Arc<ApiResourceImport>]) -> Result<(), ImportError> {
+        for import in imports {
             let name = import.name_any();
             match self.api.delete(&name, &DeleteParams::background()).await {
                 Ok(_) => {
@@ -542,5 +598,106 @@ impl ImportWriter<'_> {
             }
             Err(e) => Err(ImportError::Hub(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api::{ApiResourceNames, GroupVersion, ResourceScope};
+
+    use super::*;
+
+    fn spec(kind: &str, plural: &str, fields: &[&str]) -> ApiResourceSpec {
+        let properties: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| (f.to_string(), json!({"type": "string"})))
+            .collect();
+        ApiResourceSpec {
+            group_version: GroupVersion {
+                group: "example.com".into(),
+                version: "v1".into(),
+            },
+            names: ApiResourceNames {
+                plural: plural.into(),
+                kind: kind.into(),
+                ..Default::default()
+            },
+            scope: ResourceScope::Namespaced,
+            subresources: None,
+            column_definitions: vec![],
+            api_approved: None,
+            open_api_v3_schema: json!({"type": "object", "properties": properties}),
+        }
+    }
+
+    /// An import of `spec` on the hub, as `import_object` writes it for `cluster`.
+    fn import(cluster: &str, spec: &ApiResourceSpec) -> Arc<ApiResourceImport> {
+        Arc::new(serde_json::from_value(import_object(cluster, spec)).expect("an import"))
+    }
+
+    fn widget() -> ResourceType {
+        ResourceType::new("example.com", "v1", "Widget")
+    }
+
+    fn names(imports: &[Arc<ApiResourceImport>]) -> Vec<String> {
+        imports.iter().map(|i| i.name_any()).collect()
+    }
+
+    #[test]
+    fn an_import_is_written_only_when_what_the_member_serves_changed() {
+        let served = spec("Widget", "widgets", &["size"]);
+        let current = [import("m1", &served)];
+        let unchanged = steps("m1", &[(widget(), Ok(Some(served.clone())))], &current);
+        assert!(matches!(&unchanged[..], [Step::Keep(_)]), "{unchanged:?}");
+
+        let wider = spec("Widget", "widgets", &["size", "color"]);
+        let changed = steps("m1", &[(widget(), Ok(Some(wider)))], &current);
+        assert!(
+            matches!(&changed[..], [Step::Apply(s)] if s.open_api_v3_schema["properties"].get("color").is_some()),
+            "{changed:?}"
+        );
+
+        // An import that is not labelled as this member's is made so.
+        let mut unlabelled = (*current[0]).clone();
+        unlabelled.metadata.labels = None;
+        let relabel = steps(
+            "m1",
+            &[(widget(), Ok(Some(served)))],
+            &[Arc::new(unlabelled)],
+        );
+        assert!(matches!(&relabel[..], [Step::Apply(_)]), "{relabel:?}");
+    }
+
+    #[test]
+    fn only_a_member_saying_it_serves_no_such_type_removes_its_imports() {
+        let widgets = import("m1", &spec("Widget", "widgets", &[]));
+        let renamed = import("m1", &spec("Widget", "widgetz", &[]));
+        let gadgets = import("m1", &spec("Gadget", "gadgets", &[]));
+        let current = [widgets, renamed, gadgets];
+
+        let gone = steps("m1", &[(widget(), Ok(None))], &current);
+        let [Step::Remove(removed)] = &gone[..] else {
+            panic!("{gone:?}");
+        };
+        // Every import of the type, whatever its plural; no other type's.
+        assert_eq!(
+            names(removed),
+            ["widgets.v1.example.com", "widgetz.v1.example.com"]
+        );
+
+        // A read that failed keeps them, marked with why.
+        let unread = steps(
+            "m1",
+            &[(widget(), Err(ImportError::CrdsNotSynced))],
+            &current,
+        );
+        let [Step::Failed { imports, error, .. }] = &unread[..] else {
+            panic!("{unread:?}");
+        };
+        assert_eq!(
+            names(imports),
+            ["widgets.v1.example.com", "widgetz.v1.example.com"]
+        );
+        assert!(failed(error).message.ends_with("the last import is kept"));
     }
 }

@@ -10,21 +10,20 @@
 //! per-import summary into the status, and each import's `Compatible` condition and differences.
 //! Every write is skipped when it would change nothing; a changed verdict is an Event.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flotilla_api::condition::{Verdict, find_condition, set_condition};
+use flotilla_api::condition::Verdict;
 use flotilla_api::{
-    ApiResourceImport, ApiResourceSpec, Cluster, NegotiatedApiResource, Placement, conditions,
-    field_managers, labels, names, reasons,
+    ApiResourceImport, ApiResourceSpec, Cluster, ImportSummary, NegotiatedApiResource, Placement,
+    conditions, field_managers, labels, names, reasons,
 };
 use flotilla_runtime::{Context, ErrorCategory};
 use flotilla_schema::Limits;
 use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -37,11 +36,14 @@ use serde_json::{Value, json};
 use crate::NegotiatorArgs;
 use crate::importer::fetch_openapi;
 use crate::metrics::NegotiatorMetrics;
-use crate::publish::{self, NegotiatedVersion};
 use crate::schemas::{self, SchemaReadError};
 use crate::types::ResourceType;
-use crate::verdict::{self, ImportInput, ImportVerdict, Reference};
-use flotilla_runtime::reconcile::{Retry, error_policy};
+use crate::verdict::Reference;
+use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
+
+mod plan;
+
+use plan::{Observed, Plan, Publish};
 
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
@@ -289,18 +291,15 @@ pub async fn run(
         hub_openapi: HubOpenApi::default(),
         negotiations: negotiations.clone(),
     });
-    controller
+    let controller = controller
         .reconcile_on(imports_changed)
         // A hub CRD changes: it may enforce, or publish, a type.
         .watches(
             Api::<CustomResourceDefinition>::all(client),
             watcher::Config::default(),
             move |crd| negotiations_of_crd(&crd, &negotiations.state()),
-        )
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy(RETRY), state)
-        .for_each(|_| async {})
-        .await;
+        );
+    drive(controller, state).await;
     Ok(())
 }
 
@@ -373,6 +372,13 @@ fn crd_version_schema(crd: &CustomResourceDefinition, version: &str) -> Option<V
 /// Whether Flotilla published this hub CRD.
 fn is_published_by_flotilla(crd: &CustomResourceDefinition) -> bool {
     crd.labels().get(labels::PUBLISHED).map(String::as_str) == Some(labels::PUBLISHED_VALUE)
+}
+
+/// Whether the hub's CRD `current` already serves the versions of the `desired` one.
+fn same_versions(current: &CustomResourceDefinition, desired: &Value) -> bool {
+    serde_json::to_value(&current.spec).is_ok_and(|c| {
+        schemas::normalized(&c["versions"]) == schemas::normalized(&desired["spec"]["versions"])
+    })
 }
 
 /// The hub CRD that publishes `resource` with `schema`, keeping the other versions of an
@@ -528,7 +534,8 @@ impl Negotiator {
         Ok((Reference::None, None))
     }
 
-    /// The type's NegotiatedAPIResources of other versions than `negotiation`'s.
+    /// The type's NegotiatedAPIResources of other versions than `negotiation`'s, most stable
+    /// first.
     fn siblings(&self, negotiation: &NegotiatedApiResource) -> Vec<Arc<NegotiatedApiResource>> {
         let me = &negotiation.spec.resource;
         let mut siblings: Vec<_> = self
@@ -550,152 +557,39 @@ impl Negotiator {
         siblings
     }
 
-    /// Creates or updates the published hub CRD when asked; the `Published` condition.
-    ///
-    /// A type is published when the NegotiatedAPIResource of one of its versions says
-    /// `publish: true` (the most stable such version is the publisher): the CRD then serves every
-    /// version that the publisher's members all serve ([`crate::publish`]).
-    #[allow(clippy::too_many_arguments)]
-    async fn publish(
-        &self,
-        negotiation: &NegotiatedApiResource,
-        reference: &Reference,
-        hub_crd: Option<&CustomResourceDefinition>,
-        resource: &ApiResourceSpec,
-        schema: Option<&Value>,
-        clusters: BTreeSet<String>,
-    ) -> Verdict {
-        let crd_name = format!("{}.{}", resource.names.plural, resource.group_version.group);
-        let version = &resource.group_version.version;
-        let published =
-            |reason, message: String| Verdict::new(conditions::PUBLISHED, "True", reason, message);
-        let not_published =
-            |reason, message: String| Verdict::new(conditions::PUBLISHED, "False", reason, message);
-        if let Reference::Enforced { reason, .. } = reference {
-            return not_published(
-                reasons::NOT_PUBLISHED,
-                format!("the hub serves the type itself ({reason}): nothing to publish"),
-            );
+    /// With `--cluster-selector`, other negotiators may serve other Clusters of the same hub:
+    /// their summaries stay while their imports exist, so that no two negotiators undo each
+    /// other.
+    fn foreign_summaries(&self, negotiation: &NegotiatedApiResource) -> Option<Vec<ImportSummary>> {
+        if self.args.cluster_selector.is_empty() {
+            return None;
         }
-        let ours = hub_crd.filter(|c| is_published_by_flotilla(c));
-        let siblings = self.siblings(negotiation);
-        let publisher = if negotiation.spec.publish {
-            None
-        } else {
-            siblings.iter().find(|n| n.spec.publish)
-        };
-        if !negotiation.spec.publish && publisher.is_none() {
-            return match ours {
-                Some(c) if c.spec.versions.iter().any(|v| &v.name == version) => published(
-                    reasons::PUBLISHED,
-                    format!(
-                        "CRD {crd_name} was published earlier and stays although spec.publish is \
-                         false: deleting a CRD deletes its objects, so delete it by hand if that \
-                         is what you want"
-                    ),
-                ),
-                _ => not_published(reasons::NOT_PUBLISHED, "spec.publish is false".into()),
-            };
-        }
-        if resource.group_version.group.is_empty() {
-            return not_published(
-                reasons::PUBLISH_FAILED,
-                "a type of the core group cannot be published as a CRD".into(),
-            );
-        }
-        if hub_crd.is_some() && ours.is_none() {
-            return not_published(
-                reasons::PUBLISH_FAILED,
-                format!(
-                    "CRD {crd_name} exists on the hub, was not created by Flotilla and does not \
-                     serve version {version}: it is left alone"
-                ),
-            );
-        }
-        let Some(schema) = schema else {
-            return not_published(
-                reasons::PUBLISH_FAILED,
-                "there is no negotiated schema to publish".into(),
-            );
-        };
-        let mut mine = resource.clone();
-        mine.open_api_v3_schema = schema.clone();
-        let negotiated = |n: &NegotiatedApiResource| {
-            find_condition(
-                n.status
-                    .as_ref()
-                    .map(|s| s.conditions.as_slice())
-                    .unwrap_or_default(),
-                conditions::SUBMITTED,
-            )
-            .is_some_and(|c| c.status == "True")
-        };
-        let clusters_of = |n: &NegotiatedApiResource| -> BTreeSet<String> {
-            n.status
+        let name = negotiation.name_any();
+        Some(
+            negotiation
+                .status
                 .iter()
                 .flat_map(|s| &s.imports)
-                .map(|i| i.cluster.clone())
-                .collect()
-        };
-        let me = NegotiatedVersion {
-            resource: &mine,
-            clusters,
-        };
-        let others: Vec<NegotiatedVersion<'_>> = siblings
-            .iter()
-            .filter(|n| negotiated(n))
-            .map(|n| NegotiatedVersion {
-                resource: &n.spec.resource,
-                clusters: clusters_of(n),
-            })
-            .collect();
-        let plan = match publisher {
-            None => publish::plan(&me, &others, ours, &self.limits),
-            Some(p) => {
-                let publisher = NegotiatedVersion {
-                    resource: &p.spec.resource,
-                    clusters: clusters_of(p),
-                };
-                let mut rest: Vec<NegotiatedVersion<'_>> = others
-                    .into_iter()
-                    .filter(|o| {
-                        o.resource.group_version.version != p.spec.resource.group_version.version
-                    })
-                    .collect();
-                rest.push(me);
-                publish::plan(&publisher, &rest, ours, &self.limits)
-            }
-        };
-        if let Some(left) = plan.left_out.iter().find(|l| &l.version == version) {
-            return not_published(
-                reasons::VERSION_LEFT_OUT,
-                format!(
-                    "the hub's CRD {crd_name} {}; this version is not published: {}",
-                    plan.served_and_storage(),
-                    left.why
-                ),
-            );
-        }
-        let done = format!(
-            "the hub's CRD {crd_name}, made from the negotiated schemas, {}",
-            plan.describe()
-        );
-        let desired = plan.crd;
-        let current = ours.and_then(|c| serde_json::to_value(&c.spec).ok());
-        if current.is_some_and(|c| {
-            schemas::normalized(&c["versions"]) == schemas::normalized(&desired["spec"]["versions"])
-        }) {
-            return published(reasons::PUBLISHED, done);
-        }
+                .filter(|s| !self.shared.is_selected(&s.cluster))
+                .filter(|s| {
+                    let import =
+                        ObjectRef::new(&name).within(&names::cluster_namespace(&s.cluster));
+                    self.shared.imports.get(&import).is_some()
+                })
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Applies the published CRD, asked first as a dry run: what the hub refuses is said in
+    /// short, with the paths. Returns the `Published` condition.
+    async fn publish(&self, crd_name: &str, crd: &Value, done: &str) -> Verdict {
+        let not_published =
+            |reason, message: String| Verdict::new(conditions::PUBLISHED, "False", reason, message);
         let crds: Api<CustomResourceDefinition> = Api::all(self.ctx.client.clone());
         let params = PatchParams::apply(field_managers::NEGOTIATOR).force();
-        // Asked first as a dry run: what the hub refuses is said in short, with the paths.
         match crds
-            .patch(
-                &crd_name,
-                &params.clone().dry_run(),
-                &Patch::Apply(&desired),
-            )
+            .patch(crd_name, &params.clone().dry_run(), &Patch::Apply(crd))
             .await
         {
             Ok(_) => {}
@@ -715,10 +609,10 @@ impl Negotiator {
                 );
             }
         }
-        match crds.patch(&crd_name, &params, &Patch::Apply(desired)).await {
+        match crds.patch(crd_name, &params, &Patch::Apply(crd)).await {
             Ok(_) => {
                 tracing::info!(crd = crd_name, "published the negotiated schema on the hub");
-                published(reasons::PUBLISHED, done)
+                Verdict::new(conditions::PUBLISHED, "True", reasons::PUBLISHED, done)
             }
             Err(e) => not_published(
                 reasons::PUBLISH_FAILED,
@@ -726,228 +620,144 @@ impl Negotiator {
             ),
         }
     }
+}
 
-    /// Writes an import's `Compatible` condition and differences when they change; an Event
-    /// when its status or reason changes. Returns the import's conditions as written.
-    async fn judge_import(
+impl Reconciler for Negotiator {
+    type Object = NegotiatedApiResource;
+    type Observed = Observed;
+    type Plan = Plan;
+    /// The `Published` condition: the hub may refuse the CRD.
+    type Outcome = Verdict;
+    type Error = Error;
+
+    const NAME: &'static str = "negotiatedapiresource";
+    const RETRY: Retry = RETRY;
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, _: &NegotiatedApiResource) -> Api<NegotiatedApiResource> {
+        Api::all(self.ctx.client.clone())
+    }
+
+    async fn observe(&self, negotiation: &NegotiatedApiResource) -> Result<Observed, Error> {
+        let (reference, hub_crd) = self.reference(&negotiation.spec.resource).await?;
+        Ok(Observed {
+            now: Timestamp::now(),
+            imports: self.shared.selected_imports(Some(&negotiation.name_any())),
+            reference,
+            hub_crd,
+            siblings: self.siblings(negotiation),
+            foreign: self.foreign_summaries(negotiation),
+        })
+    }
+
+    fn plan(
         &self,
-        import: &ApiResourceImport,
-        verdict: &ImportVerdict,
-    ) -> Result<Vec<Condition>, Error> {
-        let status = import.status.clone().unwrap_or_default();
-        let mut conditions = status.conditions.clone();
-        let before = find_condition(&conditions, conditions::COMPATIBLE).cloned();
-        let changed = set_condition(
-            &mut conditions,
-            verdict
-                .condition
-                .into_condition(Timestamp::now(), import.metadata.generation),
-        );
-        if !changed && status.differences == verdict.differences {
-            return Ok(conditions);
+        negotiation: &NegotiatedApiResource,
+        observed: &Observed,
+    ) -> Result<Plan, Error> {
+        let timer = Instant::now();
+        let plan = plan::plan(negotiation, observed, &self.limits);
+        self.metrics
+            .negotiation_duration
+            .observe(timer.elapsed().as_secs_f64());
+        Ok(plan)
+    }
+
+    async fn execute(
+        &self,
+        negotiation: &NegotiatedApiResource,
+        plan: &Plan,
+    ) -> Result<Verdict, Error> {
+        let published = match &plan.publish {
+            Publish::Decided(v) => v.clone(),
+            Publish::Apply {
+                crd_name,
+                crd,
+                done,
+            } => self.publish(crd_name, crd, done).await,
+        };
+        let params = PatchParams::apply(field_managers::NEGOTIATOR).force();
+        if let Some(resource) = &plan.resource {
+            let name = negotiation.name_any();
+            Api::<NegotiatedApiResource>::all(self.ctx.client.clone())
+                .patch(
+                    &name,
+                    &params,
+                    &Patch::Apply(negotiation_object(&name, resource)),
+                )
+                .await?;
         }
-        let namespace = import.namespace().unwrap_or_default();
-        let api: Api<ApiResourceImport> = Api::namespaced(self.ctx.client.clone(), &namespace);
-        let condition = find_condition(&conditions, conditions::COMPATIBLE);
-        api.patch_status(
-            &import.name_any(),
-            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
-            &Patch::Apply(json!({
-                "apiVersion": ApiResourceImport::api_version(&()),
-                "kind": ApiResourceImport::kind(&()),
-                "status": {"conditions": [condition], "differences": verdict.differences},
-            })),
-        )
-        .await?;
-        let v = &verdict.condition;
-        if before
-            .as_ref()
-            .is_none_or(|b| b.status != v.status || b.reason != v.reason)
-        {
-            let note = format!("Compatible={} ({}): {}", v.status, v.reason, v.message);
+        for step in plan.imports.iter().filter(|s| s.write) {
+            let import = &step.import;
+            Api::<ApiResourceImport>::namespaced(
+                self.ctx.client.clone(),
+                &import.namespace().unwrap_or_default(),
+            )
+            .patch_status(
+                &import.name_any(),
+                &params,
+                &Patch::Apply(json!({
+                    "apiVersion": ApiResourceImport::api_version(&()),
+                    "kind": ApiResourceImport::kind(&()),
+                    "status": {"conditions": [step.condition], "differences": step.differences},
+                })),
+            )
+            .await?;
+        }
+        Ok(published)
+    }
+
+    async fn report(
+        &self,
+        negotiation: &NegotiatedApiResource,
+        _: &Observed,
+        plan: &Plan,
+        published: Verdict,
+    ) -> Result<Action, Error> {
+        let events = &self.ctx.events;
+        for step in &plan.imports {
+            let Some(v) = &step.announce else { continue };
+            let (import, note) = (
+                &*step.import,
+                format!("Compatible={} ({}): {}", v.status, v.reason, v.message),
+            );
             if v.status == "False" {
-                self.ctx
-                    .events
-                    .warning(import, v.reason, "Negotiate", note)
+                events.warning(import, v.reason, "Negotiate", note).await;
+            } else {
+                events.normal(import, v.reason, "Negotiate", note).await;
+            }
+        }
+        let status = plan.status(negotiation, &published);
+        if status.write {
+            Api::<NegotiatedApiResource>::all(self.ctx.client.clone())
+                .patch_status(
+                    &negotiation.name_any(),
+                    &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+                    &Patch::Apply(json!({
+                        "apiVersion": NegotiatedApiResource::api_version(&()),
+                        "kind": NegotiatedApiResource::kind(&()),
+                        "status": {"conditions": status.conditions, "imports": status.summaries},
+                    })),
+                )
+                .await?;
+        }
+        for v in status.transitions {
+            let note = format!("{}={} ({}): {}", v.type_, v.status, v.reason, v.message);
+            if plan::is_warning(&v) {
+                events
+                    .warning(negotiation, v.reason, "Negotiate", note)
                     .await;
             } else {
-                self.ctx
-                    .events
-                    .normal(import, v.reason, "Negotiate", note)
+                events
+                    .normal(negotiation, v.reason, "Negotiate", note)
                     .await;
             }
         }
-        Ok(conditions)
+        Ok(Action::requeue(self.args.import.import_interval))
     }
-}
-
-async fn reconcile(
-    negotiation: Arc<NegotiatedApiResource>,
-    state: Arc<Negotiator>,
-) -> Result<Action, Error> {
-    state
-        .ctx
-        .metrics
-        .measure(
-            "negotiatedapiresource",
-            reconcile_inner(&negotiation, &state),
-        )
-        .await
-}
-
-async fn reconcile_inner(
-    negotiation: &NegotiatedApiResource,
-    state: &Negotiator,
-) -> Result<Action, Error> {
-    let name = negotiation.name_any();
-    let imports = state.shared.selected_imports(Some(&name));
-    let (reference, hub_crd) = state.reference(&negotiation.spec.resource).await?;
-    // The type as the hub describes it (a hand-made CRD), or as the NegotiatedAPIResource does —
-    // the hub admin's object, made from the first import unless the admin made it first — never
-    // as whichever import comes first: a member does not decide the names, scope or
-    // subresources of what the hub publishes.
-    let mut resource = match (&reference, &hub_crd) {
-        (Reference::Enforced { .. }, Some(crd)) => {
-            schemas::crd_spec(crd, &negotiation.spec.resource.group_version.version)
-                .ok()
-                .flatten()
-        }
-        _ => None,
-    }
-    .unwrap_or_else(|| negotiation.spec.resource.clone());
-    let inputs: Vec<ImportInput<'_>> = imports
-        .iter()
-        .map(|i| ImportInput {
-            cluster: i.cluster_name().unwrap_or_default(),
-            schema: &i.spec.resource.open_api_v3_schema,
-            strategy: verdict::effective_strategy(
-                i.spec.schema_update_strategy,
-                negotiation.spec.allow_published_updates,
-            ),
-            scope: i.spec.resource.scope,
-        })
-        .collect();
-    let timer = Instant::now();
-    let outcome = verdict::negotiate_scoped(resource.scope, &reference, &inputs, &state.limits);
-    state
-        .metrics
-        .negotiation_duration
-        .observe(timer.elapsed().as_secs_f64());
-
-    if let Some(schema) = &outcome.schema {
-        resource.open_api_v3_schema = schema.clone();
-    } else {
-        resource.open_api_v3_schema = negotiation.spec.resource.open_api_v3_schema.clone();
-    }
-    let published = state
-        .publish(
-            negotiation,
-            &reference,
-            hub_crd.as_ref(),
-            &resource,
-            outcome.schema.as_ref(),
-            imports
-                .iter()
-                .filter_map(|i| i.cluster_name())
-                .map(str::to_string)
-                .collect(),
-        )
-        .await;
-
-    let api: Api<NegotiatedApiResource> = Api::all(state.ctx.client.clone());
-    if !schemas::same_spec(&negotiation.spec.resource, &resource) {
-        api.patch(
-            &name,
-            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
-            &Patch::Apply(negotiation_object(&name, &resource)),
-        )
-        .await?;
-    }
-
-    let mut summaries = Vec::new();
-    for (import, verdict) in imports.iter().zip(&outcome.verdicts) {
-        let conditions = state.judge_import(import, verdict).await?;
-        summaries.push(verdict::summary(
-            import.cluster_name().unwrap_or_default(),
-            &conditions,
-        ));
-    }
-
-    let status = negotiation.status.clone().unwrap_or_default();
-    // With --cluster-selector, other negotiators may serve other Clusters of the same hub: their
-    // summaries stay while their imports exist, so that no two negotiators undo each other.
-    if !state.args.cluster_selector.is_empty() {
-        summaries.extend(
-            status
-                .imports
-                .iter()
-                .filter(|s| !state.shared.is_selected(&s.cluster))
-                .filter(|s| {
-                    let import =
-                        ObjectRef::new(&name).within(&names::cluster_namespace(&s.cluster));
-                    state.shared.imports.get(&import).is_some()
-                })
-                .cloned(),
-        );
-        summaries.sort_by(|a, b| a.cluster.cmp(&b.cluster));
-    }
-    let mut conditions = status.conditions.clone();
-    let now = Timestamp::now();
-    let mut transitions = Vec::new();
-    for v in [&outcome.submitted, &published, &outcome.enforced] {
-        let before =
-            find_condition(&conditions, v.type_).map(|c| (c.status.clone(), c.reason.clone()));
-        set_condition(
-            &mut conditions,
-            v.into_condition(now, negotiation.metadata.generation),
-        );
-        if before.is_none_or(|(s, r)| s != v.status || r != v.reason) {
-            transitions.push(v);
-        }
-    }
-    if conditions != status.conditions || summaries != status.imports {
-        let owned: Vec<&Condition> = conditions
-            .iter()
-            .filter(|c| {
-                [
-                    conditions::SUBMITTED,
-                    conditions::PUBLISHED,
-                    conditions::ENFORCED,
-                ]
-                .contains(&c.type_.as_str())
-            })
-            .collect();
-        api.patch_status(
-            &name,
-            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
-            &Patch::Apply(json!({
-                "apiVersion": NegotiatedApiResource::api_version(&()),
-                "kind": NegotiatedApiResource::kind(&()),
-                "status": {"conditions": owned, "imports": summaries},
-            })),
-        )
-        .await?;
-    }
-    for v in transitions {
-        let note = format!("{}={} ({}): {}", v.type_, v.status, v.reason, v.message);
-        if v.status == "False"
-            && v.reason != reasons::NOT_PUBLISHED
-            && v.reason != reasons::NOT_ENFORCED
-        {
-            state
-                .ctx
-                .events
-                .warning(negotiation, v.reason, "Negotiate", note)
-                .await;
-        } else {
-            state
-                .ctx
-                .events
-                .normal(negotiation, v.reason, "Negotiate", note)
-                .await;
-        }
-    }
-    Ok(Action::requeue(state.args.import.import_interval))
 }
 
 #[cfg(test)]

@@ -12,8 +12,7 @@ use flotilla_api::condition::{ConditionStatus, new_condition, set_condition};
 use flotilla_api::{NegotiatedApiResource, WorkloadProfile, conditions, field_managers, reasons};
 use flotilla_interpreter::profile::{Rejection, check};
 use flotilla_runtime::Context;
-use flotilla_runtime::reconcile::{Retry, error_policy};
-use futures::StreamExt;
+use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -22,7 +21,7 @@ use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
@@ -143,7 +142,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         negotiated: negotiated.clone(),
     });
     flotilla_runtime::cache::wait_until_synced(&negotiated).await;
-    controller
+    let controller = controller
         .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
         // A kind negotiated, or its schema changed: every profile is checked again.
         .watches(
@@ -156,31 +155,35 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
                     .map(|p| ObjectRef::from_obj(&**p))
                     .collect::<Vec<_>>()
             },
-        )
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy(RETRY), state)
-        .for_each(|_| async {})
-        .await;
+        );
+    drive(controller, state).await;
     Ok(())
 }
 
-async fn reconcile(
-    profile: Arc<WorkloadProfile>,
-    state: Arc<State>,
-) -> Result<Action, kube::Error> {
-    state
-        .ctx
-        .metrics
-        .measure("workloadprofile", reconcile_inner(&profile, &state))
-        .await
+/// What a pass over a profile read: every profile and every NegotiatedAPIResource.
+struct Observed {
+    now: Timestamp,
+    profiles: Vec<Arc<WorkloadProfile>>,
+    negotiated: Vec<Arc<NegotiatedApiResource>>,
 }
 
-async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Action, kube::Error> {
+/// What a pass over a profile writes.
+#[derive(Debug, Default)]
+struct Plan {
+    /// The profile's new status, when it changes.
+    status: Option<Value>,
+    /// The Event of a changed verdict: whether it is a Warning, its reason and note.
+    announce: Option<(bool, &'static str, String)>,
+}
+
+/// The status and Event of `profile` after its verdict.
+fn plan(profile: &WorkloadProfile, observed: &Observed) -> Plan {
     if profile.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Plan::default();
     }
-    let verdict = verdict(profile, &state.profiles.state(), &state.negotiated.state());
+    let verdict = verdict(profile, &observed.profiles, &observed.negotiated);
     let generation = profile.metadata.generation;
+    let now = Time(observed.now);
     let (condition, negotiated, ready_condition_fields) = match &verdict {
         Ok(Accepted {
             negotiated: names,
@@ -192,7 +195,7 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
                 reasons::PROFILE_ACCEPTED,
                 format!("every path is in the negotiated schema ({names})"),
                 generation,
-                Time(Timestamp::now()),
+                now,
             ),
             Some(names.clone()),
             ready_condition_fields.clone(),
@@ -204,71 +207,109 @@ async fn reconcile_inner(profile: &WorkloadProfile, state: &State) -> Result<Act
                 why.reason,
                 why.message.clone(),
                 generation,
-                Time(Timestamp::now()),
+                now,
             ),
             None,
             Vec::new(),
         ),
     };
     let old = profile.status.clone().unwrap_or_default();
-    let mut conditions = old.conditions.clone();
-    let changed = set_condition(&mut conditions, condition.clone())
+    let mut all = old.conditions.clone();
+    let changed = set_condition(&mut all, condition.clone())
         || old.observed_generation != generation
         || old.negotiated != negotiated
         || old.ready_condition_fields != ready_condition_fields;
     if !changed {
-        return Ok(Action::await_change());
+        return Plan::default();
     }
-    Api::<WorkloadProfile>::all(state.ctx.client.clone())
-        .patch_status(
-            &profile.name_any(),
-            &PatchParams::apply(field_managers::NEGOTIATOR).force(),
-            &Patch::Apply(json!({
-                "apiVersion": WorkloadProfile::api_version(&()),
-                "kind": WorkloadProfile::kind(&()),
-                "status": {
-                    "conditions": conditions,
-                    "observedGeneration": generation,
-                    "negotiated": negotiated,
-                    "readyConditionFields": ready_condition_fields,
-                },
-            })),
-        )
-        .await?;
     let was = old
         .conditions
         .iter()
         .find(|c| c.type_ == conditions::ACCEPTED);
     let news = was.is_none_or(|c| c.status != condition.status || c.reason != condition.reason);
-    match &verdict {
-        Err(why) if news => {
-            state
-                .ctx
-                .events
-                .warning(profile, why.reason, "Check", &why.message)
-                .await;
-        }
-        Ok(_) if news => {
-            state
-                .ctx
-                .events
-                .normal(
-                    profile,
-                    reasons::PROFILE_ACCEPTED,
-                    "Check",
-                    &condition.message,
-                )
-                .await;
-        }
-        _ => {}
+    let announce = news.then(|| match &verdict {
+        Err(why) => (true, why.reason, why.message.clone()),
+        Ok(_) => (false, reasons::PROFILE_ACCEPTED, condition.message.clone()),
+    });
+    Plan {
+        status: Some(json!({
+            "conditions": all,
+            "observedGeneration": generation,
+            "negotiated": negotiated,
+            "readyConditionFields": ready_condition_fields,
+        })),
+        announce,
     }
-    Ok(Action::await_change())
+}
+
+impl Reconciler for State {
+    type Object = WorkloadProfile;
+    type Observed = Observed;
+    type Plan = Plan;
+    type Outcome = ();
+    type Error = kube::Error;
+
+    const NAME: &'static str = "workloadprofile";
+    const RETRY: Retry = RETRY;
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, _: &WorkloadProfile) -> Api<WorkloadProfile> {
+        Api::all(self.ctx.client.clone())
+    }
+
+    async fn observe(&self, _: &WorkloadProfile) -> Result<Observed, kube::Error> {
+        Ok(Observed {
+            now: Timestamp::now(),
+            profiles: self.profiles.state(),
+            negotiated: self.negotiated.state(),
+        })
+    }
+
+    fn plan(&self, profile: &WorkloadProfile, observed: &Observed) -> Result<Plan, kube::Error> {
+        Ok(plan(profile, observed))
+    }
+
+    async fn execute(&self, profile: &WorkloadProfile, plan: &Plan) -> Result<(), kube::Error> {
+        let Some(status) = &plan.status else {
+            return Ok(());
+        };
+        Api::<WorkloadProfile>::all(self.ctx.client.clone())
+            .patch_status(
+                &profile.name_any(),
+                &PatchParams::apply(field_managers::NEGOTIATOR).force(),
+                &Patch::Apply(json!({
+                    "apiVersion": WorkloadProfile::api_version(&()),
+                    "kind": WorkloadProfile::kind(&()),
+                    "status": status,
+                })),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn report(
+        &self,
+        profile: &WorkloadProfile,
+        _: &Observed,
+        plan: &Plan,
+        (): (),
+    ) -> Result<Action, kube::Error> {
+        let events = &self.ctx.events;
+        match &plan.announce {
+            Some((true, reason, note)) => events.warning(profile, reason, "Check", note).await,
+            Some((false, reason, note)) => events.normal(profile, reason, "Check", note).await,
+            None => {}
+        }
+        Ok(Action::await_change())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
 
     fn profile(name: &str, created: &str, spec: Value) -> Arc<WorkloadProfile> {
         Arc::new(
@@ -368,5 +409,37 @@ mod tests {
         let nars = [negotiated("apps", "v1", "Deployment", true)];
         let why = verdict(&p, std::slice::from_ref(&p), &nars).expect_err("built in");
         assert_eq!(why.reason, reasons::BUILT_IN);
+    }
+
+    #[test]
+    fn a_verdict_is_written_and_announced_once_and_a_refusal_is_a_warning() {
+        let p = profile("rollouts", ROLLOUT, rollout_spec());
+        let seen = |negotiated: Vec<Arc<NegotiatedApiResource>>| Observed {
+            now: Timestamp::UNIX_EPOCH,
+            profiles: vec![p.clone()],
+            negotiated,
+        };
+        let refused = plan(&p, &seen(vec![]));
+        let (warning, reason, _) = refused.announce.clone().expect("announced");
+        assert!(warning);
+        assert_eq!(reason, reasons::NO_NEGOTIATED_SCHEMA);
+
+        let nars = vec![negotiated("argoproj.io", "v1alpha1", "Rollout", true)];
+        let accepted = plan(&p, &seen(nars.clone()));
+        let status = accepted.status.clone().expect("a status");
+        assert_eq!(status["negotiated"], "rollouts.v1alpha1.argoproj.io");
+        assert_eq!(
+            accepted.announce.as_ref().map(|a| (a.0, a.1)),
+            Some((false, reasons::PROFILE_ACCEPTED))
+        );
+
+        // The status as written: the next pass writes and announces nothing.
+        let mut written = (*p).clone();
+        written.status = Some(serde_json::from_value(status).expect("a status"));
+        let again = plan(&written, &seen(nars));
+        assert!(
+            again.status.is_none() && again.announce.is_none(),
+            "{again:?}"
+        );
     }
 }

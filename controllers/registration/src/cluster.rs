@@ -130,6 +130,7 @@ impl Reconciler for Registration {
     type Object = Cluster;
     type Observed = Observed;
     type Plan = Plan;
+    type Outcome = ();
     type Error = Error;
 
     const NAME: &'static str = "cluster";
@@ -171,14 +172,14 @@ impl Reconciler for Registration {
         })
     }
 
-    fn plan(&self, cluster: &Cluster, observed: &Observed) -> Plan {
+    fn plan(&self, cluster: &Cluster, observed: &Observed) -> Result<Plan, Error> {
         let settings = Settings {
             auto_accept: self.args.auto_accept,
             grace_period: self.args.grace_period,
             probe_interval: self.args.probe_interval,
             grants_syncer: self.args.syncer_grant().is_some(),
         };
-        plan::plan(cluster, observed, &settings)
+        Ok(plan::plan(cluster, observed, &settings))
     }
 
     async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), Error> {
@@ -230,7 +231,13 @@ impl Reconciler for Registration {
         Ok(())
     }
 
-    async fn report(&self, cluster: &Cluster, plan: &Plan) -> Result<Action, Error> {
+    async fn report(
+        &self,
+        cluster: &Cluster,
+        _: &Observed,
+        plan: &Plan,
+        (): (),
+    ) -> Result<Action, Error> {
         Api::<Cluster>::all(self.ctx.client.clone())
             .patch_status(
                 &cluster.name_any(),

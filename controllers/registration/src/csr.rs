@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use flotilla_api::cluster::{Cluster, SyncMode};
 use flotilla_api::{annotations, names};
-use flotilla_runtime::reconcile::{Retry, error_policy};
+use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 use flotilla_runtime::{Context, ErrorCategory};
-use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
@@ -603,9 +602,6 @@ struct State {
     metrics: CsrMetrics,
 }
 
-/// The name of the controller in metrics and logs.
-const CONTROLLER: &str = "certificatesigningrequest";
-
 /// How often a pending request is looked at again even without a change of its Cluster.
 const PENDING_RECHECK: Duration = Duration::from_secs(300);
 
@@ -656,123 +652,182 @@ pub async fn run_scoped(
         cluster_selector,
         "approving pull-mode agents' certificate requests"
     );
-    controller
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy(RETRY), state)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "certificate request reconciliation ended with an error");
-            }
-        })
-        .await;
+    drive(controller, state).await;
     Ok(())
 }
 
-async fn reconcile(
-    csr: Arc<CertificateSigningRequest>,
-    state: Arc<State>,
-) -> Result<Action, CsrError> {
-    state
-        .ctx
-        .metrics
-        .measure(CONTROLLER, reconcile_inner(&csr, &state))
-        .await
+/// What a pass over a request read.
+enum Observed {
+    /// Not a request this approver decides: decided already, not an agent's, or about a Cluster
+    /// another instance handles.
+    NotOurs,
+    /// The Cluster the request names, read from the server: `None` when it does not exist,
+    /// `Err` when it does not decode.
+    Cluster {
+        name: String,
+        cluster: Option<Result<Cluster, ()>>,
+    },
 }
 
-async fn reconcile_inner(
-    csr: &CertificateSigningRequest,
-    state: &State,
-) -> Result<Action, CsrError> {
-    if is_decided(csr) {
-        return Ok(Action::await_change());
-    }
-    let Some(cluster_name) = requested_cluster(csr) else {
-        return Ok(Action::await_change());
+/// What a pass does with a request.
+struct Plan {
+    decision: Decision,
+    /// Record the request on its Cluster before approving it: it is the Cluster's bootstrap
+    /// identity's, and no second one may be approved.
+    record_bootstrap: Option<String>,
+    /// The Cluster, for Events.
+    cluster: Option<Cluster>,
+}
+
+/// The decision on `csr`, and what it takes.
+fn plan(csr: &CertificateSigningRequest, observed: &Observed, config: &CsrConfig) -> Plan {
+    let Observed::Cluster {
+        name: cluster_name,
+        cluster,
+    } = observed
+    else {
+        return Plan {
+            decision: Decision::Ignore,
+            record_bootstrap: None,
+            cluster: None,
+        };
     };
-    let name = csr.metadata.name.clone().ok_or(CsrError::Unnamed)?;
-    let guard = find_cluster(state, &cluster_name).await?;
-    if !state.cluster_selector.is_empty() && guard.is_none() {
-        // Not one of the Clusters this instance handles.
-        return Ok(Action::await_change());
+    let decision = decide(
+        csr,
+        cluster.as_ref().map(|c| c.as_ref().map_err(|_| ())),
+        config,
+    );
+    let bootstrap =
+        csr.spec.username.as_deref() == Some(bootstrap_user_name(cluster_name).as_str());
+    Plan {
+        record_bootstrap: (bootstrap && matches!(decision, Decision::Approve { .. }))
+            .then(|| cluster_name.clone()),
+        decision,
+        cluster: cluster.clone().and_then(Result::ok),
     }
-    let cluster = guard.as_ref().map(|g| g.0.as_ref().map_err(|_| ()));
-    let decision = decide(csr, cluster, &state.config);
-    let cluster = cluster.and_then(Result::ok);
-    let span = tracing::info_span!("csr", csr = %name, cluster = %cluster_name);
-    let _enter = span.enter();
-    match decision {
-        Decision::Ignore => Ok(Action::await_change()),
-        Decision::Pending {
-            reason, message, ..
-        } => {
-            tracing::debug!(reason, %message, "certificate request stays pending");
-            Ok(Action::requeue(PENDING_RECHECK))
+}
+
+impl Reconciler for State {
+    type Object = CertificateSigningRequest;
+    type Observed = Observed;
+    type Plan = Plan;
+    type Outcome = ();
+    type Error = CsrError;
+
+    const NAME: &'static str = "certificatesigningrequest";
+    const RETRY: Retry = RETRY;
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, _: &CertificateSigningRequest) -> Api<CertificateSigningRequest> {
+        self.api.clone()
+    }
+
+    async fn observe(&self, csr: &CertificateSigningRequest) -> Result<Observed, CsrError> {
+        if is_decided(csr) {
+            return Ok(Observed::NotOurs);
         }
-        Decision::Approve { message, .. } => {
-            // Recorded before the approval, so that no second bootstrap request is approved
-            // meanwhile; approving this one again after a failure is still allowed.
-            if csr.spec.username.as_deref() == Some(bootstrap_user_name(&cluster_name).as_str()) {
-                let patch = serde_json::json!({"metadata": {"annotations": {
-                    annotations::BOOTSTRAP_REQUEST: name,
-                }}});
-                state
-                    .clusters
-                    .patch_metadata(
-                        &cluster_name,
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(&patch),
-                    )
-                    .await
-                    .map_err(|source| CsrError::RecordBootstrap {
-                        name: cluster_name.clone(),
-                        source,
-                    })?;
-            }
-            write_condition(state, csr, &name, APPROVED, reasons::APPROVED, &message).await?;
-            tracing::info!(%message, "approved an agent's certificate request");
-            state
-                .metrics
-                .decisions
-                .with_label_values(&["approved", reasons::APPROVED])
-                .inc();
-            if let Some(cluster) = cluster {
-                state
-                    .ctx
-                    .events
-                    .normal(
-                        cluster,
-                        "CertificateApproved",
-                        "ApproveCertificate",
-                        format!("approved CertificateSigningRequest {name}: {message}"),
-                    )
-                    .await;
-            }
-            Ok(Action::await_change())
+        let Some(name) = requested_cluster(csr) else {
+            return Ok(Observed::NotOurs);
+        };
+        let guard = find_cluster(self, &name).await?;
+        if !self.cluster_selector.is_empty() && guard.is_none() {
+            // Not one of the Clusters this instance handles.
+            return Ok(Observed::NotOurs);
         }
-        Decision::Deny {
-            reason, message, ..
-        } => {
-            write_condition(state, csr, &name, DENIED, reason, &message).await?;
-            tracing::warn!(reason, %message, "denied a certificate request");
-            state
-                .metrics
-                .decisions
-                .with_label_values(&["denied", reason])
-                .inc();
-            if let Some(cluster) = cluster {
-                state
-                    .ctx
-                    .events
-                    .warning(
-                        cluster,
-                        reason,
-                        "DenyCertificate",
-                        format!("denied CertificateSigningRequest {name}: {message}"),
-                    )
-                    .await;
-            }
-            Ok(Action::await_change())
+        Ok(Observed::Cluster {
+            name,
+            cluster: guard.map(|g| g.0.map_err(|_| ())),
+        })
+    }
+
+    fn plan(&self, csr: &CertificateSigningRequest, observed: &Observed) -> Result<Plan, CsrError> {
+        Ok(plan(csr, observed, &self.config))
+    }
+
+    async fn execute(&self, csr: &CertificateSigningRequest, plan: &Plan) -> Result<(), CsrError> {
+        let name = csr.metadata.name.clone().ok_or(CsrError::Unnamed)?;
+        let (type_, reason, message) = match &plan.decision {
+            Decision::Ignore | Decision::Pending { .. } => return Ok(()),
+            Decision::Approve { message, .. } => (APPROVED, reasons::APPROVED, message),
+            Decision::Deny {
+                reason, message, ..
+            } => (DENIED, *reason, message),
+        };
+        // Recorded before the approval, so that no second bootstrap request is approved
+        // meanwhile; approving this one again after a failure is still allowed.
+        if let Some(cluster) = &plan.record_bootstrap {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                annotations::BOOTSTRAP_REQUEST: name,
+            }}});
+            self.clusters
+                .patch_metadata(
+                    cluster,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|source| CsrError::RecordBootstrap {
+                    name: cluster.clone(),
+                    source,
+                })?;
         }
+        write_condition(self, csr, &name, type_, reason, message).await
+    }
+
+    async fn report(
+        &self,
+        csr: &CertificateSigningRequest,
+        _: &Observed,
+        plan: &Plan,
+        (): (),
+    ) -> Result<Action, CsrError> {
+        let name = csr.name_any();
+        let events = &self.ctx.events;
+        match &plan.decision {
+            Decision::Ignore => {}
+            Decision::Pending {
+                cluster,
+                reason,
+                message,
+            } => {
+                tracing::debug!(csr = %name, %cluster, reason, %message, "certificate request stays pending");
+                return Ok(Action::requeue(PENDING_RECHECK));
+            }
+            Decision::Approve { cluster, message } => {
+                tracing::info!(csr = %name, %cluster, %message, "approved an agent's certificate request");
+                self.metrics
+                    .decisions
+                    .with_label_values(&["approved", reasons::APPROVED])
+                    .inc();
+                if let Some(cluster) = &plan.cluster {
+                    let note = format!("approved CertificateSigningRequest {name}: {message}");
+                    events
+                        .normal(cluster, "CertificateApproved", "ApproveCertificate", note)
+                        .await;
+                }
+            }
+            Decision::Deny {
+                cluster,
+                reason,
+                message,
+            } => {
+                tracing::warn!(csr = %name, %cluster, reason, %message, "denied a certificate request");
+                self.metrics
+                    .decisions
+                    .with_label_values(&["denied", reason])
+                    .inc();
+                if let Some(cluster) = &plan.cluster {
+                    let note = format!("denied CertificateSigningRequest {name}: {message}");
+                    events
+                        .warning(cluster, reason, "DenyCertificate", note)
+                        .await;
+                }
+            }
+        }
+        Ok(Action::await_change())
     }
 }
 
@@ -979,6 +1034,40 @@ mod tests {
             &CsrConfig::default(),
         );
         assert_eq!(reason(&d), reasons::APPROVED, "{d:?}");
+    }
+
+    /// Only an approval of the bootstrap identity's request is recorded on the Cluster first;
+    /// the agent's renewals and every denial are not.
+    #[test]
+    fn only_an_approved_bootstrap_request_is_recorded_on_its_cluster() {
+        let accepted = Observed::Cluster {
+            name: C.into(),
+            cluster: Some(Ok(cluster(SyncMode::Pull, true))),
+        };
+        let config = CsrConfig::default();
+        let bootstrap = plan(&agent_csr(&bootstrap_user_name(C)), &accepted, &config);
+        assert_eq!(bootstrap.decision.reason(), reasons::APPROVED);
+        assert_eq!(bootstrap.record_bootstrap.as_deref(), Some(C));
+        assert!(bootstrap.cluster.is_some(), "its Events go on the Cluster");
+
+        let renewal = plan(&agent_csr(&names::agent_user_name(C)), &accepted, &config);
+        assert_eq!(renewal.decision.reason(), reasons::APPROVED);
+        assert_eq!(renewal.record_bootstrap, None);
+
+        let push = Observed::Cluster {
+            name: C.into(),
+            cluster: Some(Ok(cluster(SyncMode::Push, true))),
+        };
+        let denied = plan(&agent_csr(&bootstrap_user_name(C)), &push, &config);
+        assert_eq!(denied.decision.reason(), reasons::CLUSTER_NOT_PULL);
+        assert_eq!(denied.record_bootstrap, None);
+
+        let theirs = plan(
+            &agent_csr(&bootstrap_user_name(C)),
+            &Observed::NotOurs,
+            &config,
+        );
+        assert!(matches!(theirs.decision, Decision::Ignore));
     }
 
     /// A Cluster deleted and made again under the same name is another Cluster: a request for

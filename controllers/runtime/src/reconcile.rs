@@ -45,6 +45,9 @@ pub trait Reconciler: Send + Sync + 'static {
     type Observed: Send + Sync;
     /// What a pass decided: the writes to make, the status, the Events.
     type Plan: Send + Sync;
+    /// What the writes came to, where the report depends on the member's or hub's answer (a
+    /// dry run refused, an apply's result); `()` when the plan says it all.
+    type Outcome: Send + Sync;
     type Error: ErrorCategory + Send + Sync + 'static;
 
     /// The controller's name in metrics (`controller` label) and logs.
@@ -56,6 +59,12 @@ pub trait Reconciler: Send + Sync + 'static {
 
     fn context(&self) -> &Context;
 
+    /// When an object is tried again after a failure: [`Reconciler::RETRY`] unless the
+    /// reconciler's settings say otherwise.
+    fn retry(&self) -> Retry {
+        Self::RETRY
+    }
+
     /// The API of `object` (of its namespace, for a namespaced kind): the finalizer is kept
     /// through it.
     fn api(&self, object: &Self::Object) -> Api<Self::Object>;
@@ -66,21 +75,29 @@ pub trait Reconciler: Send + Sync + 'static {
         object: &Self::Object,
     ) -> impl Future<Output = Result<Self::Observed, Self::Error>> + Send;
 
-    /// Decides, with no I/O.
-    fn plan(&self, object: &Self::Object, observed: &Self::Observed) -> Self::Plan;
+    /// Decides, with no I/O. It fails only on what no retry can mend until the object (or what
+    /// it reads) changes, such as an object that cannot be rendered.
+    fn plan(
+        &self,
+        object: &Self::Object,
+        observed: &Self::Observed,
+    ) -> Result<Self::Plan, Self::Error>;
 
     /// Makes the plan's writes (not the object's status).
     fn execute(
         &self,
         object: &Self::Object,
         plan: &Self::Plan,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Self::Outcome, Self::Error>> + Send;
 
-    /// Writes the object's status and Events from the plan; says when to look again.
+    /// Writes the object's status and Events from what was observed, the plan and what its
+    /// writes came to; says when to look again.
     fn report(
         &self,
         object: &Self::Object,
+        observed: &Self::Observed,
         plan: &Self::Plan,
+        outcome: Self::Outcome,
     ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
     /// Undoes what the reconciler made for a deleted object; the finalizer goes once it
@@ -237,12 +254,30 @@ async fn steps<R: Reconciler>(
     let apply = |object: Arc<R::Object>| {
         let r = r.clone();
         async move {
+            let started = Instant::now();
             let observed = r.observe(&object).await.map_err(Failure::Reconcile)?;
-            let plan = r.plan(&object, &observed);
-            r.execute(&object, &plan)
+            let seen = started.elapsed();
+            let plan = r.plan(&object, &observed).map_err(Failure::Reconcile)?;
+            let planned = started.elapsed();
+            let outcome = r
+                .execute(&object, &plan)
                 .await
                 .map_err(Failure::Reconcile)?;
-            r.report(&object, &plan).await.map_err(Failure::Reconcile)
+            let executed = started.elapsed();
+            let action = r
+                .report(&object, &observed, &plan, outcome)
+                .await
+                .map_err(Failure::Reconcile);
+            tracing::debug!(
+                controller = R::NAME,
+                object = %ObjectRef::from_obj(&*object),
+                observe_ms = seen.as_millis(),
+                plan_ms = (planned - seen).as_millis(),
+                execute_ms = (executed - planned).as_millis(),
+                report_ms = (started.elapsed() - executed).as_millis(),
+                "pass"
+            );
+            action
         }
     };
     let Some(name) = R::FINALIZER else {
@@ -278,7 +313,11 @@ fn retry_after_failure<R: Reconciler>(
         return Action::requeue(*wait);
     }
     let failures = driven.streaks.failures(&ObjectRef::from_obj(&*object));
-    R::RETRY.backed_off(failures).action(object.as_ref(), error)
+    driven
+        .reconciler
+        .retry()
+        .backed_off(failures)
+        .action(object.as_ref(), error)
 }
 
 impl Metrics {

@@ -10,7 +10,7 @@
 //! and debounced, so a burst of changes becomes one pass.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_api::{
     ApiResourceImport, Cluster, ClusterPlacement, Placement, Work, WorkloadProfile, annotations,
@@ -18,7 +18,7 @@ use flotilla_api::{
 };
 use flotilla_runtime::Context;
 use flotilla_runtime::cache::SeenInputs;
-use flotilla_runtime::reconcile::{Retry, error_policy};
+use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -30,10 +30,11 @@ use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::execute::execute;
+use crate::observation::Observation;
 use crate::observe::observe;
-use crate::plan::plan;
+use crate::plan::{Plan, plan};
 use crate::recent::RecentWrites;
-use crate::report::report;
+use crate::report::{Outcome, report};
 use crate::state::{Error, Scope, Splitter, placements_in};
 
 /// When an object is tried again after a failed reconciliation.
@@ -357,23 +358,15 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
             .collect(),
         triggers,
     });
-    controller
-        // Events close together make one pass. (A delete and a create under the same name,
-        // `kubectl replace --force`, are seen as the replacement they are even when they land
-        // in two passes: the plan keeps a gone object's copies for `GONE_GRACE`.)
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .debounce(DEBOUNCE)
-                .concurrency(args.concurrency),
-        )
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy(RETRY), state)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "reconcile failed");
-            }
-        })
-        .await;
+    // Events close together make one pass. (A delete and a create under the same name,
+    // `kubectl replace --force`, are seen as the replacement they are even when they land in two
+    // passes: the plan keeps a gone object's copies for `GONE_GRACE`.)
+    let controller = controller.with_config(
+        kube::runtime::controller::Config::default()
+            .debounce(DEBOUNCE)
+            .concurrency(args.concurrency),
+    );
+    drive(controller, state).await;
     Ok(())
 }
 
@@ -663,41 +656,59 @@ fn work_inputs(work: &Work) -> u64 {
     h.finish()
 }
 
-/// One pass: observe, plan, execute, report.
-async fn reconcile(placement: Arc<Placement>, state: Arc<Splitter>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let pass = async {
-        let observation = observe(&state, placement.clone()).await;
-        let observed = started.elapsed();
-        let plan = plan(&observation)?;
-        let planned = started.elapsed();
-        state.remember_absent(&placement, plan.absent.clone());
-        let outcome = execute(&state.ctx.client, &plan, &state.recent).await?;
-        let executed = started.elapsed();
-        report(&state.ctx, &observation, &plan, &outcome).await?;
-        state.announce_left_out(&observation, &plan).await;
-        tracing::debug!(
-            placement = %placement.name_any(),
-            copies = plan.copies.len(),
-            writes = plan.writes.len(),
-            deletes = plan.deletes.len(),
-            observe_ms = observed.as_millis(),
-            plan_ms = (planned - observed).as_millis(),
-            execute_ms = (executed - planned).as_millis(),
-            report_ms = (started.elapsed() - executed).as_millis(),
-            "pass"
-        );
+impl Reconciler for Splitter {
+    type Object = Placement;
+    type Observed = Observation;
+    type Plan = Plan;
+    type Outcome = Outcome;
+    type Error = Error;
+
+    const NAME: &'static str = "placement";
+    const RETRY: Retry = RETRY;
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, placement: &Placement) -> Api<Placement> {
+        match placement.namespace() {
+            Some(ns) => Api::namespaced(self.ctx.client.clone(), &ns),
+            None => Api::all(self.ctx.client.clone()),
+        }
+    }
+
+    async fn observe(&self, placement: &Placement) -> Result<Observation, Error> {
+        Ok(observe(self, Arc::new(placement.clone())).await)
+    }
+
+    fn plan(&self, _: &Placement, observation: &Observation) -> Result<Plan, Error> {
+        Ok(plan(observation)?)
+    }
+
+    async fn execute(&self, placement: &Placement, plan: &Plan) -> Result<Outcome, Error> {
+        self.remember_absent(placement, plan.absent.clone());
+        execute(&self.ctx.client, plan, &self.recent).await
+    }
+
+    async fn report(
+        &self,
+        _: &Placement,
+        observation: &Observation,
+        plan: &Plan,
+        outcome: Outcome,
+    ) -> Result<Action, Error> {
+        report(&self.ctx, observation, plan, &outcome).await?;
+        self.announce_left_out(observation, plan).await;
         if !plan.findings.unreadable.is_empty() || !outcome.failed_writes.is_empty() {
             // Soon again: RBAC granted, discovery back or the refusal lifted, the Placement
             // recovers in seconds.
             return Ok(Action::requeue(UNREADABLE_RETRY));
         }
-        Ok::<_, Error>(Action::requeue(
+        Ok(Action::requeue(
             plan.recheck_after
                 .map_or(RESYNC, |r| r.min(RESYNC) + Duration::from_millis(200)),
         ))
-    };
-    state.ctx.metrics.measure("placement", pass).await
+    }
 }
 
 /// How soon a Placement with a type that cannot be read now is looked at again.
