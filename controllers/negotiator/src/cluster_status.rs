@@ -152,7 +152,12 @@ impl Reconciler for State {
         Ok(plan(cluster, imports))
     }
 
-    async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), kube::Error> {
+    async fn execute(
+        &self,
+        cluster: &Cluster,
+        _: &Self::Observed,
+        plan: &Plan,
+    ) -> Result<(), kube::Error> {
         if plan.write {
             Api::<Cluster>::all(self.ctx.client.clone())
                 .patch_status(

@@ -276,7 +276,12 @@ impl Reconciler for HubImporter {
         })
     }
 
-    async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), ImportError> {
+    async fn execute(
+        &self,
+        cluster: &Cluster,
+        _: &Observed,
+        plan: &Plan,
+    ) -> Result<(), ImportError> {
         let name = cluster.name_any();
         match plan {
             Plan::Forget => self.forget(&name),

@@ -358,7 +358,7 @@ pub fn import_object(cluster: &str, spec: &ApiResourceSpec) -> Value {
 #[derive(Clone, Debug)]
 pub enum Step {
     /// The schema is new or changed: apply its import, then mark it imported.
-    Apply(ApiResourceSpec),
+    Apply(Box<ApiResourceSpec>),
     /// The import says what the member serves: mark it imported.
     Keep(Arc<ApiResourceImport>),
     /// The member answered that it does not serve the type: delete its imports.
@@ -407,7 +407,7 @@ pub fn steps(
                     {
                         Step::Keep(i.clone())
                     }
-                    _ => Step::Apply(spec.clone()),
+                    _ => Step::Apply(Box::new(spec.clone())),
                 }
             }
             Ok(None) => Step::Remove(of(type_)),

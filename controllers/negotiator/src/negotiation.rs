@@ -669,6 +669,7 @@ impl Reconciler for Negotiator {
     async fn execute(
         &self,
         negotiation: &NegotiatedApiResource,
+        _: &Observed,
         plan: &Plan,
     ) -> Result<Verdict, Error> {
         let published = match &plan.publish {

@@ -272,7 +272,12 @@ impl Reconciler for State {
         Ok(plan(profile, observed))
     }
 
-    async fn execute(&self, profile: &WorkloadProfile, plan: &Plan) -> Result<(), kube::Error> {
+    async fn execute(
+        &self,
+        profile: &WorkloadProfile,
+        _: &Observed,
+        plan: &Plan,
+    ) -> Result<(), kube::Error> {
         let Some(status) = &plan.status else {
             return Ok(());
         };

@@ -182,7 +182,7 @@ impl Reconciler for Registration {
         Ok(plan::plan(cluster, observed, &settings))
     }
 
-    async fn execute(&self, cluster: &Cluster, plan: &Plan) -> Result<(), Error> {
+    async fn execute(&self, cluster: &Cluster, _: &Observed, plan: &Plan) -> Result<(), Error> {
         let client = &self.ctx.client;
         let name = cluster.name_any();
         if let Some(taints) = &plan.stamp_taints {

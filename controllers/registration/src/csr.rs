@@ -665,7 +665,7 @@ enum Observed {
     /// `Err` when it does not decode.
     Cluster {
         name: String,
-        cluster: Option<Result<Cluster, ()>>,
+        cluster: Option<Result<Box<Cluster>, ()>>,
     },
 }
 
@@ -694,7 +694,7 @@ fn plan(csr: &CertificateSigningRequest, observed: &Observed, config: &CsrConfig
     };
     let decision = decide(
         csr,
-        cluster.as_ref().map(|c| c.as_ref().map_err(|_| ())),
+        cluster.as_ref().map(|c| c.as_deref().map_err(|_| ())),
         config,
     );
     let bootstrap =
@@ -703,7 +703,7 @@ fn plan(csr: &CertificateSigningRequest, observed: &Observed, config: &CsrConfig
         record_bootstrap: (bootstrap && matches!(decision, Decision::Approve { .. }))
             .then(|| cluster_name.clone()),
         decision,
-        cluster: cluster.clone().and_then(Result::ok),
+        cluster: cluster.clone().and_then(Result::ok).map(|c| *c),
     }
 }
 
@@ -739,7 +739,7 @@ impl Reconciler for State {
         }
         Ok(Observed::Cluster {
             name,
-            cluster: guard.map(|g| g.0.map_err(|_| ())),
+            cluster: guard.map(|g| g.0.map(Box::new).map_err(|_| ())),
         })
     }
 
@@ -747,7 +747,12 @@ impl Reconciler for State {
         Ok(plan(csr, observed, &self.config))
     }
 
-    async fn execute(&self, csr: &CertificateSigningRequest, plan: &Plan) -> Result<(), CsrError> {
+    async fn execute(
+        &self,
+        csr: &CertificateSigningRequest,
+        _: &Observed,
+        plan: &Plan,
+    ) -> Result<(), CsrError> {
         let name = csr.metadata.name.clone().ok_or(CsrError::Unnamed)?;
         let (type_, reason, message) = match &plan.decision {
             Decision::Ignore | Decision::Pending { .. } => return Ok(()),
@@ -1042,7 +1047,7 @@ mod tests {
     fn only_an_approved_bootstrap_request_is_recorded_on_its_cluster() {
         let accepted = Observed::Cluster {
             name: C.into(),
-            cluster: Some(Ok(cluster(SyncMode::Pull, true))),
+            cluster: Some(Ok(Box::new(cluster(SyncMode::Pull, true)))),
         };
         let config = CsrConfig::default();
         let bootstrap = plan(&agent_csr(&bootstrap_user_name(C)), &accepted, &config);
@@ -1056,7 +1061,7 @@ mod tests {
 
         let push = Observed::Cluster {
             name: C.into(),
-            cluster: Some(Ok(cluster(SyncMode::Push, true))),
+            cluster: Some(Ok(Box::new(cluster(SyncMode::Push, true)))),
         };
         let denied = plan(&agent_csr(&bootstrap_user_name(C)), &push, &config);
         assert_eq!(denied.decision.reason(), reasons::CLUSTER_NOT_PULL);

@@ -10,8 +10,8 @@
 //! error is tried again after [`Retry::transient`], doubled with every failure in a row up to
 //! [`Retry::MAX_BACKOFF`].
 //!
-//! Controllers that do not fit one object per pass use the parts: [`Retry`] and
-//! [`error_policy`].
+//! Every controller of the workspace runs this way; a reconciler that must not touch some
+//! objects (another replica's) says so in [`Reconciler::admit`].
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -27,6 +27,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 use crate::{Context, ErrorCategory, Metrics};
 
@@ -69,6 +70,23 @@ pub trait Reconciler: Send + Sync + 'static {
     /// through it.
     fn api(&self, object: &Self::Object) -> Api<Self::Object>;
 
+    /// Whether the pass goes ahead at all. An object this reconciler may not touch now (another
+    /// replica's, another mode's) is left as it is — not even its finalizer is added — until it
+    /// changes. Every object by default.
+    fn admit(
+        &self,
+        object: &Self::Object,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        let _ = object;
+        async { Ok(true) }
+    }
+
+    /// Called after a pass that left a deleted object without the reconciler's finalizer: the
+    /// reconciler is done with it, though its cache may hold it a while.
+    fn released(&self, object: &Self::Object) {
+        let _ = object;
+    }
+
     /// Reads what the pass needs.
     fn observe(
         &self,
@@ -87,6 +105,7 @@ pub trait Reconciler: Send + Sync + 'static {
     fn execute(
         &self,
         object: &Self::Object,
+        observed: &Self::Observed,
         plan: &Self::Plan,
     ) -> impl Future<Output = Result<Self::Outcome, Self::Error>> + Send;
 
@@ -227,9 +246,15 @@ async fn pass<R: Reconciler>(
 ) -> Result<Action, Failure<R::Error>> {
     let r = &driven.reconciler;
     let ctx = r.context();
+    let span = tracing::info_span!(
+        "reconcile",
+        controller = R::NAME,
+        object = %ObjectRef::from_obj(&*object)
+    );
     let result = ctx
         .metrics
         .measure(R::NAME, steps(object.clone(), r.clone()))
+        .instrument(span)
         .await;
     let key = ObjectRef::from_obj(&*object);
     match &result {
@@ -260,7 +285,7 @@ async fn steps<R: Reconciler>(
             let plan = r.plan(&object, &observed).map_err(Failure::Reconcile)?;
             let planned = started.elapsed();
             let outcome = r
-                .execute(&object, &plan)
+                .execute(&object, &observed, &plan)
                 .await
                 .map_err(Failure::Reconcile)?;
             let executed = started.elapsed();
@@ -280,11 +305,16 @@ async fn steps<R: Reconciler>(
             action
         }
     };
+    if !r.admit(&object).await.map_err(Failure::Reconcile)? {
+        return Ok(Action::await_change());
+    }
     let Some(name) = R::FINALIZER else {
         return apply(object).await;
     };
     let api = r.api(&object);
-    finalizer(&api, name, object, |event| async {
+    let deleted = object.meta().deletion_timestamp.is_some();
+    let released = object.clone();
+    let result = finalizer(&api, name, object, |event| async {
         match event {
             FinalizerEvent::Apply(o) => apply(o).await,
             // Kube's finalizer helper keeps the finalizer while cleanup fails: a pending one
@@ -300,7 +330,11 @@ async fn steps<R: Reconciler>(
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
         other => Failure::Finalizer(other.to_string()),
-    })
+    });
+    if deleted && result.is_ok() {
+        r.released(&released);
+    }
+    result
 }
 
 /// The error policy of [`drive`]: [`Reconciler::RETRY`], backed off per object.
@@ -400,17 +434,6 @@ impl Retry {
         );
         delay.map_or_else(Action::await_change, Action::requeue)
     }
-}
-
-/// The error policy of a `kube::runtime::Controller` that retries as `retry` says:
-/// `controller.run(reconcile, error_policy(RETRY), state)`.
-pub fn error_policy<K, E, S>(retry: Retry) -> impl Fn(Arc<K>, &E, Arc<S>) -> Action
-where
-    K: Resource,
-    K::DynamicType: Default,
-    E: ErrorCategory,
-{
-    move |object, error, _| retry.action(object.as_ref(), error)
 }
 
 #[cfg(test)]

@@ -685,7 +685,12 @@ impl Reconciler for Splitter {
         Ok(plan(observation)?)
     }
 
-    async fn execute(&self, placement: &Placement, plan: &Plan) -> Result<Outcome, Error> {
+    async fn execute(
+        &self,
+        placement: &Placement,
+        _: &Observation,
+        plan: &Plan,
+    ) -> Result<Outcome, Error> {
         self.remember_absent(placement, plan.absent.clone());
         execute(&self.ctx.client, plan, &self.recent).await
     }
@@ -704,10 +709,9 @@ impl Reconciler for Splitter {
             // recovers in seconds.
             return Ok(Action::requeue(UNREADABLE_RETRY));
         }
-        Ok(Action::requeue(
-            plan.recheck_after
-                .map_or(RESYNC, |r| r.min(RESYNC) + Duration::from_millis(200)),
-        ))
+        Ok(Action::requeue(plan.recheck_after.map_or(RESYNC, |r| {
+            r.min(RESYNC) + Duration::from_millis(200)
+        })))
     }
 }
 

@@ -21,12 +21,10 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use tracing::Instrument;
 
 use crate::SyncerArgs;
 use crate::apply::{
@@ -35,16 +33,21 @@ use crate::apply::{
 };
 use crate::data::HubData;
 use crate::lean::{Manifests, Names, Whole};
-use crate::manifest::{prepare, removed, same_object};
+use crate::manifest::same_object;
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::own_status::{OwnStatus, resource_version_in};
 use crate::released::Released;
 use crate::shard::{self, ShardConfig, Shards};
-use crate::status::{Verdict, manifest_entry, same_ignoring_times, work_conditions};
-use crate::targets::{ClusterLifecycle, MemberSlots, Serving, Targets, Unavailable};
+use crate::status::{Verdict, manifest_entry, same_ignoring_times};
+use crate::targets::{
+    ClusterLifecycle, Member, MemberSlot, MemberSlots, Serving, Targets, Unavailable,
+};
 use crate::watches::{MemberWatches, Use};
-use flotilla_interpreter::HealthRule;
-use flotilla_runtime::reconcile::{Retry, error_policy};
+use flotilla_runtime::reconcile::{Cleanup, Reconciler, Retry, drive};
+
+mod plan;
+
+use plan::{Applying, Plan};
 
 /// When an object is tried again after a failed reconciliation.
 const RETRY: Retry = Retry {
@@ -57,12 +60,8 @@ const RETRY: Retry = Retry {
 pub enum Error {
     #[error(transparent)]
     Kube(#[from] kube::Error),
-    #[error("waiting for {0} object(s) to be deleted from the member")]
-    WaitingForDeletion(usize),
     #[error("cannot delete the member objects yet: {0}")]
     MemberUnavailable(String),
-    #[error("finalizer: {0}")]
-    Finalizer(String),
     #[error(
         "cannot tell whether hub namespace {0} is being deleted (its deletion leaves the member's \
          objects in place), so nothing is deleted yet: {1}"
@@ -71,21 +70,17 @@ pub enum Error {
 }
 
 impl ErrorCategory for Error {
-    fn retry_after(&self) -> Option<Duration> {
-        // An object of the member is going away: moments.
-        matches!(self, Self::WaitingForDeletion(_)).then_some(Duration::from_secs(2))
-    }
-
     fn category(&self) -> &'static str {
         match self {
             Self::Kube(e) => e.category(),
-            Self::WaitingForDeletion(_) => "Waiting",
             Self::MemberUnavailable(_) => "ClusterUnavailable",
-            Self::Finalizer(_) => "Finalizer",
             Self::NamespaceUnknown(_, e) => e.category(),
         }
     }
 }
+
+/// How soon a deleted Work's member objects that are going away are looked at again.
+const DELETION_RECHECK: Duration = Duration::from_secs(2);
 
 struct Syncer {
     ctx: Context,
@@ -391,15 +386,7 @@ pub async fn serve(
         }
     });
 
-    controller
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy(RETRY), state)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile failed");
-            }
-        })
-        .await;
+    drive(controller, state).await;
     Ok(())
 }
 
@@ -427,99 +414,237 @@ impl Drop for InFlight {
     }
 }
 
-async fn reconcile(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error> {
-    let metrics = state.ctx.metrics.clone();
-    metrics.measure("work", reconcile_inner(work, state)).await
+/// What a pass over a Work read.
+pub struct Observed {
+    /// A place of this member's share of the syncer's concurrency, then a common one, held for
+    /// the pass: while a member is slow or does not answer, its Works wait behind each other,
+    /// not before others.
+    _slot: MemberSlot,
+    _in_flight: InFlight,
+    cluster: String,
+    /// The Work whole (with its manifests and the status this syncer wrote last), as the cache
+    /// has it after the wait for a place, or as the hub has it now; `None`: a newer generation
+    /// is on its way, or the Work is gone.
+    work: Option<Work>,
+    /// The member, or why it cannot be written to.
+    member: Result<Member, Unavailable>,
+    /// When a change in the member triggered this pass, if one did.
+    member_change: Option<Instant>,
 }
 
-async fn reconcile_inner(work: Arc<Work>, state: Arc<Syncer>) -> Result<Action, Error> {
-    let key = ObjectRef::from_obj(&*work);
-    let namespace = work.namespace().unwrap_or_default();
-    let Some(cluster) = names::cluster_from_namespace(&namespace).map(str::to_string) else {
-        // Not in a flotilla-cluster-<name> namespace: not a Work for any member.
-        return Ok(Action::await_change());
-    };
-    // A place of this member's share of the syncer's concurrency, then a common one: while a
-    // member is slow or does not answer, its Works wait behind each other, not before others.
-    let _slot = state.slots.take(&cluster).await;
-    // The Work as the cache has it now, not as it was when this reconciliation was queued: the
-    // wait for a slot can be long, and meanwhile the cache may have caught up with the status
-    // this syncer wrote last (and stopped holding that status apart).
-    let work = match state.works.get(&key) {
-        Some(now) if now.uid() == work.uid() => now,
-        _ => work,
-    };
-    if state.released.done_with(&work) {
-        // Its objects are gone and its finalizer removed: the cache has yet to see it go.
-        return Ok(Action::await_change());
+impl Syncer {
+    /// The Work to apply: the cache's (which may have caught up during the wait for a place,
+    /// and stopped holding this syncer's last status apart), with its manifests.
+    async fn whole(&self, queued: &Work) -> Result<Option<Work>, Error> {
+        let key = ObjectRef::from_obj(queued);
+        let work = match self.works.get(&key) {
+            Some(now) if now.uid() == queued.uid() => now,
+            _ => Arc::new(queued.clone()),
+        };
+        if work.metadata.deletion_timestamp.is_some() {
+            // Deleted meanwhile: its cleanup is the next pass.
+            return Ok(None);
+        }
+        Ok(match self.manifests.whole(&work) {
+            Whole::Found(mut whole) => {
+                if let Some(written) = self.own_status.of(&whole) {
+                    whole.status = Some(written);
+                }
+                Some(*whole)
+            }
+            // The cache has the newer generation now, and its reconciliation follows.
+            Whole::Newer => None,
+            // The Work as the hub has it now.
+            Whole::Missing => {
+                let api: Api<Work> = Api::namespaced(
+                    self.hub.client.clone(),
+                    &work.namespace().unwrap_or_default(),
+                );
+                api.get_opt(&work.name_any())
+                    .await?
+                    .filter(|now| now.uid() == work.uid())
+            }
+        })
     }
-    let member_change = state.tracking.take_member_change(&key);
-    if state.targets.serving(&cluster) != Serving::Yes
-        && !may_let_go(&work, &cluster, &state).await?
-    {
-        // Not served by this syncer (a pull-mode member's own syncer, another shard, or not
-        // selected): not touched — not even with a finalizer.
-        return Ok(Action::await_change());
-    }
-    let _in_flight = InFlight::new(
-        state
-            .tracking
-            .metrics()
-            .in_flight
-            .with_label_values(&[&cluster]),
-    );
-    let span = tracing::info_span!("reconcile", controller = "work", cluster = %cluster, object = %work_ref(&work));
+}
+
+impl Reconciler for Syncer {
+    type Object = Work;
+    type Observed = Observed;
+    type Plan = Plan;
+    type Outcome = Option<Applied>;
+    type Error = Error;
+
+    const NAME: &'static str = "work";
+    const RETRY: Retry = RETRY;
     // In pull mode too: the agent's credential may add and remove this finalizer, and nothing
     // else of a Work (admission policy flotilla-agent-works).
-    let api: Api<Work> = Api::namespaced(state.hub.client.clone(), &namespace);
-    // A deleted Work that `finalizer` is done with has no finalizer of this syncer left.
-    let deleting = work.metadata.deletion_timestamp.is_some();
-    let released = work.clone();
-    finalizer(&api, finalizers::SYNCER, work, |event| async {
-        match event {
-            FinalizerEvent::Apply(w) => match state.manifests.whole(&w) {
-                Whole::Found(mut whole) => {
-                    if let Some(written) = state.own_status.of(&whole) {
-                        whole.status = Some(written);
-                    }
-                    apply(&whole, &cluster, &state, member_change).await
+    const FINALIZER: Option<&'static str> = Some(finalizers::SYNCER);
+
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn api(&self, work: &Work) -> Api<Work> {
+        Api::namespaced(
+            self.hub.client.clone(),
+            &work.namespace().unwrap_or_default(),
+        )
+    }
+
+    /// A Work this syncer does not serve (a pull-mode member's own syncer's, another shard's, or
+    /// not selected) is not touched — not even with a finalizer — unless it may let it go.
+    async fn admit(&self, work: &Work) -> Result<bool, Error> {
+        let Some(cluster) = work.cluster_name() else {
+            // Not in a flotilla-cluster-<name> namespace: not a Work for any member.
+            return Ok(false);
+        };
+        if self.released.done_with(work) {
+            // Its objects are gone and its finalizer removed: the cache has yet to see it go.
+            return Ok(false);
+        }
+        Ok(
+            self.targets.serving(cluster) == Serving::Yes
+                || may_let_go(work, cluster, self).await?,
+        )
+    }
+
+    async fn observe(&self, work: &Work) -> Result<Observed, Error> {
+        let cluster = work.cluster_name().unwrap_or_default().to_string();
+        let slot = self.slots.take(&cluster).await;
+        let in_flight = InFlight::new(
+            self.tracking
+                .metrics()
+                .in_flight
+                .with_label_values(&[&cluster]),
+        );
+        let whole = self.whole(work).await?;
+        let member = match &whole {
+            Some(_) => self.targets.client(&cluster).await,
+            None => Err(Unavailable::NotServed(cluster.clone())),
+        };
+        Ok(Observed {
+            _slot: slot,
+            _in_flight: in_flight,
+            member_change: self.tracking.take_member_change(&ObjectRef::from_obj(work)),
+            cluster,
+            work: whole,
+            member,
+        })
+    }
+
+    fn plan(&self, _: &Work, observed: &Observed) -> Result<Plan, Error> {
+        let Some(work) = &observed.work else {
+            return Ok(Plan::Nothing);
+        };
+        Ok(plan::plan(work, observed.member.as_ref().map(|_| ())))
+    }
+
+    async fn execute(
+        &self,
+        _: &Work,
+        observed: &Observed,
+        plan: &Plan,
+    ) -> Result<Option<Applied>, Error> {
+        let (Plan::Apply(applying), Some(work), Ok(member)) =
+            (plan, &observed.work, &observed.member)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(
+            apply(work, &observed.cluster, member, applying, self).await,
+        ))
+    }
+
+    async fn report(
+        &self,
+        _: &Work,
+        observed: &Observed,
+        plan: &Plan,
+        applied: Option<Applied>,
+    ) -> Result<Action, Error> {
+        let (Some(work), cluster) = (&observed.work, observed.cluster.as_str()) else {
+            return Ok(Action::await_change());
+        };
+        match plan {
+            Plan::Nothing => Ok(Action::await_change()),
+            Plan::Unavailable { applied, announce } => {
+                if *announce {
+                    self.hub
+                        .events
+                        .warning(
+                            work,
+                            reasons::CLUSTER_UNAVAILABLE,
+                            "Apply",
+                            applied.message.clone(),
+                        )
+                        .await;
                 }
-                // The cache has the newer generation now, and its reconciliation follows.
-                Whole::Newer => Ok(Action::await_change()),
-                // The Work as the hub has it now.
-                Whole::Missing => match api.get_opt(&w.name_any()).await? {
-                    Some(now) if now.uid() == w.uid() => {
-                        apply(&now, &cluster, &state, member_change).await
-                    }
-                    _ => Ok(Action::await_change()),
-                },
-            },
-            FinalizerEvent::Cleanup(mut w) => {
-                if let Some(written) = state.own_status.of(&w) {
-                    Arc::make_mut(&mut w).status = Some(written);
+                self.tracking
+                    .metrics()
+                    .apply_errors
+                    .with_label_values(&[cluster, reasons::CLUSTER_UNAVAILABLE])
+                    .inc();
+                write_status(work, cluster, std::slice::from_ref(applied), None, self).await?;
+                Ok(Action::requeue(plan::UNAVAILABLE_RECHECK))
+            }
+            Plan::Apply(applying) => {
+                let Some(applied) = applied else {
+                    return Ok(Action::await_change());
+                };
+                let before = work.status.clone().unwrap_or_default();
+                let judgement = plan::judge(&before, &applied.outcomes, applying.rule.as_ref());
+                for (v, action) in &judgement.announce {
+                    self.hub
+                        .events
+                        .warning(work, v.reason, action, v.message.clone())
+                        .await;
                 }
-                let done = cleanup(&w, &cluster, &state).await;
-                if done.is_ok() {
-                    // The Work lets go of its member objects: nothing of it is watched or
-                    // counted.
-                    state.watches.release(&key);
-                    state.tracking.forget(&key);
+                let pruning = !applied.removing.is_empty();
+                write_status(
+                    work,
+                    cluster,
+                    &judgement.verdicts,
+                    Some(ObservedObjects {
+                        manifests: applied.manifests,
+                        removing: applied.removing,
+                    }),
+                    self,
+                )
+                .await?;
+                if let Some(since) = observed.member_change {
+                    self.tracking
+                        .status_reflects(&ObjectRef::from_obj(work), since);
                 }
-                done
+                Ok(Action::requeue(plan::recheck(
+                    pruning,
+                    judgement.applied,
+                    self.args.resync_interval,
+                )))
             }
         }
-    })
-    .instrument(span)
-    .await
-    .inspect(|_| {
-        if deleting {
-            state.released.let_go(&released);
+    }
+
+    async fn cleanup(&self, work: &Work) -> Result<Cleanup, Error> {
+        let cluster = work.cluster_name().unwrap_or_default().to_string();
+        let _slot = self.slots.take(&cluster).await;
+        let mut work = work.clone();
+        if let Some(written) = self.own_status.of(&work) {
+            work.status = Some(written);
         }
-    })
-    .map_err(|e| match e {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    })
+        let done = cleanup(&work, &cluster, self).await?;
+        if done == Cleanup::Done {
+            // The Work lets go of its member objects: nothing of it is watched or counted.
+            let key = ObjectRef::from_obj(&work);
+            self.watches.release(&key);
+            self.tracking.forget(&key);
+        }
+        Ok(done)
+    }
+
+    fn released(&self, work: &Work) {
+        self.released.let_go(work);
+    }
 }
 
 /// Whether this push-mode syncer may remove its finalizer from a deleted Work of a member it
@@ -572,7 +697,7 @@ async fn kept_because(work: &Work, state: &Syncer) -> Result<Option<String>, Err
 
 /// What the syncer observed of a Work's objects: their status, and the objects it no longer
 /// names that are still being removed from the member.
-struct Observed {
+struct ObservedObjects {
     manifests: Vec<flotilla_api::ManifestStatus>,
     removing: Vec<ManifestIdentity>,
 }
@@ -584,7 +709,7 @@ async fn write_status(
     work: &Work,
     cluster: &str,
     verdicts: &[Verdict],
-    observed: Option<Observed>,
+    observed: Option<ObservedObjects>,
     state: &Syncer,
 ) -> Result<bool, Error> {
     let now = Timestamp::now();
@@ -739,46 +864,6 @@ async fn prune(
     remaining
 }
 
-/// The member cannot be written to: say so on the Work, change nothing anywhere else.
-async fn report_unavailable(
-    work: &Work,
-    cluster: &str,
-    why: &Unavailable,
-    state: &Syncer,
-) -> Result<Action, Error> {
-    let message = format!("{why}; the objects in the member are left as they are");
-    let applied = Verdict::new(
-        conditions::APPLIED,
-        "Unknown",
-        reasons::CLUSTER_UNAVAILABLE,
-        message,
-    );
-    let previous = work
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::APPLIED));
-    if previous.is_none_or(|c| c.reason != reasons::CLUSTER_UNAVAILABLE) {
-        state
-            .hub
-            .events
-            .warning(
-                work,
-                reasons::CLUSTER_UNAVAILABLE,
-                "Apply",
-                applied.message.clone(),
-            )
-            .await;
-    }
-    state
-        .tracking
-        .metrics()
-        .apply_errors
-        .with_label_values(&[cluster, reasons::CLUSTER_UNAVAILABLE])
-        .inc();
-    write_status(work, cluster, &[applied], None, state).await?;
-    Ok(Action::requeue(Duration::from_secs(10)))
-}
-
 /// The Works `work` replaces (its `flotilla.dev/replaces`), as `<namespace>/<name>`.
 fn replaced(work: &Work) -> Vec<String> {
     let namespace = work.namespace().unwrap_or_default();
@@ -792,45 +877,40 @@ fn replaced(work: &Work) -> Vec<String> {
         .collect()
 }
 
+/// What applying a Work's manifests came to.
+pub struct Applied {
+    /// The member's answer for each manifest applied, in order.
+    outcomes: Vec<(ManifestIdentity, Outcome)>,
+    /// The status of each.
+    manifests: Vec<flotilla_api::ManifestStatus>,
+    /// The objects the Work names no more that are still being removed.
+    removing: Vec<ManifestIdentity>,
+}
+
+/// Applies the manifests `applying` prepared into `member`, a few at a time and in order
+/// (unchanged ones cost nothing), watches the types they use, and removes what the Work names no
+/// more — unless the member stopped answering: then nothing is decided about it.
 async fn apply(
     work: &Work,
     cluster: &str,
+    member: &Member,
+    applying: &Applying,
     state: &Syncer,
-    member_change: Option<Instant>,
-) -> Result<Action, Error> {
-    let member = match state.targets.client(cluster).await {
-        Ok(m) => m,
-        Err(why) => return report_unavailable(work, cluster, &why, state).await,
-    };
+) -> Applied {
     let key = ObjectRef::from_obj(work);
     let metrics = state.tracking.metrics();
     let now = Timestamp::now();
     let work_ref = work_ref(work);
-    // The Works this one replaces, in the same namespace.
+    for invalid in &applying.invalid {
+        tracing::warn!(work = %work_ref, error = %invalid, "invalid manifest");
+    }
+    if let Some(e) = &applying.invalid_rule {
+        tracing::warn!(work = %work_ref, error = %e, "invalid health rule");
+    }
     let replaces = replaced(work);
     let shared = state.appliers();
     let status = work.status.clone().unwrap_or_default();
     let previous = &status.manifests;
-    let mut outcomes = Vec::new();
-    let mut manifests = Vec::new();
-    let mut resources = Vec::new();
-    let mut applied_count = 0;
-    let mut ready = Vec::new();
-    let prepared_all = prepare(work);
-    // The Work's health rule (a custom kind's, from its WorkloadProfile); one that does not
-    // compile leaves the generic rules, and says so.
-    let rule = work.spec.health.as_deref().and_then(|source| {
-        HealthRule::compile(source)
-            .inspect_err(|e| tracing::warn!(work = %work_ref, error = %e, "invalid health rule"))
-            .ok()
-    });
-    let to_remove = removed(&status, &prepared_all);
-    for prepared in prepared_all {
-        match prepared {
-            Ok(p) => ready.push(p),
-            Err(e) => tracing::warn!(work = %work_ref, error = %e, "invalid manifest"),
-        }
-    }
     let data = HubData::new(
         state.hub.client.clone(),
         &work.namespace().unwrap_or_default(),
@@ -843,63 +923,56 @@ async fn apply(
         allow_existing_namespaces: work.spec.allow_existing_namespaces,
         data: &data,
     };
-    // A few manifests of the Work at a time, in order; unchanged ones cost nothing.
-    let results: Vec<_> = futures::stream::iter(ready)
-        .map(|prepared| {
+    let ready = &applying.ready;
+    let results: Vec<_> = futures::stream::iter(0..ready.len())
+        .map(|i| {
+            let prepared = &ready[i];
             let before = previous
                 .iter()
                 .find(|m| same_object(&m.identity, &prepared.identity));
-            let (shared, target, member) = (&shared, &target, &member);
+            let (shared, target) = (&shared, &target);
             async move {
                 let (resource, outcome) =
-                    apply_manifest(shared, cluster, &member.client, &prepared, before, target)
-                        .await;
+                    apply_manifest(shared, cluster, &member.client, prepared, before, target).await;
                 (prepared, before, resource, outcome)
             }
         })
         .buffered(APPLY_CONCURRENCY)
         .collect()
         .await;
+    let (mut outcomes, mut manifests, mut resources) = (Vec::new(), Vec::new(), Vec::new());
+    let mut applied_count = 0;
     for (prepared, before, resource, outcome) in results {
         resources.extend(resource);
         let result = match &outcome {
-            Outcome::Applied(_) => {
-                applied_count += 1;
-                "applied"
-            }
-            Outcome::Unchanged(_) => {
-                applied_count += 1;
-                "unchanged"
-            }
-            Outcome::Conflict(_) => {
-                metrics
-                    .apply_errors
-                    .with_label_values(&[cluster, reasons::CONFLICT])
-                    .inc();
-                "conflict"
-            }
-            Outcome::Failed { reason, .. } => {
-                metrics
-                    .apply_errors
-                    .with_label_values(&[cluster, reason])
-                    .inc();
-                "failed"
-            }
+            Outcome::Applied(_) => "applied",
+            Outcome::Unchanged(_) => "unchanged",
+            Outcome::Conflict(_) => "conflict",
+            Outcome::Failed { .. } => "failed",
         };
+        match &outcome {
+            Outcome::Applied(_) | Outcome::Unchanged(_) => applied_count += 1,
+            Outcome::Conflict(_) => metrics
+                .apply_errors
+                .with_label_values(&[cluster, reasons::CONFLICT])
+                .inc(),
+            Outcome::Failed { reason, .. } => metrics
+                .apply_errors
+                .with_label_values(&[cluster, reason])
+                .inc(),
+        }
         metrics.applies.with_label_values(&[cluster, result]).inc();
         manifests.push(manifest_entry(
             prepared.ordinal,
             &prepared.identity,
             &outcome,
             before,
-            rule.as_ref(),
+            applying.rule.as_ref(),
             now,
         ));
-        outcomes.push((prepared.identity, outcome));
+        outcomes.push((prepared.identity.clone(), outcome));
     }
-    let unreachable = outcomes.iter().any(|(_, o)| {
-        matches!(o, Outcome::Failed { reason, .. } if *reason == reasons::CLUSTER_UNAVAILABLE)
-    });
+    let unreachable = plan::unreachable(&outcomes);
     if !unreachable {
         // Watch exactly the types this Work uses (a type it dropped may stop being watched).
         let uses: Vec<Use<'_>> = resources
@@ -916,60 +989,23 @@ async fn apply(
     if applied_count == outcomes.len() {
         state.tracking.applied(&key, work.metadata.generation);
     }
-    let verdicts = work_conditions(&outcomes, rule.as_ref());
-    for v in &verdicts {
-        let before = status.conditions.iter().find(|c| c.type_ == v.type_);
-        if before.is_some_and(|c| c.status == v.status && c.reason == v.reason) {
-            continue;
-        }
-        if v.type_ == conditions::APPLIED && v.status == "False" {
-            state
-                .hub
-                .events
-                .warning(work, v.reason, "Apply", v.message.clone())
-                .await;
-        } else if v.type_ == conditions::DEGRADED && v.status == "True" {
-            state
-                .hub
-                .events
-                .warning(work, v.reason, "Observe", v.message.clone())
-                .await;
-        }
-    }
-    let applied = verdicts
-        .iter()
-        .any(|v| v.type_ == conditions::APPLIED && v.status == "True");
     let removing = if unreachable {
-        // Nothing is decided about the member while it does not answer.
         status.removing.clone()
     } else {
-        prune(work, cluster, &member.client, to_remove, state).await
+        prune(
+            work,
+            cluster,
+            &member.client,
+            applying.to_remove.clone(),
+            state,
+        )
+        .await
     };
-    let pruning = !removing.is_empty();
-    write_status(
-        work,
-        cluster,
-        &verdicts,
-        Some(Observed {
-            manifests,
-            removing,
-        }),
-        state,
-    )
-    .await?;
-    if let Some(since) = member_change {
-        state.tracking.status_reflects(&key, since);
+    Applied {
+        outcomes,
+        manifests,
+        removing,
     }
-    // Changes in the member arrive through its watches; the resync re-applies in any case.
-    // What could not be applied is retried sooner: a conflicting object may have gone, a
-    // member may have come back.
-    Ok(Action::requeue(if pruning {
-        Duration::from_secs(2)
-    } else if applied {
-        state.args.resync_interval
-    } else {
-        state.args.resync_interval.min(Duration::from_secs(10))
-    }))
 }
 
 /// Whether deleting object `id` deletes others with it (a Namespace, a CRD).
@@ -978,7 +1014,9 @@ fn holds_others(id: &ManifestIdentity) -> bool {
         || (id.group == "apiextensions.k8s.io" && id.kind == "CustomResourceDefinition")
 }
 
-async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, Error> {
+/// Deletes a deleted Work's objects from its member, unless they stay ([`kept_because`]) or no
+/// member is left. Namespaces and CRDs go last, one by one.
+async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Cleanup, Error> {
     if let Some(why) = kept_because(work, state).await? {
         tracing::info!(work = %work_ref(work), "{why}");
         state
@@ -986,7 +1024,7 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
             .events
             .normal(work, "Orphaned", "Delete", why)
             .await;
-        return Ok(Action::await_change());
+        return Ok(Cleanup::Done);
     }
     let member = match state.targets.client(cluster).await {
         Ok(m) => m,
@@ -1002,7 +1040,7 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
                     format!("Cluster {cluster} was deleted: the objects in the member (if any) are left in place"),
                 )
                 .await;
-            return Ok(Action::await_change());
+            return Ok(Cleanup::Done);
         }
         // Never give up on deleting while the member may come back.
         Err(why) => return Err(Error::MemberUnavailable(why.to_string())),
@@ -1017,7 +1055,7 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
             match api.get_opt(&work.name_any()).await? {
                 Some(now) if now.uid() == work.uid() => crate::manifest::named(&now),
                 // Gone: its finalizer was removed, so its objects are.
-                _ => return Ok(Action::await_change()),
+                _ => return Ok(Cleanup::Done),
             }
         }
     };
@@ -1049,8 +1087,11 @@ async fn cleanup(work: &Work, cluster: &str, state: &Syncer) -> Result<Action, E
             Err(e) => return Err(Error::MemberUnavailable(e)),
         }
     }
-    if remaining > 0 {
-        return Err(Error::WaitingForDeletion(remaining));
-    }
-    Ok(Action::await_change())
+    Ok(if remaining > 0 {
+        // An object of the member is going away: moments.
+        tracing::debug!(work = %work_ref, remaining, "waiting for the member's objects to be deleted");
+        Cleanup::Pending(DELETION_RECHECK)
+    } else {
+        Cleanup::Done
+    })
 }
