@@ -19,6 +19,7 @@ use flotilla_api::{
     ApiResourceImport, ApiResourceSpec, Cluster, ImportSummary, NegotiatedApiResource, Placement,
     conditions, field_managers, labels, names, reasons,
 };
+use flotilla_runtime::cache::Change;
 use flotilla_runtime::{Context, ErrorCategory};
 use flotilla_schema::Limits;
 use futures::StreamExt;
@@ -87,8 +88,8 @@ impl Shared {
             ctx,
             Api::<ApiResourceImport>::all(client.clone()),
             watcher::Config::default(),
-            move |import: &ApiResourceImport| {
-                let _ = to_negotiation.unbounded_send(Arc::new(import.clone()));
+            move |import: Change<'_, ApiResourceImport>| {
+                let _ = to_negotiation.unbounded_send(Arc::new(import.object().clone()));
             },
         );
         let (to_importer, placements_rx) = mpsc::channel(1);
@@ -97,7 +98,7 @@ impl Shared {
             ctx,
             Api::<Placement>::all(client),
             watcher::Config::default(),
-            move |_: &Placement| {
+            move |_: Change<'_, Placement>| {
                 // Full: a tick is pending already.
                 let _ = to_importer
                     .lock()

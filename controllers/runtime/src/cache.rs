@@ -55,7 +55,33 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    spawn_store_with(ctx, api, config, |_: &K| {})
+    spawn_store_with(ctx, api, config, |_: Change<'_, K>| {})
+}
+
+/// A change of a cached object, told after the cache has it.
+#[derive(Debug)]
+pub enum Change<'a, K> {
+    /// Added or changed (the initial list included).
+    Applied(&'a K),
+    /// Deleted, as it was last.
+    Deleted(&'a K),
+}
+
+impl<K> Clone for Change<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Change<'_, K> {}
+
+impl<'a, K> Change<'a, K> {
+    /// The object, whatever the change.
+    pub fn object(&self) -> &'a K {
+        match self {
+            Self::Applied(o) | Self::Deleted(o) => o,
+        }
+    }
 }
 
 /// Like [`spawn_store`], calling `on_change` with every object that was added, changed or
@@ -70,7 +96,7 @@ pub fn spawn_store_with<K, F>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-    F: Fn(&K) + Send + 'static,
+    F: Fn(Change<'_, K>) + Send + 'static,
 {
     spawn_lean_store(ctx, api, config, |_: &mut K| {}, on_change)
 }
@@ -88,7 +114,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     L: FnMut(&mut K) + Send + 'static,
-    F: Fn(&K) + Send + 'static,
+    F: Fn(Change<'_, K>) + Send + 'static,
 {
     let (reader, writer) = reflector::store();
     // No controller reads `managedFields` off a cache, and they are often most of an object
@@ -111,9 +137,7 @@ where
     } else {
         watcher(api, config).modify(prepare).boxed()
     };
-    let stream = reflector::reflector(writer, events)
-        .default_backoff()
-        .touched_objects();
+    let stream = reflector::reflector(writer, events).default_backoff();
     let shutdown = ctx.shutdown.clone();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -121,7 +145,11 @@ where
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 next = stream.next() => match next {
-                    Some(Ok(object)) => on_change(&object),
+                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                        on_change(Change::Applied(&o));
+                    }
+                    Some(Ok(watcher::Event::Delete(o))) => on_change(Change::Deleted(&o)),
+                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
                     Some(Err(e)) => tracing::warn!(kind = %K::kind(&Default::default()), error = %e, "watch failed; retrying with backoff"),
                     None => break,
                 },
@@ -181,6 +209,28 @@ impl SeenInputs {
     }
 }
 
+/// An `on_change` for [`spawn_store_with`] that calls `then` only with an object that appeared,
+/// went, or changed in what `inputs` hashes of it (what its controller reads): a cache's other
+/// changes (heartbeats, the controller's own status writes) start nothing.
+pub fn when_inputs_change<K, I, T>(inputs: I, then: T) -> impl Fn(Change<'_, K>) + Send + 'static
+where
+    K: Resource,
+    I: Fn(&K) -> u64 + Send + 'static,
+    T: Fn(Change<'_, K>) + Send + 'static,
+{
+    let seen = SeenInputs::default();
+    move |change: Change<'_, K>| {
+        let uid = change.object().meta().uid.clone().unwrap_or_default();
+        let changed = match change {
+            Change::Applied(o) => seen.changed(&uid, inputs(o)),
+            Change::Deleted(_) => seen.forget(&uid),
+        };
+        if changed {
+            then(change);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +245,30 @@ mod tests {
         assert!(seen.forget("u-1"));
         assert!(!seen.forget("u-1"), "forgotten already");
         assert!(seen.changed("u-1", 2), "new again");
+    }
+
+    #[test]
+    fn only_a_change_of_inputs_goes_on() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let told = seen.clone();
+        let on_change = when_inputs_change(
+            |c: &ConfigMap| c.data.as_ref().map_or(0, |d| d.len() as u64),
+            move |c: Change<'_, ConfigMap>| {
+                told.lock()
+                    .expect("not poisoned")
+                    .push(matches!(c, Change::Deleted(_)));
+            },
+        );
+        let mut cm = ConfigMap::default();
+        cm.metadata.uid = Some("u-1".into());
+        on_change(Change::Applied(&cm));
+        cm.metadata.labels = Some([("heartbeat".to_string(), "1".to_string())].into());
+        on_change(Change::Applied(&cm));
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        on_change(Change::Applied(&cm));
+        on_change(Change::Deleted(&cm));
+        on_change(Change::Deleted(&cm));
+        assert_eq!(*seen.lock().expect("not poisoned"), [false, false, true]);
     }
 }

@@ -54,6 +54,7 @@ pub mod revisions;
 pub mod services;
 pub mod specificity;
 pub mod state;
+pub mod watches;
 pub mod works;
 
 use clap::Args;

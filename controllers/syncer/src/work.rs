@@ -169,17 +169,13 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     // cache has the change (a second watch would race it: a Work could be served with the old
     // Cluster, and nothing would trigger it again).
     let (changed, cluster_events) = mpsc::unbounded();
-    let seen = flotilla_runtime::cache::SeenInputs::default();
     let clusters = flotilla_runtime::cache::spawn_store_with(
         &ctx,
         Api::<Cluster>::all(client.clone()),
         cluster_watch,
-        move |cluster: &Cluster| {
-            let uid = cluster.uid().unwrap_or_default();
-            if seen.changed(&uid, cluster_readiness(cluster)) {
-                let _ = changed.unbounded_send(Ok(cluster.clone()));
-            }
-        },
+        flotilla_runtime::cache::when_inputs_change(cluster_readiness, move |cluster| {
+            let _ = changed.unbounded_send(Ok(cluster.object().clone()));
+        }),
     );
     let cluster_events = cluster_events.boxed();
     let shards = Arc::new(if args.shard_by_cluster {
