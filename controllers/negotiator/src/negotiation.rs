@@ -765,25 +765,10 @@ impl Reconciler for Negotiator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_api::{ApiResourceNames, GroupVersion, ResourceScope};
 
+    /// The widgets of `example.com` at `version`, with no fields.
     fn widgets(version: &str) -> ApiResourceSpec {
-        ApiResourceSpec {
-            group_version: GroupVersion {
-                group: "example.com".into(),
-                version: version.into(),
-            },
-            names: ApiResourceNames {
-                plural: "widgets".into(),
-                kind: "Widget".into(),
-                ..Default::default()
-            },
-            scope: ResourceScope::Namespaced,
-            subresources: None,
-            column_definitions: vec![],
-            api_approved: None,
-            open_api_v3_schema: json!({"type": "object"}),
-        }
+        plan::tests::widgets(version, &[])
     }
 
     /// The apiserver's refusal, in short: the first causes with their paths, and how many more.

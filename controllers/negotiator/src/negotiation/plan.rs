@@ -22,7 +22,7 @@ use crate::schemas;
 use crate::verdict::{self, ImportInput, ImportVerdict, Negotiation, Reference};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// What a pass read.
 #[derive(Clone, Debug)]

@@ -24,7 +24,8 @@ fn schema(fields: &[&str]) -> Value {
         "spec": {"type": "object", "properties": properties}}})
 }
 
-fn widgets(version: &str, fields: &[&str]) -> ApiResourceSpec {
+/// The widgets of `example.com` at `version`, with a string field of `spec` per `fields`.
+pub(crate) fn widgets(version: &str, fields: &[&str]) -> ApiResourceSpec {
     ApiResourceSpec {
         group_version: GroupVersion {
             group: "example.com".into(),
