@@ -11,10 +11,8 @@ use std::time::Duration;
 
 use flotilla_api::condition::is_condition_true;
 use flotilla_api::{ApiResourceImport, Cluster, SyncMode, conditions, names};
-use flotilla_runtime::member_client::read_secret;
 use flotilla_runtime::{Context, MemberClients};
 use futures::channel::mpsc;
-use k8s_openapi::api::core::v1::Secret;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -112,33 +110,18 @@ impl HubImporter {
     /// only one); rebuilt when the Secret changes.
     async fn reader(&self, cluster: &Cluster) -> Result<Arc<MemberReader>, ImportError> {
         let name = cluster.name_any();
-        let (namespace, reference) = cluster
-            .spec
-            .reader_kubeconfig(&self.args.member_secrets.reader_secrets())
-            .map_err(ImportError::NoClient)?;
-        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &namespace);
-        let secret = read_secret(&secrets, &namespace, &reference.name)
+        let (client, key) = self
+            .clients
+            .reader(
+                &self.ctx.client,
+                cluster,
+                &self.args.member_secrets.reader_secrets(),
+            )
             .await
             .map_err(|e| ImportError::NoClient(e.to_string()))?;
-        let transport =
-            flotilla_runtime::member_client::Transport::of(cluster.spec.allow_insecure_transport);
-        let key = format!(
-            "{}/{transport:?}",
-            flotilla_runtime::member_client::secret_version_key(
-                &namespace,
-                &reference.name,
-                &reference.key,
-                &secret,
-            )
-        );
         if let Some(m) = self.lock().get(&name).filter(|m| m.key == key) {
             return Ok(m.reader.clone());
         }
-        let client = self
-            .clients
-            .client_for(&name, &secret, &reference.key, transport)
-            .await
-            .map_err(|e| ImportError::NoClient(e.to_string()))?;
         let trigger = self.trigger.clone();
         let reader = Arc::new(MemberReader::start(&name, client, move || {
             let _ = trigger.unbounded_send(());

@@ -14,10 +14,10 @@ use flotilla_api::{
     Cluster, ClusterStatus, SyncMode, annotations, conditions, field_managers, finalizers, labels,
     names, reasons,
 };
-use flotilla_runtime::member_client::{MemberClientError, read_secret};
+use flotilla_runtime::member_client::MemberClientError;
 use flotilla_runtime::{Context, ErrorCategory, MemberClients};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -310,41 +310,30 @@ pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
 /// The outcome of probing a push-mode member.
 async fn probe_push(cluster: &Cluster, state: &Registration) -> ProbeOutcome {
     let name = cluster.name_any();
-    let (namespace, reference) = match cluster
-        .spec
-        .reader_kubeconfig(&state.args.member_secrets.reader_secrets())
-    {
-        Ok(found) => found,
-        Err(message) => {
-            let reason = if cluster.spec.kubeconfig_secret_ref.is_some() {
-                reasons::READ_ONLY_KUBECONFIG_REQUIRED
-            } else {
-                reasons::INVALID_KUBECONFIG
-            };
-            return ProbeOutcome::BadCredentials { reason, message };
-        }
-    };
-    let secrets: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &namespace);
-    let client = match read_secret(&secrets, &namespace, &reference.name).await {
-        Ok(secret) => {
-            state
-                .clients
-                .client_for(
-                    &name,
-                    &secret,
-                    &reference.key,
-                    flotilla_runtime::member_client::Transport::of(
-                        cluster.spec.allow_insecure_transport,
-                    ),
-                )
-                .await
-        }
-        Err(e) => Err(e),
-    };
+    let client = state
+        .clients
+        .reader(
+            &state.ctx.client,
+            cluster,
+            &state.args.member_secrets.reader_secrets(),
+        )
+        .await
+        .map(|(client, _)| client);
     let client = match client {
         Ok(c) => c,
         Err(e) => {
             let reason = match &e {
+                MemberClientError::NoReader(message) => {
+                    let reason = if cluster.spec.kubeconfig_secret_ref.is_some() {
+                        reasons::READ_ONLY_KUBECONFIG_REQUIRED
+                    } else {
+                        reasons::INVALID_KUBECONFIG
+                    };
+                    return ProbeOutcome::BadCredentials {
+                        reason,
+                        message: message.clone(),
+                    };
+                }
                 MemberClientError::SecretNotFound { .. } => reasons::SECRET_NOT_FOUND,
                 MemberClientError::KeyMissing { .. } => reasons::SECRET_KEY_NOT_FOUND,
                 MemberClientError::SecretUnreadable { .. } => {

@@ -58,6 +58,11 @@ pub enum MemberClientError {
         field: String,
         why: &'static str,
     },
+
+    /// The Cluster names no kubeconfig it may be read with (see
+    /// [`flotilla_api::ClusterSpec::reader_kubeconfig`]); the message names the field.
+    #[error("{0}")]
+    NoReader(String),
 }
 
 impl ErrorCategory for MemberClientError {
@@ -67,7 +72,8 @@ impl ErrorCategory for MemberClientError {
             Self::SecretUnreadable { source, .. } => crate::error::kube_error_category(source),
             Self::KeyMissing { .. }
             | Self::InvalidKubeconfig { .. }
-            | Self::ForbiddenKubeconfigField { .. } => "InvalidKubeconfig",
+            | Self::ForbiddenKubeconfigField { .. }
+            | Self::NoReader(_) => "InvalidKubeconfig",
         }
     }
 
@@ -464,6 +470,35 @@ impl MemberClients {
             },
         );
         Ok(client)
+    }
+
+    /// The clients of push-mode member `cluster` from the kubeconfig it is read with (its
+    /// read-only one or, where `secrets` allows it, the one the syncer writes with; see
+    /// [`flotilla_api::ClusterSpec::reader_kubeconfig`]), read from the hub with `hub`; and the
+    /// version of that credential (Secret, key, resourceVersion and transport), which changes
+    /// when the client does.
+    pub async fn reader(
+        &self,
+        hub: &kube::Client,
+        cluster: &flotilla_api::Cluster,
+        secrets: &flotilla_api::cluster::ReaderSecrets<'_>,
+    ) -> Result<(MemberClient, String), MemberClientError> {
+        let (namespace, reference) = cluster
+            .spec
+            .reader_kubeconfig(secrets)
+            .map_err(MemberClientError::NoReader)?;
+        let api: Api<Secret> = Api::namespaced(hub.clone(), &namespace);
+        let secret = read_secret(&api, &namespace, &reference.name).await?;
+        let transport = Transport::of(cluster.spec.allow_insecure_transport);
+        let version = format!(
+            "{}/{transport:?}",
+            secret_version_key(&namespace, &reference.name, &reference.key, &secret)
+        );
+        let name = cluster.metadata.name.as_deref().unwrap_or_default();
+        let client = self
+            .client_for(name, &secret, &reference.key, transport)
+            .await?;
+        Ok((client, version))
     }
 
     /// Drops the client of a member that went away.
