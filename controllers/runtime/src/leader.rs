@@ -107,6 +107,7 @@ fn released_spec(current: &LeaseSpec, now: Timestamp) -> LeaseSpec {
 }
 
 /// Acquires, holds and releases one Lease.
+#[derive(Clone)]
 pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaseConfig,
@@ -280,6 +281,69 @@ impl LeaderElector {
         }
     }
 
+    /// [`Self::hold`] on a thread of its own, with a hub client of its own built from
+    /// `config`: the renewals never wait behind a runtime that CPU-bound passes keep busy (a
+    /// plan of thousands of objects, a large schema negotiated), so a busy replica keeps its
+    /// Lease as long as the hub answers. Returns the elector, talking through `client` again, and
+    /// why it stopped holding. Falls back to holding here when no thread can be started.
+    pub async fn hold_apart(
+        self,
+        client: Client,
+        config: kube::Config,
+        shutdown: CancellationToken,
+    ) -> (Self, Result<(), LeadershipLost>) {
+        let namespace = self.config.namespace.clone();
+        let mut here = self.clone();
+        here.api = Api::namespaced(client, &namespace);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let stop = shutdown.clone();
+        let mut apart = self;
+        let started = std::thread::Builder::new()
+            .name("lease".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start the Lease's runtime");
+                        return;
+                    }
+                };
+                let outcome = runtime.block_on(async {
+                    match crate::pool::client(&config, None, crate::pool::Retries::Patient) {
+                        Ok(own) => apart.api = Api::namespaced(own, &namespace),
+                        Err(e) => tracing::warn!(error = %e, "no hub client of its own for the Lease: renewing through the controllers' client"),
+                    }
+                    let held = apart.hold(&stop).await;
+                    (apart.observed, held)
+                });
+                let _ = tx.send(outcome);
+            });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "cannot start the Lease's thread: renewing on the controllers' runtime");
+            let held = here.hold(&shutdown).await;
+            return (here, held);
+        }
+        match rx.await {
+            Ok((observed, held)) => {
+                here.observed = observed;
+                (here, held)
+            }
+            // No runtime of its own, or it ended without a word: what the Lease holds now is
+            // unknown, so the controllers stop as if it was lost.
+            Err(_) => {
+                let lost = LeadershipLost::RenewDeadline {
+                    lease: here.lease_ref(),
+                    deadline: here.config.renew_deadline,
+                    last_error: "the Lease's thread ended".into(),
+                };
+                (here, Err(lost))
+            }
+        }
+    }
+
     /// Gives the Lease up if this replica holds it, so a standby takes over without waiting for
     /// it to expire. Best effort: failures are logged.
     pub async fn release(&mut self) {
@@ -444,5 +508,119 @@ mod tests {
             Instant::now(),
             Duration::from_secs(15)
         ));
+    }
+
+    /// A hub that keeps one Lease in memory and counts its renewals: enough of the Lease API for
+    /// an elector, served on a thread of its own.
+    fn lease_hub() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use axum::body::Bytes;
+        use axum::extract::State;
+        use axum::http::{StatusCode, header};
+        use axum::routing::{get, post};
+        use serde_json::Value;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        type Hub = (Arc<Mutex<Option<Value>>>, Arc<AtomicUsize>);
+        type Answer = (StatusCode, [(header::HeaderName, &'static str); 1], String);
+        let answer = |code, body: &Value| -> Answer {
+            (
+                code,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+        };
+        let store = move |code, body: Bytes, hub: &Hub| -> Answer {
+            let mut lease: Value = serde_json::from_slice(&body).expect("a Lease");
+            let version = hub.1.fetch_add(1, Ordering::SeqCst) + 1;
+            lease["apiVersion"] = "coordination.k8s.io/v1".into();
+            lease["kind"] = "Lease".into();
+            lease["metadata"]["resourceVersion"] = version.to_string().into();
+            *hub.0.lock().expect("not poisoned") = Some(lease.clone());
+            answer(code, &lease)
+        };
+        let hub: Hub = Default::default();
+        let renewals = hub.1.clone();
+        let path = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
+        let app = axum::Router::new()
+            .route(
+                &format!("{path}/lease"),
+                get(move |State(hub): State<Hub>| async move {
+                    match hub.0.lock().expect("not poisoned").clone() {
+                        Some(lease) => answer(StatusCode::OK, &lease),
+                        None => answer(
+                            StatusCode::NOT_FOUND,
+                            &serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "reason": "NotFound", "code": 404}),
+                        ),
+                    }
+                })
+                .put(move |State(hub): State<Hub>, body: Bytes| async move {
+                    store(StatusCode::OK, body, &hub)
+                }),
+            )
+            .route(
+                path,
+                post(move |State(hub): State<Hub>, body: Bytes| async move {
+                    store(StatusCode::CREATED, body, &hub)
+                }),
+            )
+            .with_state(hub);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("a port");
+                tx.send(listener.local_addr().expect("an address"))
+                    .expect("the test waits");
+                axum::serve(listener, app).await.expect("serving");
+            });
+        });
+        let address = rx.recv().expect("the hub's address");
+        (format!("http://{address}"), renewals)
+    }
+
+    /// Passes that keep the controllers' runtime busy for longer than the renew deadline (here
+    /// its only thread sleeps) do not cost the Lease: it is renewed on a thread of its own.
+    #[test]
+    fn a_busy_runtime_keeps_its_lease() {
+        let (url, writes) = lease_hub();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (held, renewed) = runtime.block_on(async {
+            let config = kube::Config::new(url.parse().expect("a URL"));
+            let client = Client::try_from(config.clone()).expect("a client");
+            let mut elector = LeaderElector::new(
+                client.clone(),
+                LeaseConfig {
+                    namespace: "ns".into(),
+                    name: "lease".into(),
+                    identity: "me".into(),
+                    lease_duration: Duration::from_secs(3),
+                    renew_deadline: Duration::from_secs(1),
+                    retry_period: Duration::from_millis(200),
+                },
+            );
+            let shutdown = CancellationToken::new();
+            assert!(elector.acquire(&shutdown, |_, _| {}).await, "acquired");
+            let before = writes.load(std::sync::atomic::Ordering::SeqCst);
+            let holding = tokio::spawn(elector.hold_apart(client, config, shutdown.clone()));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // A CPU-bound pass: nothing else runs on this runtime for three renew deadlines.
+            std::thread::sleep(Duration::from_secs(3));
+            let renewed = writes.load(std::sync::atomic::Ordering::SeqCst) - before;
+            shutdown.cancel();
+            let (_, held) = holding.await.expect("not panicked");
+            (held, renewed)
+        });
+        assert!(held.is_ok(), "{held:?}");
+        assert!(renewed >= 5, "renewed {renewed} times in 3 s");
     }
 }

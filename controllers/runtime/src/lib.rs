@@ -174,6 +174,8 @@ where
     }
     health.set_lease_state(true);
     metrics.leader.set(1);
+    // The Lease's own client is built from the same configuration.
+    let hub_config = hub::config(args.kubeconfig.as_deref()).await?;
 
     let stop = shutdown.child_token();
     let context = Context {
@@ -181,7 +183,7 @@ where
         metrics: metrics.clone(),
         health: health.clone(),
         events: Events::new(
-            client,
+            client.clone(),
             &format!("flotilla.dev/{}", binary.trim_start_matches("flotilla-")),
             &identity,
         ),
@@ -190,11 +192,24 @@ where
     };
     let mut task = tokio::spawn(controllers(context));
 
-    let outcome: anyhow::Result<()> = match elector.as_mut() {
-        Some(elector) => tokio::select! {
-            held = elector.hold(&shutdown) => held.map_err(anyhow::Error::from),
-            done = &mut task => return finish(done, elector, &metrics).await,
-        },
+    let outcome: anyhow::Result<()> = match elector.take() {
+        Some(leading) => {
+            // Renewed on a thread of its own: see LeaderElector::hold_apart.
+            let holding = shutdown.child_token();
+            let held = leading.hold_apart(client, hub_config, holding.clone());
+            tokio::pin!(held);
+            tokio::select! {
+                (leading, held) = &mut held => {
+                    elector = Some(leading);
+                    held.map_err(anyhow::Error::from)
+                }
+                done = &mut task => {
+                    holding.cancel();
+                    let (mut leading, _) = held.await;
+                    return finish(done, &mut leading, &metrics).await;
+                }
+            }
+        }
         None => tokio::select! {
             _ = shutdown.cancelled() => Ok(()),
             done = &mut task => return flatten(done),
