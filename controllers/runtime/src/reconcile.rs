@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -178,19 +178,26 @@ impl<E: ErrorCategory + 'static> ErrorCategory for Failure<E> {
 }
 
 /// The failures in a row of each object, with the category of the last.
-struct Streaks<K: Resource> {
+struct Streaks<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
     by_object: Mutex<HashMap<ObjectRef<K>, (u32, &'static str)>>,
+    /// The objects the controller knows: a streak of one no longer there (deleted while failing)
+    /// is forgotten.
+    known: Store<K>,
 }
 
 impl<K> Streaks<K>
 where
-    K: Resource,
+    K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
     /// Records a failure of `category`: the failures in a row now, and whether the category is
-    /// new to the streak.
+    /// new to the streak. Streaks of objects the controller no longer knows go.
     fn fail(&self, object: ObjectRef<K>, category: &'static str) -> (u32, bool) {
         let mut by_object = self.by_object.lock().unwrap_or_else(|p| p.into_inner());
+        by_object.retain(|o, _| *o == object || self.known.get(o).is_some());
         let entry = by_object.entry(object).or_insert((0, category));
         let changed = entry.0 == 0 || entry.1 != category;
         *entry = (entry.0.saturating_add(1), category);
@@ -226,6 +233,7 @@ pub async fn drive<R: Reconciler>(controller: Controller<R::Object>, reconciler:
         reconciler,
         streaks: Streaks {
             by_object: Mutex::new(HashMap::new()),
+            known: controller.store(),
         },
     });
     controller
@@ -505,8 +513,10 @@ mod tests {
     #[test]
     fn a_streak_announces_its_first_failure_and_each_new_category() {
         use k8s_openapi::api::core::v1::ConfigMap;
+        let (known, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
         let streaks: Streaks<ConfigMap> = Streaks {
             by_object: Mutex::new(HashMap::new()),
+            known,
         };
         let a = ObjectRef::<ConfigMap>::new("a").within("ns");
         assert_eq!(streaks.fail(a.clone(), "Timeout"), (1, true));
@@ -515,6 +525,25 @@ mod tests {
         assert_eq!(streaks.failures(&a), 3);
         streaks.succeed(&a);
         assert_eq!(streaks.failures(&a), 0);
-        assert_eq!(streaks.fail(a, "Forbidden"), (1, true));
+        assert_eq!(streaks.fail(a.clone(), "Forbidden"), (1, true));
+
+        // A failing object the controller still knows keeps its streak when another fails; one
+        // deleted meanwhile (no finalizer kept it) is forgotten.
+        let mut known = ConfigMap::default();
+        known.metadata.name = Some("b".into());
+        known.metadata.namespace = Some("ns".into());
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(known));
+        let b = ObjectRef::<ConfigMap>::new("b").within("ns");
+        assert_eq!(streaks.fail(b.clone(), "Timeout"), (1, true));
+        assert_eq!(
+            streaks.failures(&a),
+            0,
+            "a is gone from the controller's cache"
+        );
+        assert_eq!(
+            streaks.fail(ObjectRef::new("c").within("ns"), "Timeout"),
+            (1, true)
+        );
+        assert_eq!(streaks.failures(&b), 1, "b is still known");
     }
 }
