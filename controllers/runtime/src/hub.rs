@@ -31,12 +31,13 @@ pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
 
 /// Connects to the hub and waits until it answers `/version`, retrying with exponential backoff
 /// (1 s doubling to 30 s) and saying so on every failure, in the log and in `/readyz` (through
-/// `health`). `None` when `shutdown` came first.
+/// `health`). Returns the client and the configuration it was built from; `None` when
+/// `shutdown` came first.
 pub async fn connect(
     kubeconfig: Option<&Path>,
     health: &crate::server::Health,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<Client>> {
+) -> anyhow::Result<Option<(Client, Config)>> {
     let config = config(kubeconfig).await?;
     let url = config.cluster_url.to_string();
     let client = crate::pool::client(&config, None, crate::pool::Retries::Patient)
@@ -47,7 +48,7 @@ pub async fn connect(
             Ok(Ok(version)) => {
                 health.set_hub_unreachable(None);
                 tracing::info!(hub = %url, version = %version.git_version, "connected to the hub");
-                return Ok(Some(client));
+                return Ok(Some((client, config)));
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),

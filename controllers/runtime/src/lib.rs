@@ -138,7 +138,10 @@ where
     F: FnOnce(Context) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let Some(client) = hub::connect(args.kubeconfig.as_deref(), &health, &shutdown).await? else {
+    // The hub's configuration is kept for the Lease's own client (see LeaderElector::hold_apart).
+    let Some((client, hub_config)) =
+        hub::connect(args.kubeconfig.as_deref(), &health, &shutdown).await?
+    else {
         return Ok(());
     };
 
@@ -174,8 +177,6 @@ where
     }
     health.set_lease_state(true);
     metrics.leader.set(1);
-    // The Lease's own client is built from the same configuration.
-    let hub_config = hub::config(args.kubeconfig.as_deref()).await?;
 
     let stop = shutdown.child_token();
     let context = Context {

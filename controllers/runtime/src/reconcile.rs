@@ -301,9 +301,8 @@ async fn steps<R: Reconciler>(
                 .report(&object, &observed, &plan, outcome)
                 .await
                 .map_err(Failure::Reconcile);
+            // In the pass's `reconcile` span, which names the controller and the object.
             tracing::debug!(
-                controller = R::NAME,
-                object = %ObjectRef::from_obj(&*object),
                 observe_ms = seen.as_millis(),
                 plan_ms = (planned - seen).as_millis(),
                 execute_ms = (executed - planned).as_millis(),

@@ -470,7 +470,7 @@ fn namespace_inputs(ns: &PartialObjectMeta<Namespace>) -> u64 {
 /// Starts a pass of every Placement of the namespace that changed.
 fn placements_of_namespace(
     placements: Store<Placement>,
-    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    triggers: Triggers,
 ) -> impl Fn(Change<'_, PartialObjectMeta<Namespace>>) + Send + 'static {
     move |ns| {
         for p in placements_in(&placements, Some(ns.object().name_any())) {
@@ -482,7 +482,7 @@ fn placements_of_namespace(
 /// Starts a pass of every Placement in scope.
 fn every_placement<K>(
     placements: Store<Placement>,
-    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    triggers: Triggers,
 ) -> impl Fn(Change<'_, K>) + Send + 'static {
     move |_| {
         for p in placements.state() {
@@ -495,7 +495,7 @@ fn every_placement<K>(
 /// Secret): the one its label names, of its source namespace (empty for a ClusterPlacement's).
 fn placement_that_made<K: Resource>(
     placements: Store<Placement>,
-    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    triggers: Triggers,
 ) -> impl Fn(Change<'_, K>) + Send + 'static {
     move |change| {
         let o = change.object();
@@ -540,7 +540,7 @@ fn cluster_inputs(cluster: &Cluster) -> u64 {
 fn work_trigger(
     placements: Store<Placement>,
     recent: Arc<RecentWrites>,
-    triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    triggers: Triggers,
 ) -> impl Fn(Change<'_, Work>) + Send + 'static {
     let changed = when_inputs_change(work_inputs, placement_that_made(placements, triggers));
     move |change| {

@@ -419,11 +419,9 @@ pub struct Observed {
     _in_flight: InFlight,
     cluster: String,
     /// The Work whole (with its manifests and the status this syncer wrote last), as the cache
-    /// has it after the wait for a place, or as the hub has it now; `None`: a newer generation
-    /// is on its way, or the Work is gone.
-    work: Option<Work>,
-    /// The member, or why it cannot be written to.
-    member: Result<Member, Unavailable>,
+    /// has it after the wait for a place, or as the hub has it now, with its member or why it
+    /// cannot be written to; `None`: a newer generation is on its way, or the Work is gone.
+    work: Option<(Work, Result<Member, Unavailable>)>,
     /// When a change in the member triggered this pass, if one did.
     member_change: Option<Instant>,
 }
@@ -514,10 +512,9 @@ impl Reconciler for Syncer {
                 .in_flight
                 .with_label_values(&[&cluster]),
         );
-        let whole = self.whole(work).await?;
-        let member = match &whole {
-            Some(_) => self.targets.client(&cluster).await,
-            None => Err(Unavailable::NotServed(cluster.clone())),
+        let whole = match self.whole(work).await? {
+            Some(whole) => Some((whole, self.targets.client(&cluster).await)),
+            None => None,
         };
         Ok(Observed {
             _slot: slot,
@@ -525,15 +522,14 @@ impl Reconciler for Syncer {
             member_change: self.tracking.take_member_change(&ObjectRef::from_obj(work)),
             cluster,
             work: whole,
-            member,
         })
     }
 
     fn plan(&self, _: &Work, observed: &Observed) -> Result<Plan, Error> {
-        let Some(work) = &observed.work else {
+        let Some((work, member)) = &observed.work else {
             return Ok(Plan::Nothing);
         };
-        Ok(plan::plan(work, observed.member.as_ref().map(|_| ())))
+        Ok(plan::plan(work, member.as_ref().map(|_| ())))
     }
 
     async fn execute(
@@ -542,9 +538,7 @@ impl Reconciler for Syncer {
         observed: &Observed,
         plan: &Plan,
     ) -> Result<Option<Applied>, Error> {
-        let (Plan::Apply(applying), Some(work), Ok(member)) =
-            (plan, &observed.work, &observed.member)
-        else {
+        let (Plan::Apply(applying), Some((work, Ok(member)))) = (plan, &observed.work) else {
             return Ok(None);
         };
         Ok(Some(
@@ -559,7 +553,7 @@ impl Reconciler for Syncer {
         plan: &Plan,
         applied: Option<Applied>,
     ) -> Result<Action, Error> {
-        let (Some(work), cluster) = (&observed.work, observed.cluster.as_str()) else {
+        let (Some((work, _)), cluster) = (&observed.work, observed.cluster.as_str()) else {
             return Ok(Action::await_change());
         };
         match plan {
