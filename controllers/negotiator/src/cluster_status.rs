@@ -16,10 +16,8 @@ use flotilla_api::{
 use flotilla_runtime::Context;
 use flotilla_runtime::events::truncate;
 use kube::api::{Patch, PatchParams};
-use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -198,32 +196,24 @@ pub async fn run(
     shared: Shared,
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
-    let config = flotilla_runtime::cache::selected(&args.cluster_selector);
+    let (clusters, imports) = (shared.clusters.clone(), shared.imports.clone());
     let state = Arc::new(State {
         ctx: ctx.clone(),
         args,
         shared,
         metrics,
     });
-    let controller = flotilla_runtime::guard::controller(
-        Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
-        config,
-    )
-    .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
-    // An import's verdict changes: its Cluster's summary. (Guarded: an agent writes its
-    // imports, and one that does not decode must not stop this watch; its namespace still says
-    // whose it is.)
-    .watches(
-        Api::<DeserializeGuard<ApiResourceImport>>::all(ctx.client.clone()),
-        watcher::Config::default(),
-        |import| {
+    let controller = clusters
+        .controller()
+        .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
+        // An import's verdict changes: its Cluster's summary (its namespace says whose it is).
+        .watches_stream(imports.touched(), |import| {
             import
                 .namespace()
                 .as_deref()
                 .and_then(flotilla_api::names::cluster_from_namespace)
                 .map(ObjectRef::new)
-        },
-    );
+        });
     drive(controller, state).await;
     Ok(())
 }

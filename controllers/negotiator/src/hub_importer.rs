@@ -13,7 +13,6 @@ use flotilla_api::condition::is_condition_true;
 use flotilla_api::{ApiResourceImport, Cluster, SyncMode, conditions, names};
 use flotilla_runtime::{Context, MemberClients};
 use futures::channel::mpsc;
-use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -52,12 +51,7 @@ pub async fn run(
     shared: Shared,
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
-    let config = flotilla_runtime::cache::selected(&args.cluster_selector);
-    let controller = flotilla_runtime::guard::controller(
-        Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
-        config,
-    )
-    .with_config(
+    let controller = shared.clusters.controller().with_config(
         controller::Config::default()
             .concurrency(args.concurrency)
             .debounce(Duration::from_millis(500)),
@@ -73,7 +67,12 @@ pub async fn run(
         members: Mutex::default(),
         trigger,
     });
-    let placements_changed = shared.take_placement_changes();
+    // A Placement changes: the types to import may have (ticks coalesce: one pending is enough).
+    let (tick, placements_changed) = mpsc::channel(1);
+    let tick = Mutex::new(tick);
+    shared.placements.subscribe(move |_| {
+        let _ = tick.lock().unwrap_or_else(|e| e.into_inner()).try_send(());
+    });
     let controller = controller
         .reconcile_all_on(member_changes)
         .reconcile_all_on(placements_changed);

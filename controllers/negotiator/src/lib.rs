@@ -98,7 +98,8 @@ pub struct NegotiatorArgs {
         long,
         env = "FLOTILLA_CLUSTER_SELECTOR",
         default_value = "",
-        value_name = "SELECTOR"
+        value_name = "SELECTOR",
+        value_parser = flotilla_runtime::selector::checked
     )]
     pub cluster_selector: String,
 
@@ -150,7 +151,7 @@ pub async fn run(ctx: Context, args: NegotiatorArgs) -> anyhow::Result<()> {
         shared.clone(),
         metrics,
     ));
-    let profiles = tokio::spawn(profiles::run(ctx.clone()));
+    let profiles = tokio::spawn(profiles::run(ctx.clone(), shared.negotiations.clone()));
     shared.mark_ready_when_synced(&ctx).await;
     let mut results = vec![
         import_types.await,

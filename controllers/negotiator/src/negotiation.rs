@@ -19,7 +19,7 @@ use flotilla_api::{
     ApiResourceImport, ApiResourceSpec, Cluster, ImportSummary, NegotiatedApiResource, Placement,
     conditions, field_managers, labels, names, reasons,
 };
-use flotilla_runtime::cache::Change;
+use flotilla_runtime::shared::SharedCache;
 use flotilla_runtime::{Context, ErrorCategory};
 use flotilla_schema::Limits;
 use futures::StreamExt;
@@ -27,7 +27,6 @@ use futures::channel::mpsc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -55,63 +54,41 @@ const RETRY: Retry = Retry {
 /// How long the hub's OpenAPI v3 document of a group/version is reused.
 const HUB_OPENAPI_TTL: Duration = Duration::from_secs(60);
 
-type Taken<T> = Arc<Mutex<Option<T>>>;
-
-fn take<T>(slot: &Taken<T>) -> Option<T> {
-    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
-}
-
-/// The hub caches the negotiator's controllers share, and the changes that trigger them.
+/// The hub caches the negotiator's controllers share: one watch of each kind, whose changes
+/// each controller subscribes to (see [`flotilla_runtime::shared`]).
 #[derive(Clone)]
 pub struct Shared {
     /// The selected Clusters (`--cluster-selector`).
-    pub clusters: Store<Cluster>,
+    pub clusters: SharedCache<Cluster>,
     /// Every APIResourceImport on the hub.
-    pub imports: Store<ApiResourceImport>,
+    pub imports: SharedCache<ApiResourceImport>,
+    /// Every NegotiatedAPIResource.
+    pub negotiations: SharedCache<NegotiatedApiResource>,
     /// Every Placement on the hub (for the types to import).
-    pub placements: Store<Placement>,
-    import_changes: Taken<mpsc::UnboundedReceiver<Arc<ApiResourceImport>>>,
-    /// Ticks of Placement changes (bounded: pending ticks coalesce, and nothing piles up when no
-    /// importer takes them, as with `--import-push-members=false`).
-    placement_changes: Taken<mpsc::Receiver<()>>,
+    pub placements: SharedCache<Placement>,
 }
 
 impl Shared {
     /// Starts the watches.
     pub fn start(ctx: &Context, args: &NegotiatorArgs) -> Self {
-        let client = ctx.client.clone();
-        let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
-        let clusters =
-            flotilla_runtime::cache::spawn_store(ctx, Api::all(client.clone()), cluster_watch);
-        let (to_negotiation, negotiation_rx) = mpsc::unbounded();
-        let imports = flotilla_runtime::cache::spawn_store_with(
-            ctx,
-            Api::<ApiResourceImport>::all(client.clone()),
-            watcher::Config::default(),
-            move |import: Change<'_, ApiResourceImport>| {
-                let _ = to_negotiation.unbounded_send(Arc::new(import.object().clone()));
-            },
-        );
-        let (to_importer, placements_rx) = mpsc::channel(1);
-        let to_importer = Mutex::new(to_importer);
-        let placements = flotilla_runtime::cache::spawn_store_with(
-            ctx,
-            Api::<Placement>::all(client),
-            watcher::Config::default(),
-            move |_: Change<'_, Placement>| {
-                // Full: a tick is pending already.
-                let _ = to_importer
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .try_send(());
-            },
-        );
+        let client = &ctx.client;
         Self {
-            clusters,
-            imports,
-            placements,
-            import_changes: Arc::new(Mutex::new(Some(negotiation_rx))),
-            placement_changes: Arc::new(Mutex::new(Some(placements_rx))),
+            clusters: SharedCache::start(
+                ctx,
+                Api::all(client.clone()),
+                flotilla_runtime::cache::selected(&args.cluster_selector),
+            ),
+            imports: SharedCache::start(ctx, Api::all(client.clone()), watcher::Config::default()),
+            negotiations: SharedCache::start(
+                ctx,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            placements: SharedCache::start(
+                ctx,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+            ),
         }
     }
 
@@ -124,6 +101,7 @@ impl Shared {
                 wait_until_synced(&self.clusters).await;
                 wait_until_synced(&self.imports).await;
                 wait_until_synced(&self.placements).await;
+                wait_until_synced(&self.negotiations).await;
             } => {
                 tracing::info!("caches synced");
                 ctx.health.set_caches_synced(true);
@@ -148,16 +126,6 @@ impl Shared {
             .collect();
         imports.sort_by(|a, b| a.cluster_name().cmp(&b.cluster_name()));
         imports
-    }
-
-    /// Changes of imports, for creating NegotiatedAPIResources (taken once).
-    pub fn take_import_changes(&self) -> mpsc::UnboundedReceiver<Arc<ApiResourceImport>> {
-        take(&self.import_changes).unwrap_or_else(|| mpsc::unbounded().1)
-    }
-
-    /// A tick for every Placement change, for the importer (taken once).
-    pub fn take_placement_changes(&self) -> mpsc::Receiver<()> {
-        take(&self.placement_changes).unwrap_or_else(|| mpsc::channel(1).1)
     }
 }
 
@@ -264,11 +232,7 @@ pub async fn run(
     metrics: NegotiatorMetrics,
 ) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let controller = flotilla_runtime::guard::controller(
-        Api::<DeserializeGuard<NegotiatedApiResource>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(
+    let controller = shared.negotiations.controller().with_config(
         controller::Config::default()
             .concurrency(args.concurrency)
             .debounce(Duration::from_millis(500)),
@@ -279,10 +243,9 @@ pub async fn run(
     tokio::spawn(ensure_negotiations(
         ctx.clone(),
         shared.clone(),
-        controller.store(),
         import_triggers,
     ));
-    let negotiations = controller.store();
+    let negotiations = shared.negotiations.store();
     let state = Arc::new(Negotiator {
         limits: args.import.limits(),
         ctx: ctx.clone(),
@@ -320,28 +283,28 @@ fn negotiation_object(name: &str, resource: &ApiResourceSpec) -> Value {
 async fn ensure_negotiations(
     ctx: Context,
     shared: Shared,
-    negotiations: Store<NegotiatedApiResource>,
     triggers: mpsc::UnboundedSender<ObjectRef<NegotiatedApiResource>>,
 ) {
-    let mut changes = shared.take_import_changes();
+    let negotiations = &shared.negotiations;
+    let mut changes = shared.imports.touched();
     tokio::select! {
         _ = ctx.shutdown.cancelled() => return,
-        _ = flotilla_runtime::cache::wait_until_synced(&negotiations) => {}
+        _ = flotilla_runtime::cache::wait_until_synced(negotiations) => {}
     }
     let api: Api<NegotiatedApiResource> = Api::all(ctx.client.clone());
     loop {
         let import = tokio::select! {
             _ = ctx.shutdown.cancelled() => return,
             next = changes.next() => match next {
-                Some(i) => i,
-                None => return,
+                Some(Ok(i)) => i,
+                Some(Err(_)) | None => return,
             },
         };
         let name = import.name_any();
         let _ = triggers.unbounded_send(ObjectRef::new(&name));
         let wanted = import.cluster_name().is_some_and(|c| shared.is_selected(c))
             && import.metadata.deletion_timestamp.is_none()
-            && shared.imports.get(&ObjectRef::from_obj(&*import)).is_some();
+            && shared.imports.get(&ObjectRef::from_obj(&import)).is_some();
         if wanted && negotiations.get(&ObjectRef::new(&name)).is_none() {
             match api
                 .patch(

@@ -13,6 +13,7 @@ use flotilla_api::{NegotiatedApiResource, WorkloadProfile, conditions, field_man
 use flotilla_interpreter::profile::{Rejection, check};
 use flotilla_runtime::Context;
 use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
+use flotilla_runtime::shared::SharedCache;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -122,16 +123,13 @@ struct State {
     negotiated: Store<NegotiatedApiResource>,
 }
 
-/// Runs the profile check until `ctx.shutdown`.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let negotiated = flotilla_runtime::cache::spawn_store(
-        &ctx,
-        Api::<NegotiatedApiResource>::all(client.clone()),
-        watcher::Config::default(),
-    );
+/// Runs the profile check until `ctx.shutdown`, reading the negotiations of `negotiated`.
+pub async fn run(
+    ctx: Context,
+    negotiated: SharedCache<NegotiatedApiResource>,
+) -> anyhow::Result<()> {
     let controller = flotilla_runtime::guard::controller(
-        Api::<DeserializeGuard<WorkloadProfile>>::all(client.clone()),
+        Api::<DeserializeGuard<WorkloadProfile>>::all(ctx.client.clone()),
         watcher::Config::default(),
     );
     let profiles = controller.store();
@@ -139,23 +137,19 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let state = Arc::new(State {
         ctx: ctx.clone(),
         profiles,
-        negotiated: negotiated.clone(),
+        negotiated: negotiated.store(),
     });
     flotilla_runtime::cache::wait_until_synced(&negotiated).await;
     let controller = controller
         .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
         // A kind negotiated, or its schema changed: every profile is checked again.
-        .watches(
-            Api::<DeserializeGuard<NegotiatedApiResource>>::all(client),
-            watcher::Config::default(),
-            move |_| {
-                every
-                    .state()
-                    .iter()
-                    .map(|p| ObjectRef::from_obj(&**p))
-                    .collect::<Vec<_>>()
-            },
-        );
+        .watches_stream(negotiated.touched(), move |_| {
+            every
+                .state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        });
     drive(controller, state).await;
     Ok(())
 }

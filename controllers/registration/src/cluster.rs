@@ -15,13 +15,13 @@ use flotilla_api::{
     names, reasons,
 };
 use flotilla_runtime::member_client::MemberClientError;
+use flotilla_runtime::shared::SharedCache;
 use flotilla_runtime::{Context, ErrorCategory, MemberClients};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
 use kube::{Api, Resource, ResourceExt};
 use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts};
@@ -260,15 +260,17 @@ impl Reconciler for Registration {
 }
 
 /// Runs the Cluster controller until `ctx.shutdown`.
-pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
+/// `clusters` are the Clusters of `--cluster-selector` (a Cluster with a value this controller
+/// cannot read stands as last seen; the others go on).
+pub async fn run(
+    ctx: Context,
+    args: RegistrationArgs,
+    clusters: SharedCache<Cluster>,
+) -> anyhow::Result<()> {
     let state = Arc::new(Registration::new(ctx.clone(), args.clone())?);
-    let watch = flotilla_runtime::cache::selected(&args.cluster_selector);
-    // A Cluster with a value this controller cannot read stands as last seen; the others go on.
-    let controller = flotilla_runtime::guard::controller(
-        Api::<DeserializeGuard<Cluster>>::all(ctx.client.clone()),
-        watch,
-    )
-    .with_config(controller::Config::default().concurrency(16));
+    let controller = clusters
+        .controller()
+        .with_config(controller::Config::default().concurrency(16));
     let store = controller.store();
 
     // Readiness once the cache is synced, then the clusters-by-condition gauge.

@@ -26,6 +26,7 @@ use std::time::Duration;
 use flotilla_api::cluster::{Cluster, SyncMode};
 use flotilla_api::{annotations, names};
 use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
+use flotilla_runtime::shared::SharedCache;
 use flotilla_runtime::{Context, ErrorCategory};
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
@@ -605,30 +606,26 @@ struct State {
 /// How often a pending request is looked at again even without a change of its Cluster.
 const PENDING_RECHECK: Duration = Duration::from_secs(300);
 
-/// Runs the approver until `ctx.shutdown`, for every Cluster.
-pub async fn run(ctx: Context, config: CsrConfig) -> anyhow::Result<()> {
-    run_scoped(ctx, config, "").await
-}
-
 /// Runs the approver until `ctx.shutdown`, deciding only requests for the Clusters matching the
 /// label selector `cluster_selector` (empty: all Clusters). With a selector, a request for a
 /// Cluster that does not exist or does not match is left alone: it belongs to another instance.
+/// `watched` are those Clusters: a change of one decides its requests again.
 pub async fn run_scoped(
     ctx: Context,
     config: CsrConfig,
     cluster_selector: &str,
+    watched: &SharedCache<Cluster>,
 ) -> anyhow::Result<()> {
     let metrics = CsrMetrics::register(&ctx)?;
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
 
-    let cluster_watch = flotilla_runtime::cache::selected(cluster_selector);
     let clusters: Api<DeserializeGuard<Cluster>> = Api::all(ctx.client.clone());
 
     let controller = Controller::new(api.clone(), watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(4));
     let requests = controller.store();
     // A Cluster changed: decide again every undecided request about it.
-    let controller = controller.watches(clusters.clone(), cluster_watch, move |cluster| {
+    let controller = controller.watches_stream(watched.touched(), move |cluster| {
         let name = cluster.name_any();
         requests
             .state()

@@ -22,6 +22,8 @@ use std::time::Duration;
 use clap::Args;
 use flotilla_runtime::Context;
 use flotilla_runtime::cli::parse_duration;
+use flotilla_runtime::shared::SharedCache;
+use kube::Api;
 
 /// Flags of the hub-side registration controller.
 #[derive(Args, Debug, Clone)]
@@ -71,7 +73,7 @@ pub struct RegistrationArgs {
     pub syncer_cluster_role: String,
 
     /// Only handle Clusters with these labels (a label selector such as `env=prod`); empty: all.
-    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    #[arg(long, default_value = "", value_name = "SELECTOR", value_parser = flotilla_runtime::selector::checked)]
     pub cluster_selector: String,
 }
 
@@ -106,9 +108,16 @@ pub async fn run(ctx: Context, args: RegistrationArgs) -> anyhow::Result<()> {
         auto_accept: args.auto_accept,
         max_lifetime: args.max_agent_certificate_lifetime,
     };
+    // One watch of the Clusters for both controllers (the approver decides again when a
+    // request's Cluster changes).
+    let clusters = SharedCache::start(
+        &ctx,
+        Api::all(ctx.client.clone()),
+        flotilla_runtime::cache::selected(&args.cluster_selector),
+    );
     tokio::try_join!(
-        cluster::run(ctx.clone(), args.clone()),
-        csr::run_scoped(ctx.clone(), csr_config, &args.cluster_selector),
+        cluster::run(ctx.clone(), args.clone(), clusters.clone()),
+        csr::run_scoped(ctx.clone(), csr_config, &args.cluster_selector, &clusters),
     )?;
     Ok(())
 }

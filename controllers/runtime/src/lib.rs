@@ -19,7 +19,9 @@ pub mod member_client;
 pub mod metrics;
 pub mod pool;
 pub mod reconcile;
+pub mod selector;
 pub mod server;
+pub mod shared;
 pub mod telemetry;
 pub mod union;
 

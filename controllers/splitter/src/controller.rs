@@ -43,7 +43,7 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
     let (placements, placement_events) =
         placements(&ctx.client, scope, args, &triggers, &release_wake);
     let (caches, import_events) =
-        Caches::start(&ctx, scope, args, &placements, &triggers, release_wake);
+        Caches::start(&ctx, scope, args, &placements, &triggers, release_wake)?;
     // Events close together make one pass. (A delete and a create under the same name,
     // `kubectl replace --force`, are seen as the replacement they are even when they land in two
     // passes: the plan keeps a gone object's copies for `GONE_GRACE`.)
@@ -89,7 +89,6 @@ fn splitter(
     Splitter {
         ctx,
         clusters: caches.clusters,
-        all_clusters: caches.all_clusters,
         works: caches.works,
         data_secrets: caches.data_secrets,
         placements,

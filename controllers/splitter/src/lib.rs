@@ -71,7 +71,7 @@ pub struct SplitterArgs {
     /// Only place on Clusters with these labels (a label selector); empty: every Cluster. The
     /// Works on a Cluster outside the selector are left as they are (another splitter may serve
     /// it).
-    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    #[arg(long, default_value = "", value_name = "SELECTOR", value_parser = flotilla_runtime::selector::checked)]
     pub cluster_selector: String,
 
     /// Whether this splitter serves ClusterPlacements (cluster-scoped objects). Default: true
@@ -81,7 +81,7 @@ pub struct SplitterArgs {
     pub cluster_placements: Option<bool>,
 
     /// Only serve ClusterPlacements with these labels (a label selector); empty: every one.
-    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    #[arg(long, default_value = "", value_name = "SELECTOR", value_parser = flotilla_runtime::selector::checked)]
     pub cluster_placement_selector: String,
 
     /// How many Placements (per --namespace) are worked on at the same time.

@@ -50,19 +50,8 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
     let scope = placement.namespace();
     let ns = scope.clone().unwrap_or_default();
     let name = placement.name_any();
-    let clusters = state.clusters.state();
-    let in_scope: BTreeSet<String> = clusters.iter().map(|c| c.name_any()).collect();
-    let elsewhere = state
-        .all_clusters
-        .as_ref()
-        .map(|all| {
-            all.state()
-                .iter()
-                .map(|c| c.name_any())
-                .filter(|c| !in_scope.contains(c))
-                .collect()
-        })
-        .unwrap_or_default();
+    let clusters = state.clusters.selected();
+    let elsewhere = state.clusters.elsewhere();
     let neighbours = state
         .placements
         .state()

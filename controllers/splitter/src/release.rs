@@ -21,8 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use flotilla_api::{
-    Cluster, ClusterPlacement, Placement, Work, annotations, field_managers, labels, names,
-    work_data,
+    ClusterPlacement, Placement, Work, annotations, field_managers, labels, names, work_data,
 };
 use flotilla_runtime::{Context, Metrics};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
@@ -307,7 +306,7 @@ pub struct Releaser {
     /// What the controller serves (its Clusters are read from `clusters` at each look).
     pub served: Served,
     pub placements: Store<Placement>,
-    pub clusters: Store<Cluster>,
+    pub clusters: crate::watches::Clusters,
     pub works: Store<Work>,
     pub data_secrets: Store<PartialObjectMeta<Secret>>,
     pub wake: Arc<Notify>,
@@ -354,7 +353,12 @@ impl Releaser {
             .chain(secrets.iter().map(|s| Candidate::of_data_secret(s)))
             .collect();
         let served = Served {
-            clusters: self.clusters.state().iter().map(|c| c.name_any()).collect(),
+            clusters: self
+                .clusters
+                .selected()
+                .iter()
+                .map(|c| c.name_any())
+                .collect(),
             ..self.served.clone()
         };
         let mut existing: BTreeSet<PlacementKey> = self

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use flotilla_api::{ApiResourceImport, Cluster, Placement, Work, WorkloadProfile};
+use flotilla_api::{ApiResourceImport, Placement, Work, WorkloadProfile};
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
 use futures::channel::mpsc;
@@ -50,11 +50,9 @@ impl ErrorCategory for Error {
 /// What every pass shares: the caches, and what earlier passes learned.
 pub struct Splitter {
     pub(crate) ctx: Context,
-    /// The Clusters this splitter places on (its `--cluster-selector`).
-    pub(crate) clusters: Store<Cluster>,
-    /// Every Cluster (metadata), when `--cluster-selector` selects only some: a Cluster outside
-    /// it still exists, and its Works are not this splitter's to delete.
-    pub(crate) all_clusters: Option<Store<PartialObjectMeta<Cluster>>>,
+    /// Every Cluster, and those this splitter places on (its `--cluster-selector`): a Cluster
+    /// outside it still exists, and its Works are not this splitter's to delete.
+    pub(crate) clusters: crate::watches::Clusters,
     /// The Works the splitter wrote (labelled with their Placement), cached.
     pub(crate) works: Store<Work>,
     /// The hub Secrets that hold the data of the Secrets the Works place (metadata only; see

@@ -5,6 +5,7 @@
 //! kind would race its cache). What of an object a pass reads is hashed (`*_inputs`), so a
 //! change of anything else — a heartbeat, the splitter's own status writes — starts nothing.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use flotilla_api::{
@@ -20,7 +21,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
-use kube::core::PartialObjectMeta;
+use kube::core::{PartialObjectMeta, Selector, SelectorExt};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
@@ -35,10 +36,7 @@ pub(crate) type Triggers = mpsc::UnboundedSender<ObjectRef<Placement>>;
 
 /// The caches a pass reads besides the Placements.
 pub(crate) struct Caches {
-    /// The Clusters the splitter places on (its `--cluster-selector`).
-    pub clusters: Store<Cluster>,
-    /// Every Cluster (metadata), when `--cluster-selector` selects only some.
-    pub all_clusters: Option<Store<PartialObjectMeta<Cluster>>>,
+    pub clusters: Clusters,
     pub works: Store<Work>,
     pub data_secrets: Store<PartialObjectMeta<Secret>>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -62,31 +60,36 @@ impl Caches {
         placements: &Store<Placement>,
         triggers: &Triggers,
         release_wake: Arc<Notify>,
-    ) -> (Self, ImportEvents) {
+    ) -> anyhow::Result<(Self, ImportEvents)> {
         let client = &ctx.client;
-        // Clusters: a change of what selection reads may change the eligibility of members for
-        // every Placement.
-        let clusters = spawn_store_with(
-            ctx,
-            Api::all(client.clone()),
-            selected(&args.cluster_selector),
-            when_inputs_change(
-                cluster_inputs,
-                every_placement(placements.clone(), triggers.clone()),
-            ),
+        // Clusters: every one, selected here (a Cluster outside the selector still exists, and
+        // its Works are not this splitter's to delete). One selected that changed in what
+        // selection reads, or one entering or leaving the selection, may change the eligibility
+        // of members for every Placement.
+        let selector = Arc::new(
+            flotilla_runtime::selector::parse(&args.cluster_selector)
+                .map_err(anyhow::Error::msg)?,
         );
-        // Whether a Cluster outside the selector exists is all a pass reads of these.
-        let all_clusters = (!args.cluster_selector.is_empty()).then(|| {
-            spawn_store_with(
+        let in_selection = selector.clone();
+        let clusters = Clusters {
+            all: spawn_store_with(
                 ctx,
                 Api::all(client.clone()),
                 watcher::Config::default(),
                 when_inputs_change(
-                    |_: &PartialObjectMeta<Cluster>| 0,
+                    // Outside the selector: only its coming and going matter.
+                    move |c: &Cluster| {
+                        if in_selection.matches(c.labels()) {
+                            cluster_inputs(c)
+                        } else {
+                            0
+                        }
+                    },
                     every_placement(placements.clone(), triggers.clone()),
                 ),
-            )
-        });
+            ),
+            selector,
+        };
         // Works: a change of what a Placement reads of its Works (conditions, the member's
         // status of the object, their lifecycle) starts a pass of that Placement, so the hub
         // sends every Work event to the splitter once.
@@ -155,7 +158,6 @@ impl Caches {
         let (imports, import_events) = imports(client);
         let caches = Self {
             clusters,
-            all_clusters,
             works,
             data_secrets,
             namespaces,
@@ -165,7 +167,7 @@ impl Caches {
             recent,
             release_wake,
         };
-        (caches, import_events)
+        Ok((caches, import_events))
     }
 
     /// Waits until every cache has listed everything. Nothing is placed before: an empty cache
@@ -173,15 +175,41 @@ impl Caches {
     /// records like Deployments to number anew, of profiles like custom kinds to copy whole,
     /// of every Cluster like deleted Clusters.
     pub async fn synced(&self) {
-        wait_until_synced(&self.clusters).await;
+        wait_until_synced(&self.clusters.all).await;
         wait_until_synced(&self.works).await;
         wait_until_synced(&self.data_secrets).await;
         wait_until_synced(&self.namespaces).await;
         wait_until_synced(&self.records).await;
         wait_until_synced(&self.profiles).await;
-        if let Some(all) = &self.all_clusters {
-            wait_until_synced(all).await;
-        }
+    }
+}
+
+/// Every Cluster, and which of them the splitter places on (its `--cluster-selector`).
+#[derive(Clone)]
+pub struct Clusters {
+    all: Store<Cluster>,
+    selector: Arc<Selector>,
+}
+
+impl Clusters {
+    /// The Clusters the splitter places on.
+    pub fn selected(&self) -> Vec<Arc<Cluster>> {
+        self.all
+            .state()
+            .into_iter()
+            .filter(|c| self.selector.matches(c.labels()))
+            .collect()
+    }
+
+    /// The names of the Clusters outside the selector: they exist, and another splitter may
+    /// serve them.
+    pub fn elsewhere(&self) -> BTreeSet<String> {
+        self.all
+            .state()
+            .iter()
+            .filter(|c| !self.selector.matches(c.labels()))
+            .map(|c| c.name_any())
+            .collect()
     }
 }
 
@@ -316,24 +344,40 @@ pub(crate) fn placed_objects(
         })
         .watches_stream(deployments, in_namespace_of(placements.clone()))
         .watches_stream(
-            only_if(namespaced, object_changes::<ConfigMap>(client, namespace)),
+            only_if(
+                namespaced,
+                object_changes::<ConfigMap>(client, namespace, Default::default()),
+            ),
             in_namespace_of(placements.clone()),
         )
         .watches_stream(
-            only_if(namespaced, object_changes::<Secret>(client, namespace)),
-            in_namespace_of(placements.clone()),
-        )
-        .watches_stream(
-            only_if(namespaced, object_changes::<Service>(client, namespace)),
+            // Not the Works' data Secrets: the data-secret cache has them (each Secret comes
+            // through one watch).
+            only_if(
+                namespaced,
+                object_changes::<Secret>(client, namespace, not_work_data()),
+            ),
             in_namespace_of(placements.clone()),
         )
         .watches_stream(
             only_if(
                 namespaced,
-                object_changes::<ServiceAccount>(client, namespace),
+                object_changes::<Service>(client, namespace, Default::default()),
             ),
             in_namespace_of(placements.clone()),
         )
+        .watches_stream(
+            only_if(
+                namespaced,
+                object_changes::<ServiceAccount>(client, namespace, Default::default()),
+            ),
+            in_namespace_of(placements.clone()),
+        )
+}
+
+/// The Secrets that are not the Works' data Secrets (see [`flotilla_api::work_data`]).
+fn not_work_data() -> watcher::Config {
+    watcher::Config::default().labels(&format!("!{}", labels::WORK_DATA))
 }
 
 /// The API of `K` in `namespace`, or in every namespace.
@@ -385,6 +429,7 @@ fn in_namespace_of<K: Resource>(
 fn object_changes<K>(
     client: &kube::Client,
     namespace: Option<&str>,
+    config: watcher::Config,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -398,7 +443,7 @@ where
         None => Api::all(client.clone()),
         Some(ns) => Api::namespaced(client.clone(), ns),
     };
-    watcher(api, watcher::Config::default())
+    watcher(api, config)
         .default_backoff()
         .touched_objects()
         .predicate_filter(predicates::resource_version, Default::default())

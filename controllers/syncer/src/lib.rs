@@ -123,7 +123,7 @@ pub struct SyncerArgs {
 
     /// Only serve Clusters with these labels (a label selector such as `shard=a`); empty: all
     /// push-mode Clusters.
-    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    #[arg(long, default_value = "", value_name = "SELECTOR", value_parser = flotilla_runtime::selector::checked)]
     pub cluster_selector: String,
 }
 
