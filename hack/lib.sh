@@ -31,13 +31,6 @@ k8s_bin_dir() { # version
   if [[ "$1" == "${KUBERNETES_VERSION}" ]]; then echo "${TOOLS_BIN}"; else echo "${TOOLS_BIN}/k8s-$1"; fi
 }
 
-# Succeeds when the version is one of KUBERNETES_VERSIONS.
-known_k8s_version() { # version
-  local v
-  for v in "${KUBERNETES_VERSIONS[@]}"; do [[ "$1" == "${v}" ]] && return 0; done
-  return 1
-}
-
 # The file in a run directory's kubeconfigs/ where the quick start stores the kubeconfig of the
 # hub its chart runs; hack/clusters.sh env names it when there is no hub of processes (up --no-hub).
 CHART_HUB_KUBECONFIG=flotilla-hub.kubeconfig
@@ -47,6 +40,26 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Seconds since the epoch, for elapsed-time reporting.
 now() { date +%s; }
+
+# Prints hack/templates/TEMPLATE with every ${NAME} replaced by the value given as NAME=VALUE, else
+# by the shell variable NAME. A NAME that is neither is an error: no file goes out with a hole in
+# it. Nothing else is touched: ${NAME:-default}, $NAME and $(...) stay as they are.
+render() { # template [NAME=VALUE]...
+  local template="$1" text out="" name value a
+  local -A values=()
+  shift
+  for a in "$@"; do values["${a%%=*}"]="${a#*=}"; done
+  text="$(<"${HACK_DIR}/templates/${template}")" || die "no template ${template} in ${HACK_DIR}/templates"
+  while [[ "${text}" =~ \$\{([A-Za-z_][A-Za-z0-9_]*)\} ]]; do
+    name="${BASH_REMATCH[1]}"
+    if [[ -v "values[${name}]" ]]; then value="${values[${name}]}"
+    elif [[ -v "${name}" ]]; then value="${!name}"
+    else die "template ${template}: \${${name}} has no value"; fi
+    out+="${text%%"${BASH_REMATCH[0]}"*}${value}"
+    text="${text#*"${BASH_REMATCH[0]}"}"
+  done
+  printf '%s\n' "${out}${text}"
+}
 
 # Runs a go command, turning a refused module into a message that names it.
 go_or_die() {
@@ -59,6 +72,37 @@ go_or_die() {
     fi
     die "building ${what} failed (see the lines above)"
   fi
+}
+
+# Keys and certificates (openssl), each valid for ten years.
+
+# A private key: RSA 2048 bits or ECDSA P-256.
+new_key() { # file rsa|ec
+  if [[ "$2" == ec ]]; then
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null
+  else
+    openssl genrsa -out "$1" 2048 2>/dev/null
+  fi
+  chmod 600 "$1"
+}
+
+# A CA: OUT.key and the self-signed OUT.crt.
+new_ca() { # out subject rsa|ec
+  new_key "$1.key" "$3"
+  openssl req -x509 -new -key "$1.key" -days 3650 -subj "$2" -out "$1.crt" 2>/dev/null
+}
+
+# OUT.key and OUT.crt: a certificate for SUBJECT with the extensions EXT (one an argument), signed
+# by the CA CA.crt/CA.key.
+issue_cert() { # out subject ca rsa|ec ext...
+  local out="$1" subject="$2" ca="$3" keys="$4"; shift 4
+  new_key "${out}.key" "${keys}"
+  openssl req -new -key "${out}.key" -subj "${subject}" -out "${out}.csr" 2>/dev/null
+  printf '%s\n' "$@" >"${out}.ext"
+  openssl x509 -req -in "${out}.csr" -CA "${ca}.crt" -CAkey "${ca}.key" -set_serial "0x$(openssl rand -hex 16)" \
+    -days 3650 -extfile "${out}.ext" -out "${out}.crt" 2>/dev/null
+  rm -f "${out}.csr" "${out}.ext"
+  [[ -s "${out}.crt" ]] || die "could not create the certificate ${out}.crt"
 }
 
 # Processes: every process is recorded as "<pid> <start time>" in pids/<name>; it is only ever
@@ -117,6 +161,27 @@ stop_proc() { # name
     done
   fi
   rm -f "${f}"
+}
+
+tail_log() { # name
+  if [[ -f "${LOGS}/$1.log" ]]; then
+    echo "--- last lines of ${LOGS}/$1.log ---" >&2
+    tail -n 20 "${LOGS}/$1.log" >&2
+  fi
+}
+
+# Waits until CHECK succeeds; fails after TIMEOUT seconds, and dies (with the last lines of its
+# log) as soon as one of the processes PROCS, which CHECK waits for, exits.
+wait_until() { # timeout "procs..." check...
+  local timeout="$1" procs="$2" p t0; shift 2
+  t0="$(now)"
+  until "$@" >/dev/null 2>&1; do
+    for p in ${procs}; do
+      proc_alive "${p}" || { tail_log "${p}"; die "${p} exited during start-up"; }
+    done
+    (( $(now) - t0 < timeout )) || return 1
+    sleep 0.5
+  done
 }
 
 
