@@ -22,6 +22,11 @@
 //! ([`bootstrap::MemberIdentity`]).
 //! [`process::ControllerProcess`] refuses to start one with an admin kubeconfig of any cluster of
 //! the environment. The tests themselves act as the admin and the users.
+//!
+//! A test of the syncer or the splitter starts a [`fleet::Fleet`]: push-mode members registered
+//! under Clusters labelled for the test alone, served by a registration controller, a syncer and
+//! a splitter of its own (`Fleet::builder`, or `Fleet::syncer_only` for one member and no
+//! splitter).
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -40,8 +45,9 @@ pub mod api;
 pub mod bootstrap;
 pub mod chart;
 pub mod clusters;
+pub mod fleet;
 pub mod process;
-pub mod syncer_setup;
+
 pub const HUB_KUBECONFIG: &str = "FLOTILLA_HUB_KUBECONFIG";
 pub const HUB_USER_KUBECONFIG: &str = "FLOTILLA_HUB_USER_KUBECONFIG";
 pub const MEMBER_KUBECONFIGS: &str = "FLOTILLA_MEMBER_KUBECONFIGS";

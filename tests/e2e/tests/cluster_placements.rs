@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use flotilla_api::{ClusterPlacement, Placement, Work, annotations, labels, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
+use flotilla_e2e::fleet::{Fleet, Second};
 use flotilla_e2e::{Environment, Seen, TestNamespace, holds_for, random_suffix, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -24,7 +25,6 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::api::kubectl;
-use crate::splitter::Fleet;
 
 const RESTRICTED: &str = "pod-security.kubernetes.io/enforce";
 
@@ -45,11 +45,13 @@ async fn a_cluster_placement_places_namespaces_with_their_labels_and_a_crd() -> 
     let env = Environment::get();
     let infos = env.require_members(3)?.to_vec();
     // A hub-only namespace with a Placement of its own: Flotilla creates it in the members.
-    let fleet = Fleet::start_with_cluster_placements(
-        "cplace",
-        [("team".to_string(), "a".to_string())].into(),
-    )
-    .await?;
+    let fleet = Fleet::builder("cplace")
+        .second_namespace(Second::HubOnly(
+            [("team".to_string(), "a".to_string())].into(),
+        ))
+        .cluster_placements()
+        .start()
+        .await?;
     let Fleet {
         hub,
         members,
@@ -468,11 +470,13 @@ async fn a_cluster_placement_places_namespaces_with_their_labels_and_a_crd() -> 
 #[tokio::test]
 async fn a_cluster_placement_binds_no_hub_identity_in_the_members() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start_with_cluster_placements(
-        "cbind",
-        [("team".to_string(), "a".to_string())].into(),
-    )
-    .await?;
+    let fleet = Fleet::builder("cbind")
+        .second_namespace(Second::HubOnly(
+            [("team".to_string(), "a".to_string())].into(),
+        ))
+        .cluster_placements()
+        .start()
+        .await?;
     let Fleet {
         hub,
         members,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use flotilla_api::Placement;
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::{
     ClusterInfo, Environment, Seen, TestNamespace, client_from, parse_version, wait_for,
 };
@@ -19,8 +20,6 @@ use kube::config::Kubeconfig;
 use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-
-use crate::splitter::Fleet;
 
 /// An IPv4 CIDR: its network address and prefix length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -502,7 +501,7 @@ fn bounded(capacity: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
 
 #[tokio::test]
 async fn capacity_division_over_unequal_members_gives_unequal_shares() -> Result<()> {
-    let fleet = Fleet::start("capacity").await?;
+    let fleet = Fleet::builder("capacity").start().await?;
     let capacity = bounded(&cluster_capacity(&fleet).await?);
     let total_capacity: u64 = capacity.values().sum();
     let replicas = 12_u64;
@@ -529,7 +528,7 @@ async fn a_member_that_reports_most_of_the_capacity_takes_no_more_than_half() ->
     // What a member reports of its capacity (a pull agent writes it; a push member's nodes say
     // it) is not proof: one that claims, or has, more than the others together would otherwise
     // take most of a workload, and a lying one would run none of it.
-    let fleet = Fleet::start("capacity-claim").await?;
+    let fleet = Fleet::builder("capacity-claim").start().await?;
     let capacity = cluster_capacity(&fleet).await?;
     let biggest = capacity
         .iter()
@@ -559,7 +558,7 @@ async fn a_member_that_reports_most_of_the_capacity_takes_no_more_than_half() ->
 #[tokio::test]
 async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start("hub-made").await?;
+    let fleet = Fleet::builder("hub-made").start().await?;
     let ns = fleet.ns.name();
     let hub = &fleet.hub;
 
@@ -660,7 +659,7 @@ async fn what_the_hubs_kubernetes_made_stays_on_the_hub() -> Result<()> {
         .create(&PostParams::default(), &placement)
         .await?;
 
-    // Fleet::start registers the environment's members in order.
+    // A fleet registers the environment's members in order.
     for ((cluster, client), info) in fleet.members.iter().zip(&env.members) {
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         let service = wait_for(

@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use flotilla_api::{Placement, reasons};
+use flotilla_e2e::fleet::{Fleet, Second};
 use flotilla_e2e::{Environment, Seen, api, wait_for};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-
-use crate::splitter::Fleet;
 
 /// How long placing may take.
 const WAIT: Duration = Duration::from_secs(90);
@@ -135,7 +134,10 @@ async fn scheduled(hub: &Client, ns: &str) -> Result<(String, String)> {
 async fn an_empty_selector_places_every_kind_of_the_table_and_holds_back_foreign_bindings()
 -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start_two_teams("kinds").await?;
+    let fleet = Fleet::builder("kinds")
+        .second_namespace(Second::Everywhere)
+        .start()
+        .await?;
     let hub = &fleet.hub;
     let other = fleet
         .other
@@ -231,7 +233,7 @@ async fn all_placed(hub: &Client, ns: &str, name: &str) -> Result<(String, Strin
 #[tokio::test]
 async fn an_object_no_placement_places_is_reported_on_the_placement_and_on_the_object() -> Result<()>
 {
-    let fleet = Fleet::start("leftout").await?;
+    let fleet = Fleet::builder("leftout").start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     for object in [
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -373,7 +375,7 @@ async fn members_run(fleet: &Fleet, kind: &str, name: &str, image: &str) -> Resu
 async fn rollout_history_and_undo_of_statefulsets_and_daemonsets_work_through_the_hub() -> Result<()>
 {
     let env = Environment::get();
-    let fleet = Fleet::start("history").await?;
+    let fleet = Fleet::builder("history").start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     let workload = |kind: &str, image: &str| {
         let mut spec = json!({"selector": {"matchLabels": {"app": "db"}},
@@ -461,7 +463,7 @@ async fn rollout_history_and_undo_of_statefulsets_and_daemonsets_work_through_th
 
 #[tokio::test]
 async fn a_service_goes_everywhere_and_its_decision_says_where_it_has_no_endpoints() -> Result<()> {
-    let fleet = Fleet::start("services").await?;
+    let fleet = Fleet::builder("services").start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     for object in [
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",

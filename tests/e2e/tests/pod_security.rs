@@ -11,13 +11,12 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use flotilla_api::{Placement, reasons};
+use flotilla_e2e::fleet::{Fleet, Second};
 use flotilla_e2e::{Seen, api, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-
-use crate::splitter::Fleet;
 
 const ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 
@@ -114,7 +113,10 @@ fn good() -> Value {
 #[tokio::test]
 async fn an_unlabelled_hub_namespace_enforces_baseline_and_a_host_escape_runs_nowhere() -> Result<()>
 {
-    let fleet = Fleet::start_with_hub_namespace("psa-default", BTreeMap::new()).await?;
+    let fleet = Fleet::builder("psa-default")
+        .second_namespace(Second::HubOnly(BTreeMap::new()))
+        .start()
+        .await?;
     let ns = fleet
         .other
         .as_ref()
@@ -148,7 +150,10 @@ async fn an_unlabelled_hub_namespace_enforces_baseline_and_a_host_escape_runs_no
 #[tokio::test]
 async fn a_limit_range_in_the_tenants_namespace_does_not_let_a_host_escape_through() -> Result<()> {
     let labels = [(ENFORCE.to_string(), "baseline".to_string())].into();
-    let fleet = Fleet::start_with_hub_namespace("psa-limits", labels).await?;
+    let fleet = Fleet::builder("psa-limits")
+        .second_namespace(Second::HubOnly(labels))
+        .start()
+        .await?;
     let ns = fleet
         .other
         .as_ref()
@@ -187,7 +192,10 @@ async fn a_tenant_gets_neither_a_members_own_namespace_nor_its_service_accounts(
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Patch, PatchParams};
 
-    let fleet = Fleet::start_with_hub_namespace("own-ns", BTreeMap::new()).await?;
+    let fleet = Fleet::builder("own-ns")
+        .second_namespace(Second::HubOnly(BTreeMap::new()))
+        .start()
+        .await?;
     let ns = fleet
         .other
         .as_ref()

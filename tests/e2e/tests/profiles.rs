@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow, ensure};
 use flotilla_api::{Placement, Work, WorkloadProfile, conditions, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, api, wait_for};
 use k8s_openapi::api::core::v1::Event;
@@ -19,7 +20,6 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::negotiator::install_crd;
-use crate::splitter::Fleet;
 
 use crate::ONE_NEGOTIATOR;
 
@@ -210,7 +210,7 @@ async fn accepted(hub: &Client, name: &str) -> Result<Option<(String, String, St
 async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed() -> Result<()> {
     let _one_at_a_time = ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
-    let fleet = Fleet::start("profile").await?;
+    let fleet = Fleet::builder("profile").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
 
     let kind = CustomKind::set_up(
@@ -437,7 +437,7 @@ async fn a_rollout_with_the_shipped_profile_is_divided_and_its_hub_status_summed
 async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it() -> Result<()> {
     let _one_at_a_time = ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
-    let fleet = Fleet::start("cloneset").await?;
+    let fleet = Fleet::builder("cloneset").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let kind = CustomKind::set_up(
         &env,
@@ -569,7 +569,7 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
 async fn a_rayclusters_host_escape_in_a_worker_group_runs_nowhere() -> Result<()> {
     let _one_at_a_time = ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
-    let fleet = Fleet::start_as_chart("raycluster").await?;
+    let fleet = Fleet::builder("raycluster").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let rayclusters = ApiResource {
         group: "ray.io".into(),

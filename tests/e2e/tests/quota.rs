@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use flotilla_api::{Placement, reasons};
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::{Seen, api, holds_for, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-
-use crate::splitter::Fleet;
 
 /// The data of ConfigMap `name` in every member (`None` where it is missing).
 async fn member_data(fleet: &Fleet, name: &str) -> Result<Vec<Option<String>>> {
@@ -108,7 +107,7 @@ async fn configmap(hub: &Client, ns: &str, name: &str, value: &str) -> Result<()
 #[tokio::test]
 async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_has() -> Result<()>
 {
-    let fleet = Fleet::start_as_chart("quota").await?;
+    let fleet = Fleet::builder("quota").start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     let none = vec![None; fleet.members.len()];
     set_limit(hub, ns, "4").await?;
@@ -167,7 +166,7 @@ async fn a_namespace_beyond_its_copy_limit_places_nothing_new_and_keeps_what_it_
 /// keep what they have), shrinking it is, and then the second fits and is placed.
 #[tokio::test]
 async fn a_namespace_beyond_its_byte_budget_writes_nothing_new_or_bigger() -> Result<()> {
-    let fleet = Fleet::start_as_chart("bytes").await?;
+    let fleet = Fleet::builder("bytes").start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     let members = fleet.members.len() as u64;
     let big = |tag: &str, size: usize| format!("{tag}{}", "x".repeat(size));

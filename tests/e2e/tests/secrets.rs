@@ -11,15 +11,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use base64::Engine as _;
 use flotilla_api::{Work, annotations, labels, names, reasons, work_data};
-use flotilla_e2e::syncer_setup::{Options, SyncerSetup};
+use flotilla_e2e::fleet::{Fleet, Second};
 use flotilla_e2e::{RUN_DIR, Seen, api, holds_for, random_suffix, wait_for};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-
-use crate::splitter::Fleet;
 
 /// How long each step may take.
 const WAIT: Duration = Duration::from_secs(60);
@@ -256,7 +254,10 @@ fn random_value(team: &str, key: &str) -> String {
 
 #[tokio::test]
 async fn placed_secrets_reach_the_members_and_no_work_in_etcd_holds_their_data() -> Result<()> {
-    let fleet = Fleet::start_two_teams("secrets").await?;
+    let fleet = Fleet::builder("secrets")
+        .second_namespace(Second::Everywhere)
+        .start()
+        .await?;
     let hub = &fleet.hub;
     let a = fleet.ns.name().to_string();
     let b = fleet
@@ -457,8 +458,8 @@ fn data_secret(name: &str, value: &str) -> Secret {
 
 #[tokio::test]
 async fn a_missing_hub_secret_is_reported_and_leaves_the_member_copy_alone() -> Result<()> {
-    let s = SyncerSetup::start("secret-data", Options::default()).await?;
-    let namespace = names::cluster_namespace(&s.cluster);
+    let s = Fleet::syncer_only("secret-data").start().await?;
+    let namespace = names::cluster_namespace(s.member(0).cluster);
     let hub_secrets: Api<Secret> = Api::namespaced(s.hub.clone(), &namespace);
     hub_secrets
         .create(&PostParams::default(), &data_secret("creds", "one"))
@@ -471,7 +472,7 @@ async fn a_missing_hub_secret_is_reported_and_leaves_the_member_copy_alone() -> 
     };
     s.create_work("creds", json!({"manifests": [manifest("1")]}))
         .await?;
-    let member: Api<Secret> = Api::namespaced(s.member.clone(), s.ns.name());
+    let member: Api<Secret> = Api::namespaced(s.member(0).client.clone(), s.ns.name());
     let password = || async {
         let secret = member.get_opt("creds").await?;
         Ok::<_, anyhow::Error>(secret.map(|s| {

@@ -8,14 +8,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use flotilla_api::{Cluster, Placement, Work, annotations, finalizers, labels, names, reasons};
+use flotilla_api::{Placement, Work, annotations, finalizers, labels, names, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
-use flotilla_e2e::chart::{self, ChartIdentities};
-use flotilla_e2e::clusters::{ClusterCleanup, register_push};
-use flotilla_e2e::process::ControllerProcess;
-use flotilla_e2e::{
-    ClusterInfo, Environment, ScratchMember, Seen, TestNamespace, api, random_suffix, wait_for,
-};
+use flotilla_e2e::chart;
+use flotilla_e2e::fleet::{Fleet, SPLITTER_OUT, Second, deployment, hub_available};
+use flotilla_e2e::{ClusterInfo, Environment, ScratchMember, Seen, api, random_suffix, wait_for};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodTemplate, Secret};
@@ -23,18 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-
-const SELECTOR_LABEL: &str = "e2e.flotilla.dev/splitter";
-
-fn deployment(replicas: i32) -> Result<Deployment> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                                                       "envFrom": [{"configMapRef": {"name": "web-settings", "optional": true}}]}]}}}
-    }))?)
-}
 
 /// Replicas of `web` per member, by member Cluster name.
 async fn member_replicas(members: &[(String, Client)], ns: &str) -> Result<BTreeMap<String, i32>> {
@@ -84,30 +69,6 @@ async fn scale(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
     hub_available(hub, n).await
 }
 
-/// Waits until the hub Deployment says `n` replicas available and Available=True.
-async fn hub_available(hub: &Api<Deployment>, n: i32) -> Result<Deployment> {
-    wait_for(
-        &format!("the hub Deployment to report {n} available replicas"),
-        Duration::from_secs(120),
-        || async {
-            let d = hub.get("web").await?;
-            let status = d.status.clone().unwrap_or_default();
-            let available = status.conditions.iter().flatten().any(|c| {
-                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
-            });
-            Ok(if available && status.available_replicas == Some(n) {
-                Seen::Done(d)
-            } else {
-                Seen::not_yet(format!(
-                    "available={available} availableReplicas={:?}",
-                    status.available_replicas
-                ))
-            })
-        },
-    )
-    .await
-}
-
 /// Two of the environment's members and, last, a member of the test's own, to stop or pause
 /// (removed when the returned value is dropped: drop it after the fleet).
 async fn two_and_a_scratch_member(
@@ -120,342 +81,9 @@ async fn two_and_a_scratch_member(
     Ok((scratch, infos))
 }
 
-/// A test namespace exists in every member already, made for the same team: the hub admin lets
-/// its Placements use those member namespaces, as an admin who made them would.
-async fn allow_existing_namespaces(hub: &Client, ns: &str) -> Result<()> {
-    Api::<Namespace>::all(hub.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                annotations::ALLOW_EXISTING_NAMESPACES: "true"}}})),
-        )
-        .await?;
-    Ok(())
-}
-
-/// A Cluster label that takes a Cluster out of the test splitter's `--cluster-selector` only.
-const SPLITTER_OUT: &str = "e2e.flotilla.dev/splitter-out";
-
-/// Three push-mode members registered for one test (Clusters with the test's own label), the
-/// registration controller, the syncer and the splitter scoped to them and to the test's
-/// namespace.
-pub(crate) struct Fleet {
-    pub(crate) hub: Client,
-    pub(crate) ns: TestNamespace,
-    pub(crate) clusters: Api<Cluster>,
-    /// Cluster name and member client, in the order of the environment's members.
-    pub(crate) members: Vec<(String, Client)>,
-    pub(crate) splitter: ControllerProcess,
-    /// The label selector of the test's Clusters.
-    pub(crate) selector: String,
-    /// With [`Fleet::start_two_teams`]: a second namespace (in the hub and every member) that
-    /// the same splitter serves.
-    pub(crate) other: Option<TestNamespace>,
-    _registration: ControllerProcess,
-    _syncer: ControllerProcess,
-    _cleanup: ClusterCleanup,
-    /// The chart release whose identities run the controllers (its cluster-scoped RBAC is
-    /// removed on drop, after the controllers).
-    pub(crate) identities: ChartIdentities,
-}
-
-/// The second namespace of a [`Fleet`], if any.
-enum Second {
-    None,
-    /// In the hub and every member.
-    Everywhere,
-    /// In the hub only, with these labels.
-    HubOnly(BTreeMap<String, String>),
-}
-
-impl Fleet {
-    /// Placement `spread`, dividing the namespace's Deployments evenly, and Deployment `web` of
-    /// `replicas`, once the hub says it is Available.
-    pub(crate) async fn spread_web(&self, replicas: i32) -> Result<Api<Deployment>> {
-        let ns = self.ns.name();
-        let placement: Placement = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-            "metadata": {"name": "spread"},
-            "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                     "replicaScheduling": {"type": "Divided", "division": "Even"}},
-        }))?;
-        Api::<Placement>::namespaced(self.hub.clone(), ns)
-            .create(&PostParams::default(), &placement)
-            .await?;
-        let deployments: Api<Deployment> = Api::namespaced(self.hub.clone(), ns);
-        deployments
-            .create(&PostParams::default(), &deployment(replicas)?)
-            .await?;
-        hub_available(&deployments, replicas)
-            .await
-            .map_err(|e| e.context(self.splitter.log()))?;
-        Ok(deployments)
-    }
-
-    pub(crate) async fn start(prefix: &str) -> Result<Self> {
-        let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_with(prefix, members, &[]).await
-    }
-
-    /// With the splitter running as the chart's splitter ServiceAccount (its RBAC as the chart
-    /// renders it), so that what the chart does not grant shows up.
-    pub(crate) async fn start_as_chart(prefix: &str) -> Result<Self> {
-        Self::start_as_chart_with(prefix, &[]).await
-    }
-
-    /// As [`Fleet::start_as_chart`], with more flags for the splitter.
-    pub(crate) async fn start_as_chart_with(prefix: &str, splitter_flags: &[&str]) -> Result<Self> {
-        let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(
-            prefix,
-            members,
-            &[],
-            &[],
-            splitter_flags,
-            Second::None,
-            false,
-        )
-        .await
-    }
-
-    /// As [`Fleet::start_as_chart`], with the splitter also serving the ClusterPlacements
-    /// labelled with the fleet's selector.
-    pub(crate) async fn start_as_chart_with_cluster_placements(prefix: &str) -> Result<Self> {
-        let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], &[], Second::None, true).await
-    }
-
-    /// With a second namespace served by the same splitter: two teams on one hub. The splitter
-    /// runs as the chart's splitter ServiceAccount.
-    pub(crate) async fn start_two_teams(prefix: &str) -> Result<Self> {
-        let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(prefix, members, &[], &[], &[], Second::Everywhere, false).await
-    }
-
-    /// With a second namespace served by the same splitter that only the hub has, with
-    /// `labels`: Flotilla creates it in the members.
-    pub(crate) async fn start_with_hub_namespace(
-        prefix: &str,
-        labels: BTreeMap<String, String>,
-    ) -> Result<Self> {
-        let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(
-            prefix,
-            members,
-            &[],
-            &[],
-            &[],
-            Second::HubOnly(labels),
-            false,
-        )
-        .await
-    }
-
-    /// As [`Fleet::start_with_hub_namespace`], with the splitter also serving the
-    /// ClusterPlacements labelled with the test's selector label (see [`Fleet::selector`]).
-    pub(crate) async fn start_with_cluster_placements(
-        prefix: &str,
-        labels: BTreeMap<String, String>,
-    ) -> Result<Self> {
-        let members = Environment::get().require_members(3)?.to_vec();
-        Self::start_full(
-            prefix,
-            members,
-            &[],
-            &[],
-            &[],
-            Second::HubOnly(labels),
-            true,
-        )
-        .await
-    }
-
-    /// With the given members and more flags for the registration controller.
-    pub(crate) async fn start_with(
-        prefix: &str,
-        members_info: Vec<ClusterInfo>,
-        registration_flags: &[&str],
-    ) -> Result<Self> {
-        Self::start_full(
-            prefix,
-            members_info,
-            registration_flags,
-            &[],
-            &[],
-            Second::None,
-            false,
-        )
-        .await
-    }
-
-    /// With the given members and more flags for the registration controller and the syncer.
-    pub(crate) async fn start_with_flags(
-        prefix: &str,
-        members_info: Vec<ClusterInfo>,
-        registration_flags: &[&str],
-        syncer_flags: &[&str],
-    ) -> Result<Self> {
-        Self::start_full(
-            prefix,
-            members_info,
-            registration_flags,
-            syncer_flags,
-            &[],
-            Second::None,
-            false,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn start_full(
-        prefix: &str,
-        members_info: Vec<ClusterInfo>,
-        registration_flags: &[&str],
-        syncer_flags: &[&str],
-        splitter_flags: &[&str],
-        second: Second,
-        cluster_placements: bool,
-    ) -> Result<Self> {
-        let env = Environment::get();
-        let hub = env.hub.client().await?;
-        api::install_crds(&hub).await?;
-        let mut all = vec![&env.hub];
-        all.extend(members_info.iter());
-        let ns = TestNamespace::create(prefix, &all).await?;
-        allow_existing_namespaces(&hub, ns.name()).await?;
-        let id = random_suffix();
-        let selector = format!("{SELECTOR_LABEL}={id}");
-        // Every controller runs with the identity the chart gives it, from a release namespace
-        // of its own (where the Leases and the members' kubeconfig Secrets are), as in a real
-        // install: the tenants' namespaces hold only the tests' objects.
-        let identities = ChartIdentities::install_in_own_namespace(prefix).await?;
-        let system = identities.namespace.clone();
-        let (reg_identity, sync_identity, split_identity) = (
-            identities.args("registration")?,
-            identities.args("syncer")?,
-            identities.args("splitter")?,
-        );
-        let common = [
-            "--lease-namespace",
-            system.as_str(),
-            "--cluster-selector",
-            selector.as_str(),
-        ];
-        let mut reg: Vec<&str> = reg_identity.iter().map(String::as_str).collect();
-        reg.extend(common);
-        reg.extend([
-            "--probe-interval",
-            "2s",
-            "--kubeconfig-secret-namespace",
-            system.as_str(),
-        ]);
-        reg.extend(registration_flags);
-        let mut sync: Vec<&str> = sync_identity.iter().map(String::as_str).collect();
-        sync.extend(common);
-        sync.extend([
-            "--resync-interval",
-            "5s",
-            "--kubeconfig-secret-namespace",
-            system.as_str(),
-        ]);
-        sync.extend(syncer_flags);
-        let other = match second {
-            Second::None => None,
-            Second::Everywhere => {
-                let other = TestNamespace::create(&format!("{prefix}-b"), &all).await?;
-                allow_existing_namespaces(&hub, other.name()).await?;
-                Some(other)
-            }
-            Second::HubOnly(labels) => Some(
-                TestNamespace::create_in(&format!("{prefix}-b"), &[&env.hub], &all, labels).await?,
-            ),
-        };
-        let namespaces = match &other {
-            Some(o) => format!("{},{}", ns.name(), o.name()),
-            None => ns.name().to_string(),
-        };
-        // The splitter alone leaves out Clusters labelled SPLITTER_OUT: a Cluster that leaves
-        // the splitter's selector while registration and the syncer still serve it.
-        let split_selector = format!("{selector},{SPLITTER_OUT}!=true");
-        let mut split: Vec<&str> = split_identity.iter().map(String::as_str).collect();
-        split.extend([
-            "--lease-namespace",
-            system.as_str(),
-            "--cluster-selector",
-            split_selector.as_str(),
-        ]);
-        split.extend(["--namespace", namespaces.as_str()]);
-        // The release namespace holds the hub's own identities (the chart's POD_NAMESPACE).
-        split.extend(["--hub-identity-namespaces", system.as_str()]);
-        split.extend(splitter_flags);
-        if cluster_placements {
-            split.extend([
-                "--cluster-placements=true",
-                "--cluster-placement-selector",
-                selector.as_str(),
-            ]);
-        }
-        let registration = ControllerProcess::start("flotilla-registration", &reg)?;
-        let syncer = ControllerProcess::start("flotilla-syncer", &sync)?;
-        let splitter = ControllerProcess::start("flotilla-splitter", &split)?;
-        let cleanup = ClusterCleanup::new(&env.hub, selector.clone());
-
-        // Push-mode members.
-        let _secrets: Api<Secret> = Api::namespaced(hub.clone(), ns.name());
-        let clusters: Api<Cluster> = Api::all(hub.clone());
-        let mut members = Vec::new();
-        for info in &members_info {
-            let name = format!("e2e-{}", random_suffix());
-            register_push(&hub, &system, &name, info, (SELECTOR_LABEL, &id)).await?;
-            members.push((name, info.client().await?));
-        }
-        // All three Ready before the Deployment appears: a member that joins later gets no replicas
-        // (no rebalanceOnJoin), which is not what this test is about.
-        wait_for(
-            "the three members to be Ready",
-            Duration::from_secs(60),
-            || async {
-                let mut not_ready = Vec::new();
-                for (name, _) in &members {
-                    let c = clusters.get(name).await?;
-                    let ready = c
-                        .status
-                        .iter()
-                        .flat_map(|s| s.conditions.iter())
-                        .any(|x| x.type_ == "Ready" && x.status == "True");
-                    if !ready {
-                        not_ready.push(name.clone());
-                    }
-                }
-                Ok(if not_ready.is_empty() {
-                    Seen::Done(())
-                } else {
-                    Seen::not_yet(format!("not Ready: {not_ready:?}"))
-                })
-            },
-        )
-        .await?;
-        Ok(Self {
-            hub,
-            ns,
-            clusters,
-            members,
-            splitter,
-            selector,
-            identities,
-            other,
-            _registration: registration,
-            _syncer: syncer,
-            _cleanup: cleanup,
-        })
-    }
-}
-
 #[tokio::test]
 async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
-    let fleet = Fleet::start("split").await?;
+    let fleet = Fleet::builder("split").start().await?;
     let Fleet {
         hub,
         ns,
@@ -651,7 +279,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
 
 #[tokio::test]
 async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<()> {
-    let fleet = Fleet::start("zero").await?;
+    let fleet = Fleet::builder("zero").start().await?;
     let (ns, members) = (fleet.ns.name(), &fleet.members);
     let deployments = fleet.spread_web(6).await?;
     let before = copy_uids::<Deployment>(members, ns, "web").await?;
@@ -706,7 +334,7 @@ async fn scaling_to_zero_empties_the_members_and_keeps_their_copies() -> Result<
 
 #[tokio::test]
 async fn deleting_a_cluster_orphans_its_copies_and_moves_its_replicas() -> Result<()> {
-    let fleet = Fleet::start("cl-delete").await?;
+    let fleet = Fleet::builder("cl-delete").start().await?;
     let (ns, members) = (fleet.ns.name(), &fleet.members);
     let deployments = fleet.spread_web(6).await?;
     let (victim, victim_client) = members[2].clone();
@@ -781,7 +409,10 @@ async fn team_copies(
 
 #[tokio::test]
 async fn two_teams_with_the_same_names_keep_their_own_copies() -> Result<()> {
-    let fleet = Fleet::start_two_teams("teams").await?;
+    let fleet = Fleet::builder("teams")
+        .second_namespace(Second::Everywhere)
+        .start()
+        .await?;
     let (hub, members) = (&fleet.hub, &fleet.members);
     let a = fleet.ns.name();
     let b = fleet
@@ -870,7 +501,7 @@ async fn two_teams_with_the_same_names_keep_their_own_copies() -> Result<()> {
 
 #[tokio::test]
 async fn works_named_the_old_way_are_renamed_without_touching_the_members() -> Result<()> {
-    let fleet = Fleet::start("rename").await?;
+    let fleet = Fleet::builder("rename").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let settings = json!({"apiVersion": "v1", "kind": "ConfigMap",
                           "metadata": {"name": "settings", "namespace": ns}, "data": {"a": "b"}});
@@ -977,7 +608,7 @@ async fn works_named_the_old_way_are_renamed_without_touching_the_members() -> R
 
 #[tokio::test]
 async fn a_new_or_edited_configmap_reaches_every_member_at_once() -> Result<()> {
-    let fleet = Fleet::start("latency").await?;
+    let fleet = Fleet::builder("latency").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     // Only the ConfigMap: no other Work's status changes set the splitter going by chance.
     api::apply(
@@ -1062,7 +693,7 @@ async fn a_new_or_edited_configmap_reaches_every_member_at_once() -> Result<()> 
 #[tokio::test]
 async fn a_work_the_hub_refuses_does_not_stall_the_others() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start("refused").await?;
+    let fleet = Fleet::builder("refused").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     // An admission policy that refuses the Works holding one ConfigMap of this test, as a size
     // limit or a site policy would.
@@ -1213,7 +844,7 @@ where
 #[tokio::test]
 async fn kubectl_replace_force_keeps_the_member_copies() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start("replace").await?;
+    let fleet = Fleet::builder("replace").start().await?;
     let (ns, members) = (fleet.ns.name(), &fleet.members);
     let deployments = fleet.spread_web(6).await?;
     let first = deployments.get("web").await?;
@@ -1354,7 +985,10 @@ async fn settings_and_creds_everywhere(fleet: &Fleet, name: &str) -> Result<()> 
 /// splitter runs as the chart's ServiceAccount: what the chart does not let it do shows.
 #[tokio::test]
 async fn the_works_of_a_deleted_placement_are_released_after_the_grace_period() -> Result<()> {
-    let fleet = Fleet::start_as_chart_with("release", &["--orphaned-work-grace", "5s"]).await?;
+    let fleet = Fleet::builder("release")
+        .splitter_flags(["--orphaned-work-grace", "5s"])
+        .start()
+        .await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     settings_and_creds_everywhere(&fleet, "configs").await?;
     let settings = copy_uids::<ConfigMap>(members, ns, "settings").await?;
@@ -1497,7 +1131,7 @@ async fn the_works_of_a_deleted_placement_are_released_after_the_grace_period() 
 /// nothing else changes; the Placement created again takes its copies over as they are.
 #[tokio::test]
 async fn a_placement_created_again_within_the_grace_period_keeps_its_copies() -> Result<()> {
-    let fleet = Fleet::start_as_chart("regrace").await?;
+    let fleet = Fleet::builder("regrace").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     settings_and_creds_everywhere(&fleet, "configs").await?;
     let settings = copy_uids::<ConfigMap>(members, ns, "settings").await?;
@@ -1575,7 +1209,7 @@ async fn a_placement_created_again_within_the_grace_period_keeps_its_copies() ->
 #[tokio::test]
 async fn a_type_the_splitter_may_not_read_gets_a_condition_and_keeps_its_copies() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start_as_chart("forbid").await?;
+    let fleet = Fleet::builder("forbid").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let release = fleet.identities.release.clone();
     let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
@@ -1752,7 +1386,7 @@ async fn member_uids(fleet: &Fleet) -> Result<(Option<String>, Option<String>)> 
 /// success once, in the terms `kubectl wait --for=condition=complete` and kstatus read.
 #[tokio::test]
 async fn a_job_on_the_hub_divides_its_completions_and_completes_once_in_the_fleet() -> Result<()> {
-    let fleet = Fleet::start_as_chart("job").await?;
+    let fleet = Fleet::builder("job").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
         hub,
@@ -1928,7 +1562,7 @@ async fn a_job_on_the_hub_divides_its_completions_and_completes_once_in_the_flee
 /// prints as LAST SCHEDULE.
 #[tokio::test]
 async fn a_cronjob_on_the_hub_fires_on_one_member_and_the_hub_says_when() -> Result<()> {
-    let fleet = Fleet::start_as_chart("cron").await?;
+    let fleet = Fleet::builder("cron").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
         hub,
@@ -2013,7 +1647,10 @@ async fn a_workload_the_hub_namespaces_pod_security_forbids_runs_in_no_member() 
         ("team".to_string(), "a".to_string()),
     ]
     .into();
-    let fleet = Fleet::start_with_hub_namespace("psa", labels).await?;
+    let fleet = Fleet::builder("psa")
+        .second_namespace(Second::HubOnly(labels))
+        .start()
+        .await?;
     let (hub, members) = (&fleet.hub, &fleet.members);
     let ns = fleet
         .other
@@ -2188,7 +1825,7 @@ async fn a_workload_the_hub_namespaces_pod_security_forbids_runs_in_no_member() 
 #[tokio::test]
 async fn kubectl_rollout_status_follows_a_duplicated_deployment() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start("dup").await?;
+    let fleet = Fleet::builder("dup").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
         hub,
@@ -2263,7 +1900,7 @@ async fn kubectl_rollout_status_follows_a_duplicated_deployment() -> Result<()> 
 
 #[tokio::test]
 async fn the_most_specific_placement_places_an_object_and_ties_are_reported() -> Result<()> {
-    let fleet = Fleet::start("split-who").await?;
+    let fleet = Fleet::builder("split-who").start().await?;
     let ns = fleet.ns.name();
     let placements: Api<Placement> = Api::namespaced(fleet.hub.clone(), ns);
     let create = |name: &'static str, selectors: serde_json::Value| {
@@ -2370,7 +2007,11 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
     let env = Environment::get();
     // A member of its own to stop; dropped (removed) after the fleet.
     let (scratch, infos) = two_and_a_scratch_member(&env, "split-fo").await?;
-    let fleet = Fleet::start_with("split-fo", infos, &["--grace-period", "6s"]).await?;
+    let fleet = Fleet::builder("split-fo")
+        .members(infos)
+        .grace("6s")
+        .start()
+        .await?;
     let ns = fleet.ns.name();
     let placement: Placement = serde_json::from_value(json!({
         "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -2481,7 +2122,7 @@ async fn a_stopped_member_loses_its_replicas_and_gets_its_stale_copy_cleaned_on_
 
 #[tokio::test]
 async fn a_cluster_that_leaves_the_splitters_selector_keeps_its_copies() -> Result<()> {
-    let fleet = Fleet::start("relabel").await?;
+    let fleet = Fleet::builder("relabel").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let placements: Api<Placement> = Api::namespaced(hub.clone(), ns);
     api::apply(
@@ -2558,15 +2199,14 @@ async fn a_member_that_hangs_never_delays_the_others() -> Result<()> {
     let env = Environment::get();
     // A member of its own to pause; dropped (removed) after the fleet.
     let (scratch, infos) = two_and_a_scratch_member(&env, "hang").await?;
-    // Few workers: a hung member that held them all would show at once.
-    let fleet = Fleet::start_with_flags(
-        "hang",
-        infos,
+    let fleet = Fleet::builder("hang")
+        .members(infos)
         // The Cluster stays Ready while it hangs: what is tested is the syncer, not failover.
-        &["--grace-period", "120s"],
-        &["--concurrency", "2"],
-    )
-    .await?;
+        .grace("120s")
+        // Few workers: a hung member that held them all would show at once.
+        .syncer_flags(["--concurrency", "2"])
+        .start()
+        .await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
         hub,
@@ -2687,8 +2327,7 @@ async fn a_placement_of_3000_objects_keeps_a_small_status() -> Result<()> {
     use futures::{StreamExt, TryStreamExt};
     // One member: 3,000 Works are enough to show the status stays bounded, and the hub is
     // shared with the other tests.
-    let member = Environment::get().require_members(1)?[0].clone();
-    let fleet = Fleet::start_with("large", vec![member], &[]).await?;
+    let fleet = Fleet::builder("large").first_members(1).start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     api::apply(
         hub,
@@ -2849,7 +2488,7 @@ async fn a_divided_statefulset_runs_each_ordinal_once_and_moves_one_only_after_i
 -> Result<()> {
     let env = Environment::get();
     // The chart's splitter identity: it may read StatefulSets and write their hub status.
-    let fleet = Fleet::start_as_chart("sts").await?;
+    let fleet = Fleet::builder("sts").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     for object in [
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -2946,7 +2585,7 @@ async fn a_divided_statefulset_runs_each_ordinal_once_and_moves_one_only_after_i
 async fn kubectl_rollout_history_and_undo_work_against_the_hub() -> Result<()> {
     let env = Environment::get();
     // The chart's splitter identity: it may keep the Deployments' ReplicaSet records.
-    let fleet = Fleet::start_as_chart("undo").await?;
+    let fleet = Fleet::builder("undo").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     api::apply(
         hub,
@@ -3090,7 +2729,7 @@ async fn kubectl_rollout_history_and_undo_work_against_the_hub() -> Result<()> {
 #[tokio::test]
 async fn helm_install_wait_of_a_stock_chart_succeeds_against_the_hub() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start_as_chart("helm").await?;
+    let fleet = Fleet::builder("helm").start().await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     api::apply(
         hub,
@@ -3145,7 +2784,7 @@ async fn helm_install_wait_of_a_stock_chart_succeeds_against_the_hub() -> Result
 #[tokio::test]
 async fn a_hub_deployment_a_member_refuses_is_not_current_for_gitops_tools() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start("refuse").await?;
+    let fleet = Fleet::builder("refuse").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     // The first member has a Deployment `web` of its own: Flotilla's copy is refused there.
     let (refusing, member) = members[0].clone();
@@ -3215,7 +2854,7 @@ async fn a_hub_deployment_a_member_refuses_is_not_current_for_gitops_tools() -> 
 async fn a_daemonset_runs_on_every_members_nodes_and_the_hub_counts_them_all() -> Result<()> {
     let env = Environment::get();
     // The chart's splitter identity: it may read DaemonSets and write their hub status.
-    let fleet = Fleet::start_as_chart("ds").await?;
+    let fleet = Fleet::builder("ds").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     for object in [
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -3321,7 +2960,7 @@ async fn budgets(members: &[(String, Client)], ns: &str, name: &str) -> Result<V
 /// claim and the Service are `Current` only then.
 #[tokio::test]
 async fn claims_load_balancers_and_budgets_show_every_member_on_the_hub() -> Result<()> {
-    let fleet = Fleet::start_as_chart("kinds").await?;
+    let fleet = Fleet::builder("kinds").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let env = Environment::get();
     const CLASS: &str = "flotilla-e2e-manual";
@@ -3533,7 +3172,11 @@ async fn a_hung_members_statefulset_ordinal_runs_nowhere_else_until_its_cluster_
 -> Result<()> {
     let env = Environment::get();
     let (scratch, infos) = two_and_a_scratch_member(&env, "sts-hang").await?;
-    let fleet = Fleet::start_with("sts-hang", infos, &["--grace-period", "6s"]).await?;
+    let fleet = Fleet::builder("sts-hang")
+        .members(infos)
+        .grace("6s")
+        .start()
+        .await?;
     let (hub, ns) = (&fleet.hub, fleet.ns.name());
     for object in [
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -3645,7 +3288,7 @@ async fn a_hung_members_statefulset_ordinal_runs_nowhere_else_until_its_cluster_
 #[tokio::test]
 async fn a_standalone_replicaset_is_divided_and_the_hub_counts_its_pods() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start_as_chart("rs").await?;
+    let fleet = Fleet::builder("rs").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     for object in [
         json!({"apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
@@ -3696,7 +3339,7 @@ async fn a_standalone_replicaset_is_divided_and_the_hub_counts_its_pods() -> Res
 /// once allowed, Flotilla takes it over.
 #[tokio::test]
 async fn a_tenants_adopt_takes_over_nothing_until_an_admin_allows_it() -> Result<()> {
-    let fleet = Fleet::start_as_chart("adopt").await?;
+    let fleet = Fleet::builder("adopt").start().await?;
     let (hub, ns, members) = (&fleet.hub, fleet.ns.name(), &fleet.members);
     let (first, first_client) = &members[0];
     let theirs: Api<ConfigMap> = Api::namespaced(first_client.clone(), ns);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use flotilla_api::{Placement, conditions, reasons};
 use flotilla_e2e::api::ClusterScopedObjects;
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, random_suffix, wait_for};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,7 +22,6 @@ use serde_json::{Value, json};
 use crate::negotiator::{
     crd, crd_resource, has_condition, install_crd, nar_resource, real_httproutes, wait_negotiation,
 };
-use crate::splitter::Fleet;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -88,7 +88,7 @@ async fn place_widgets(fleet: &Fleet, group: &str) -> Result<ApiResource> {
 #[tokio::test]
 async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Result<()> {
     let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
-    let fleet = Fleet::start("split-api").await?;
+    let fleet = Fleet::builder("split-api").start().await?;
     let group = format!("w{}.e2e.flotilla.dev", random_suffix());
     let full = crd(
         &group,
@@ -151,7 +151,7 @@ async fn a_member_whose_api_drifts_loses_only_the_objects_it_cannot_take() -> Re
 
 #[tokio::test]
 async fn an_edit_of_a_custom_object_reaches_every_member_in_seconds() -> Result<()> {
-    let fleet = Fleet::start("split-crd").await?;
+    let fleet = Fleet::builder("split-crd").start().await?;
     let group = format!("w{}.e2e.flotilla.dev", random_suffix());
     let widget_crd = crd(&group, "Widget", json!({"size": {"type": "integer"}}));
     install_crd(&fleet.hub, &widget_crd).await?;
@@ -280,7 +280,7 @@ async fn a_route_using_a_newer_releases_field_skips_the_member_on_the_older_rele
     let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
     let env = Environment::get();
     let (new, old) = (real_httproutes("v1.6.1")?, real_httproutes("v1.0.0")?);
-    let fleet = Fleet::start("split-routes").await?;
+    let fleet = Fleet::builder("split-routes").start().await?;
     let crd_name = "httproutes.gateway.networking.k8s.io";
     let nar = "httproutes.v1.gateway.networking.k8s.io";
     // What the shared environment must not keep: the CRDs and the negotiations.
@@ -416,7 +416,7 @@ async fn a_route_using_a_newer_releases_field_skips_the_member_on_the_older_rele
 #[tokio::test]
 async fn a_deployment_using_a_field_the_older_kubernetes_lacks_skips_that_member() -> Result<()> {
     let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
-    let fleet = Fleet::start("split-versions").await?;
+    let fleet = Fleet::builder("split-versions").start().await?;
     let hub_version = fleet.hub.apiserver_version().await?.git_version;
     let mut older = Vec::new();
     for (cluster, client) in &fleet.members {

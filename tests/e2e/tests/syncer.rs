@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use flotilla_api::condition::ConditionStatus;
 use flotilla_api::labels;
-use flotilla_e2e::syncer_setup::{Options, SyncerSetup};
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::{Seen, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -23,7 +23,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Result<()> {
-    let s = SyncerSetup::start("sync-flow", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-flow").start().await?;
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": s.ns.name()},
@@ -63,7 +63,7 @@ async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Resul
         cm_labels.get(labels::MANAGED).map(String::as_str) == Some("true"),
         "managed label: {cm_labels:?}"
     );
-    let member_deploy: Api<Deployment> = Api::namespaced(s.member.clone(), s.ns.name());
+    let member_deploy: Api<Deployment> = Api::namespaced(s.member(0).client.clone(), s.ns.name());
     ensure!(
         member_deploy.get_opt("web").await?.is_some(),
         "the Deployment is in the member"
@@ -118,7 +118,7 @@ async fn works_reach_the_member_status_flows_up_and_drift_is_reverted() -> Resul
 
 #[tokio::test]
 async fn unmanaged_objects_are_conflicts_until_adopted_and_orphan_leaves_objects() -> Result<()> {
-    let s = SyncerSetup::start("sync-conflict", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-conflict").start().await?;
     let existing: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "precious", "namespace": s.ns.name()}, "data": {"owner": "someone else"}
     }))?;
@@ -191,7 +191,7 @@ async fn a_members_hub_namespace_deleted_by_a_stolen_registration_token_deletes_
 -> Result<()> {
     use k8s_openapi::api::core::v1::Namespace;
 
-    let s = SyncerSetup::start("sync-nsdel", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-nsdel").start().await?;
     s.create_work(
         "web",
         json!({"manifests": [s.configmap("settings", json!({"color": "blue"}))]}),
@@ -199,8 +199,8 @@ async fn a_members_hub_namespace_deleted_by_a_stolen_registration_token_deletes_
     .await?;
     s.wait_member_data("settings", "color", Some("blue"), WAIT)
         .await?;
-    let registration = s.identities().client("registration").await?;
-    let namespace = flotilla_api::names::cluster_namespace(&s.cluster);
+    let registration = s.identities.client("registration").await?;
+    let namespace = flotilla_api::names::cluster_namespace(s.member(0).cluster);
     let stolen: Api<flotilla_api::Work> = Api::namespaced(registration.clone(), &namespace);
     let rewrite = stolen
         .patch(
@@ -245,7 +245,7 @@ struct MemberGadgets {
     _cleanup: flotilla_e2e::api::ClusterScopedObjects,
 }
 
-async fn member_gadgets(s: &SyncerSetup, scope: &str) -> Result<MemberGadgets> {
+async fn member_gadgets(s: &Fleet, scope: &str) -> Result<MemberGadgets> {
     use flotilla_e2e::{api, random_suffix};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{ApiResource, ListParams};
@@ -259,12 +259,12 @@ async fn member_gadgets(s: &SyncerSetup, scope: &str) -> Result<MemberGadgets> {
                                "subresources": {"status": {}},
                                "schema": {"openAPIV3Schema": {"type": "object",
                                    "x-kubernetes-preserve-unknown-fields": true}}}]}});
-    let mut cleanup = api::ClusterScopedObjects::new(&s.member_info);
+    let mut cleanup = api::ClusterScopedObjects::new(s.member(0).info);
     cleanup.add(
         ApiResource::erase::<CustomResourceDefinition>(&()),
         format!("gadgets.{group}"),
     );
-    api::apply(&s.member, &crd, false)
+    api::apply(s.member(0).client, &crd, false)
         .await?
         .map_err(|e| anyhow::anyhow!("the member's CRD: {e}"))?;
     let resource = ApiResource {
@@ -274,7 +274,7 @@ async fn member_gadgets(s: &SyncerSetup, scope: &str) -> Result<MemberGadgets> {
         kind: "Gadget".into(),
         plural: "gadgets".into(),
     };
-    let all: Api<DynamicObject> = Api::all_with(s.member.clone(), &resource);
+    let all: Api<DynamicObject> = Api::all_with(s.member(0).client.clone(), &resource);
     wait_for("the member to serve Gadgets", WAIT, || async {
         Ok(match all.list(&ListParams::default()).await {
             Ok(_) => Seen::Done(()),
@@ -294,10 +294,11 @@ async fn member_gadgets(s: &SyncerSetup, scope: &str) -> Result<MemberGadgets> {
 /// cluster-wide, outside the tenant's namespace — and the Work says why (`ScopeDiffers`).
 #[tokio::test]
 async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_there() -> Result<()> {
-    let s = SyncerSetup::start("sync-scope", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-scope").start().await?;
     let gadgets = member_gadgets(&s, "Cluster").await?;
     let group = &gadgets.group;
-    let in_member: Api<DynamicObject> = Api::all_with(s.member.clone(), &gadgets.resource);
+    let in_member: Api<DynamicObject> =
+        Api::all_with(s.member(0).client.clone(), &gadgets.resource);
     s.create_work(
         "gadget",
         json!({"manifests": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget",
@@ -329,11 +330,11 @@ async fn an_object_whose_kind_is_cluster_scoped_in_the_member_is_not_applied_the
 /// conditions, and the size it had.
 #[tokio::test]
 async fn a_members_huge_status_is_cut_before_the_hub_stores_it() -> Result<()> {
-    let s = SyncerSetup::start("sync-bigstatus", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-bigstatus").start().await?;
     let gadgets = member_gadgets(&s, "Namespaced").await?;
     let group = &gadgets.group;
     let in_member: Api<DynamicObject> =
-        Api::namespaced_with(s.member.clone(), s.ns.name(), &gadgets.resource);
+        Api::namespaced_with(s.member(0).client.clone(), s.ns.name(), &gadgets.resource);
     s.create_work(
         "gadget",
         json!({"manifests": [{"apiVersion": format!("{group}/v1"), "kind": "Gadget",
@@ -384,7 +385,7 @@ async fn a_members_huge_status_is_cut_before_the_hub_stores_it() -> Result<()> {
 }
 
 /// The UID of ConfigMap `name` in the member, if it is there.
-async fn member_uid(s: &SyncerSetup, name: &str) -> Result<Option<String>> {
+async fn member_uid(s: &Fleet, name: &str) -> Result<Option<String>> {
     Ok(s.member_configmaps()
         .get_opt(name)
         .await?
@@ -394,7 +395,7 @@ async fn member_uid(s: &SyncerSetup, name: &str) -> Result<Option<String>> {
 #[tokio::test]
 async fn a_manifest_removed_from_a_work_leaves_the_member_unless_another_work_takes_it_over()
 -> Result<()> {
-    let s = SyncerSetup::start("sync-prune", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-prune").start().await?;
     let works = s.works();
     let manifests = |names: &[&str]| -> Value {
         names
@@ -546,7 +547,7 @@ async fn a_manifest_removed_from_a_work_leaves_the_member_unless_another_work_ta
 #[tokio::test]
 async fn an_object_as_it_was_applied_is_not_sent_again_and_drift_is_still_reverted() -> Result<()> {
     // Resync every 3 s: each one looks at every manifest again.
-    let s = SyncerSetup::start("sync-unchanged", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-unchanged").start().await?;
     let manifests: Vec<Value> = ["one", "two", "three"]
         .iter()
         .map(|n| s.configmap(n, json!({"color": "blue"})))

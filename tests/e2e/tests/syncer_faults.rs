@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use flotilla_api::labels;
-use flotilla_e2e::syncer_setup::{Options, SyncerSetup};
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::{Environment, ScratchMember, Seen, wait_for};
 use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -22,7 +22,7 @@ fn applied_message(work: &flotilla_api::Work) -> String {
 
 #[tokio::test]
 async fn rejected_and_unknown_manifests_are_reported_and_the_rest_applied() -> Result<()> {
-    let s = SyncerSetup::start("sync-invalid", Options::default()).await?;
+    let s = Fleet::syncer_only("sync-invalid").start().await?;
     // A Deployment without selector or template: the member's apiserver refuses it.
     let invalid = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -85,15 +85,11 @@ async fn rejected_and_unknown_manifests_are_reported_and_the_rest_applied() -> R
 async fn a_member_stopped_beyond_the_grace_period_loses_nothing_and_converges() -> Result<()> {
     let env = Environment::get();
     let scratch = ScratchMember::add(&env, "sync-stop").await?;
-    let s = SyncerSetup::start(
-        "sync-stop",
-        Options {
-            member: Some(scratch.info.clone()),
-            grace: "6s",
-            ..Options::default()
-        },
-    )
-    .await?;
+    let s = Fleet::syncer_only("sync-stop")
+        .members(vec![scratch.info.clone()])
+        .grace("6s")
+        .start()
+        .await?;
     let manifests: Vec<_> = (0..3)
         .map(|i| s.configmap(&format!("cm-{i}"), json!({"color": "blue"})))
         .collect();
@@ -170,15 +166,11 @@ async fn a_member_stopped_beyond_the_grace_period_loses_nothing_and_converges() 
 async fn a_syncer_killed_mid_apply_converges_with_every_object_exactly_once() -> Result<()> {
     const WORKS: usize = 50;
     const PER_WORK: usize = 10;
-    let mut s = SyncerSetup::start(
-        "sync-kill",
-        Options {
-            // Slow enough that the kill lands in the middle of the apply.
-            syncer_args: vec!["--concurrency".into(), "2".into()],
-            ..Options::default()
-        },
-    )
-    .await?;
+    let mut s = Fleet::syncer_only("sync-kill")
+        // Slow enough that the kill lands in the middle of the apply.
+        .syncer_flags(["--concurrency", "2"])
+        .start()
+        .await?;
     let works = s.works();
     for w in 0..WORKS {
         let manifests: Vec<_> = (0..PER_WORK)

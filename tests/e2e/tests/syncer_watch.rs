@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, ensure};
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::process::http_get;
-use flotilla_e2e::syncer_setup::{Options, SyncerSetup};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -18,14 +18,10 @@ fn cluster_metric(text: &str, name: &str, cluster: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn status_and_drift_follow_member_events_not_the_resync() -> Result<()> {
-    let s = SyncerSetup::start(
-        "sync-watch",
-        Options {
-            resync: "5m",
-            ..Options::default()
-        },
-    )
-    .await?;
+    let s = Fleet::syncer_only("sync-watch")
+        .resync("5m")
+        .start()
+        .await?;
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": s.ns.name()},
@@ -87,9 +83,9 @@ async fn status_and_drift_follow_member_events_not_the_resync() -> Result<()> {
         .await?;
 
     // The metrics say what happened, per cluster.
-    let syncer = s.syncer.as_ref().ok_or_else(|| anyhow!("no syncer"))?;
+    let syncer = s.syncer.process().ok_or_else(|| anyhow!("no syncer"))?;
     let (_, metrics) = http_get(syncer.http, "/metrics").await?;
-    let c = s.cluster.as_str();
+    let c = s.member(0).cluster;
     ensure!(
         cluster_metric(&metrics, "flotilla_syncer_managed_objects", c) == Some(2.0),
         "managed objects:\n{metrics}"

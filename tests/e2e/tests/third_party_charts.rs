@@ -15,12 +15,11 @@ use anyhow::{Context, Result, anyhow, ensure};
 use flotilla_api::{ClusterPlacement, Placement};
 use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::chart::helm_run;
+use flotilla_e2e::fleet::Fleet;
 use flotilla_e2e::{Environment, Seen, api, random_suffix, repo_root, wait_for};
 use kube::Api;
 use kube::api::ApiResource;
 use serde_json::{Value, json};
-
-use crate::splitter::Fleet;
 
 /// How long helm waits for a release, and the suite for members to follow it.
 const WAIT: Duration = Duration::from_secs(180);
@@ -434,7 +433,10 @@ async fn life_of(case: &Case, fleet: &Fleet, name: String) -> Result<()> {
 #[tokio::test]
 async fn ingress_nginx_as_a_daemonset_with_its_hook_jobs_and_cluster_rbac() -> Result<()> {
     let env = Environment::get();
-    let fleet = Fleet::start_as_chart_with_cluster_placements("ingress-nginx").await?;
+    let fleet = Fleet::builder("ingress-nginx")
+        .cluster_placements()
+        .start()
+        .await?;
     // The cluster-scoped half of the chart (its ClusterRoles, bindings and IngressClass) goes
     // with a ClusterPlacement of the objects labelled with the release, as an admin would
     // place an ingress controller; the label of the test's splitter makes it this test's.
@@ -490,7 +492,7 @@ async fn ingress_nginx_as_a_daemonset_with_its_hook_jobs_and_cluster_rbac() -> R
 
 #[tokio::test]
 async fn kube_state_metrics_as_a_sharded_statefulset_with_a_secret_and_roles() -> Result<()> {
-    let fleet = Fleet::start_as_chart("kube-state-metrics").await?;
+    let fleet = Fleet::builder("kube-state-metrics").start().await?;
     let case = Case {
         chart: "kube-state-metrics",
         placement: json!({}),
@@ -511,7 +513,7 @@ async fn kube_state_metrics_as_a_sharded_statefulset_with_a_secret_and_roles() -
 
 #[tokio::test]
 async fn prometheus_pushgateway_as_a_divided_statefulset_with_a_budget() -> Result<()> {
-    let fleet = Fleet::start_as_chart("pushgateway").await?;
+    let fleet = Fleet::builder("pushgateway").start().await?;
     let case = Case {
         chart: "prometheus-pushgateway",
         placement: json!({"replicaScheduling": {"type": "Divided", "division": "Even"}}),
