@@ -184,6 +184,54 @@ fn placement_status(hub: &Client, ns: &str, name: &str) -> String {
     .unwrap_or_default()
 }
 
+/// What the splitter reads of the Works of namespace `ns` to tell whether a copy is healthy: each
+/// Work's generation and the one its member observed, its conditions, and each manifest's
+/// generations and verdicts (for the message of a failed wait).
+async fn works_summary(hub: &Client, ns: &str) -> String {
+    let works = match Api::<Work>::all(hub.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => return format!("cannot list the Works: {e}"),
+    };
+    let mut lines = Vec::new();
+    for w in works.iter().filter(|w| {
+        w.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(flotilla_api::annotations::SOURCE_NAMESPACE))
+            .is_some_and(|source| source == ns)
+    }) {
+        let status = w.status.as_ref();
+        let conditions: Vec<String> = status
+            .iter()
+            .flat_map(|s| s.conditions.iter())
+            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
+            .collect();
+        let manifests: Vec<String> = status
+            .iter()
+            .flat_map(|s| s.manifests.iter())
+            .map(|m| {
+                format!(
+                    "{} gen {:?}/{:?} applied {:?} available {:?}",
+                    m.identity.name, m.generation, m.observed_generation, m.applied, m.available
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "{}/{}: generation {:?}, observed {:?}; {}; {}",
+            w.metadata.namespace.as_deref().unwrap_or_default(),
+            w.metadata.name.as_deref().unwrap_or_default(),
+            w.metadata.generation,
+            status.and_then(|s| s.observed_generation),
+            conditions.join(", "),
+            manifests.join("; ")
+        ));
+    }
+    lines.join("\n")
+}
+
 /// The profile's `Accepted` condition, as (status, reason, message).
 async fn accepted(hub: &Client, name: &str) -> Result<Option<(String, String, String)>> {
     let p = Api::<WorkloadProfile>::all(hub.clone()).get(name).await?;
@@ -542,7 +590,10 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
         },
     )
     .await?;
-    crate::api::kstatus_current(&env, ns, "clonesets.apps.kruise.io", "web").await?;
+    // (The Works say why a copy does not count as healthy: a flaky wait under load.)
+    if let Err(e) = crate::api::kstatus_current(&env, ns, "clonesets.apps.kruise.io", "web").await {
+        return Err(e.context(works_summary(hub, ns).await));
+    }
     crate::api::kubectl(
         &env,
         &[
