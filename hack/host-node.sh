@@ -269,7 +269,9 @@ teardown_host_node() {
   [[ -z "${m}" ]] || stop_proc "${m}.containerd"
   # Shims left (containerd died, or a delete failed): they name our socket in their command line.
   for p in /proc/[0-9]*; do
-    [[ "$(tr '\0' ' ' <"${p}/cmdline" 2>/dev/null)" == *containerd-shim*" -address ${CTRD_SOCK} "* ]] \
+    # (stderr first: a process that exits meanwhile fails the '<', whose message goes where
+    # stderr pointed then)
+    [[ "$(tr '\0' ' ' 2>/dev/null <"${p}/cmdline")" == *containerd-shim*" -address ${CTRD_SOCK} "* ]] \
       && shims+=("${p#/proc/}")
   done
   for pid in "${shims[@]}"; do
