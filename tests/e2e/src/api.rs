@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, ApiResource, Scope};
@@ -339,4 +340,55 @@ mod tests {
                 .all(|e| !e.kind().is_empty() && !e.name().is_empty())
         );
     }
+}
+
+/// The condition a wait expects: its type and status, and its reason when given.
+#[derive(Clone, Copy, Debug)]
+pub struct Expect<'a> {
+    pub type_: &'a str,
+    pub status: &'a str,
+    pub reason: Option<&'a str>,
+}
+
+impl std::fmt::Display for Expect<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.type_, self.status)?;
+        match self.reason {
+            Some(reason) => write!(f, " ({reason})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Waits until object `name` of `api` has the condition `expected` among those `conditions`
+/// reads of it, and returns the object. A time-out says what the condition was last.
+pub async fn wait_condition<K>(
+    api: &Api<K>,
+    name: &str,
+    expected: Expect<'_>,
+    timeout: Duration,
+    conditions: impl Fn(&K) -> &[Condition],
+) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} to have {expected}"), timeout, || async {
+        let object = api.get(name).await?;
+        let seen = conditions(&object)
+            .iter()
+            .find(|c| c.type_ == expected.type_)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+        Ok(match seen {
+            Some((status, reason, _))
+                if status == expected.status && expected.reason.is_none_or(|r| r == reason) =>
+            {
+                Seen::Done(object)
+            }
+            Some((status, reason, message)) => {
+                Seen::not_yet(format!("{}={status} ({reason}): {message}", expected.type_))
+            }
+            None => Seen::not_yet(format!("no {} condition", expected.type_)),
+        })
+    })
+    .await
 }

@@ -24,6 +24,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use crate::api::Expect;
 use crate::chart::ChartIdentities;
 use crate::clusters::{ClusterCleanup, register_push};
 use crate::process::ControllerProcess;
@@ -525,23 +526,16 @@ pub struct Member<'a> {
 impl Member<'_> {
     /// Waits until the Cluster's Ready condition is `status`.
     pub async fn cluster_ready(&self, status: &str, timeout: Duration) -> Result<()> {
-        let clusters = &self.fleet.clusters;
-        wait_for(
-            &format!("Cluster {} to be Ready={status}", self.cluster),
-            timeout,
-            || async {
-                let c = clusters.get(self.cluster).await?;
-                let ready = c
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|x| x.type_ == "Ready").cloned());
-                Ok(match ready {
-                    Some(r) if r.status == status => Seen::Done(()),
-                    other => Seen::not_yet(format!("{other:?}")),
-                })
-            },
-        )
-        .await
+        let ready = Expect {
+            type_: "Ready",
+            status,
+            reason: None,
+        };
+        api::wait_condition(&self.fleet.clusters, self.cluster, ready, timeout, |c| {
+            c.conditions()
+        })
+        .await?;
+        Ok(())
     }
 
     /// The syncer's counter `applies_total` for this Cluster and `result` (`applied`,
@@ -592,24 +586,14 @@ impl Member<'_> {
         reason: Option<&str>,
         timeout: Duration,
     ) -> Result<Work> {
-        let works = self.works();
-        wait_for(
-            &format!("Work {name} to have {type_}={status} ({reason:?})"),
-            timeout,
-            || async {
-                let w = works.get(name).await?;
-                let c = w
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned());
-                Ok(match c {
-                    Some(c) if c.status == status && reason.is_none_or(|r| c.reason == r) => {
-                        Seen::Done(w)
-                    }
-                    other => Seen::not_yet(format!("{other:?}")),
-                })
-            },
-        )
+        let expected = Expect {
+            type_,
+            status,
+            reason,
+        };
+        api::wait_condition(&self.works(), name, expected, timeout, |w: &Work| {
+            w.status.as_ref().map_or(&[], |s| &s.conditions)
+        })
         .await
     }
 

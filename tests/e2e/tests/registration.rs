@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use flotilla_api::{Cluster, names};
 use flotilla_e2e::access::{self, Request};
+use flotilla_e2e::api::Expect;
 use flotilla_e2e::chart::ChartIdentities;
 use flotilla_e2e::clusters::{ClusterCleanup, readers_namespace};
 use flotilla_e2e::process::ControllerProcess;
@@ -153,31 +154,14 @@ impl Setup {
         reason: Option<&str>,
         timeout: Duration,
     ) -> Result<Cluster> {
-        let clusters = self.clusters();
-        wait_for(
-            &format!(
-                "Cluster {name} to have {type_}={status}{}",
-                reason.map(|r| format!(" ({r})")).unwrap_or_default()
-            ),
-            timeout,
-            || async {
-                let c = clusters.get(name).await?;
-                let cond = c
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|x| x.type_ == type_).cloned());
-                Ok(match cond {
-                    Some(x) if x.status == status && reason.is_none_or(|r| x.reason == r) => {
-                        Seen::Done(c)
-                    }
-                    Some(x) => Seen::not_yet(format!(
-                        "{type_}={} ({}): {}",
-                        x.status, x.reason, x.message
-                    )),
-                    None => Seen::not_yet(format!("no {type_} condition")),
-                })
-            },
-        )
+        let expected = Expect {
+            type_,
+            status,
+            reason,
+        };
+        api::wait_condition(&self.clusters(), name, expected, timeout, |c| {
+            c.conditions()
+        })
         .await
     }
 
