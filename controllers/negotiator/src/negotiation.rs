@@ -292,6 +292,7 @@ async fn ensure_negotiations(
         _ = flotilla_runtime::cache::wait_until_synced(negotiations) => {}
     }
     let api: Api<NegotiatedApiResource> = Api::all(ctx.client.clone());
+    let mut creating = Creating::default();
     loop {
         let import = tokio::select! {
             _ = ctx.shutdown.cancelled() => return,
@@ -305,7 +306,8 @@ async fn ensure_negotiations(
         let wanted = import.cluster_name().is_some_and(|c| shared.is_selected(c))
             && import.metadata.deletion_timestamp.is_none()
             && shared.imports.get(&ObjectRef::from_obj(&import)).is_some();
-        if wanted && negotiations.get(&ObjectRef::new(&name)).is_none() {
+        let cached = negotiations.get(&ObjectRef::new(&name)).is_some();
+        if wanted && creating.should_create(&name, cached, Instant::now()) {
             match api
                 .patch(
                     &name,
@@ -314,12 +316,43 @@ async fn ensure_negotiations(
                 )
                 .await
             {
-                Ok(_) => tracing::info!(negotiation = name, "created the NegotiatedAPIResource"),
+                Ok(_) => {
+                    tracing::info!(negotiation = name, "created the NegotiatedAPIResource");
+                    creating.created(name, Instant::now());
+                }
                 Err(e) => {
                     tracing::warn!(negotiation = name, error = %e, "cannot create the NegotiatedAPIResource")
                 }
             }
         }
+    }
+}
+
+/// The NegotiatedAPIResources created that the cache does not show yet: the imports of a type
+/// from several members arrive together, and each would create it again.
+#[derive(Debug, Default)]
+struct Creating {
+    since: HashMap<String, Instant>,
+}
+
+impl Creating {
+    /// How long a creation stands for the object before the cache shows it (after that, or once
+    /// the cache showed it, one that is missing is created again: deleted meanwhile).
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    /// Whether to create `name` now, given whether the cache has it.
+    fn should_create(&mut self, name: &str, cached: bool, now: Instant) -> bool {
+        if cached {
+            self.since.remove(name);
+            return false;
+        }
+        self.since
+            .get(name)
+            .is_none_or(|created| now.duration_since(*created) >= Self::PATIENCE)
+    }
+
+    fn created(&mut self, name: String, now: Instant) {
+        self.since.insert(name, now);
     }
 }
 
@@ -732,6 +765,32 @@ mod tests {
     /// The widgets of `example.com` at `version`, with no fields.
     fn widgets(version: &str) -> ApiResourceSpec {
         plan::tests::widgets(version, &[])
+    }
+
+    #[test]
+    fn a_type_imported_by_several_members_at_once_is_created_once() {
+        let mut creating = Creating::default();
+        let t0 = Instant::now();
+        assert!(
+            creating.should_create("widgets", false, t0),
+            "the first import"
+        );
+        creating.created("widgets".into(), t0);
+        let soon = t0 + Duration::from_millis(200);
+        assert!(
+            !creating.should_create("widgets", false, soon),
+            "the second member's import, before the cache has the creation"
+        );
+        assert!(!creating.should_create("widgets", true, soon), "cached");
+        assert!(
+            creating.should_create("widgets", false, soon),
+            "gone from the cache after it had it: deleted, created again"
+        );
+        creating.created("gadgets".into(), t0);
+        assert!(
+            creating.should_create("gadgets", false, t0 + Creating::PATIENCE),
+            "never shown by the cache within the patience: created again"
+        );
     }
 
     /// The apiserver's refusal, in short: the first causes with their paths, and how many more.
