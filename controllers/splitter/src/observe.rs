@@ -50,8 +50,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
     let scope = placement.namespace();
     let ns = scope.clone().unwrap_or_default();
     let name = placement.name_any();
-    let clusters = state.clusters.selected();
-    let elsewhere = state.clusters.elsewhere();
+    let (clusters, elsewhere) = state.clusters.split();
     let neighbours = state
         .placements
         .state()

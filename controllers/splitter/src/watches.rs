@@ -194,22 +194,19 @@ pub struct Clusters {
 impl Clusters {
     /// The Clusters the splitter places on.
     pub fn selected(&self) -> Vec<Arc<Cluster>> {
-        self.all
-            .state()
-            .into_iter()
-            .filter(|c| self.selector.matches(c.labels()))
-            .collect()
+        self.split().0
     }
 
-    /// The names of the Clusters outside the selector: they exist, and another splitter may
-    /// serve them.
-    pub fn elsewhere(&self) -> BTreeSet<String> {
-        self.all
+    /// The Clusters the splitter places on, and the names of those outside its selector (they
+    /// exist, and another splitter may serve them), from one look at the cache: a Cluster that
+    /// changes selection meanwhile is in one of them, not both or neither.
+    pub fn split(&self) -> (Vec<Arc<Cluster>>, BTreeSet<String>) {
+        let (selected, elsewhere): (Vec<_>, Vec<_>) = self
+            .all
             .state()
-            .iter()
-            .filter(|c| !self.selector.matches(c.labels()))
-            .map(|c| c.name_any())
-            .collect()
+            .into_iter()
+            .partition(|c| self.selector.matches(c.labels()));
+        (selected, elsewhere.iter().map(|c| c.name_any()).collect())
     }
 }
 
