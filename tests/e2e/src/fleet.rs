@@ -428,19 +428,25 @@ impl Fleet {
                "metadata": {"name": name, "namespace": self.ns.name()}, "data": data})
     }
 
-    /// Placement `spread`, dividing the namespace's Deployments evenly, and Deployment `web` of
-    /// `replicas`, once the hub says it is Available.
-    pub async fn spread_web(&self, replicas: i32) -> Result<Api<Deployment>> {
-        let ns = self.ns.name();
+    /// Placement `spread` in the test's namespace, dividing its Deployments evenly.
+    pub async fn spread_deployments(&self) -> Result<()> {
         let placement: Placement = serde_json::from_value(json!({
             "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
             "metadata": {"name": "spread"},
             "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
                      "replicaScheduling": {"type": "Divided", "division": "Even"}},
         }))?;
-        Api::<Placement>::namespaced(self.hub.clone(), ns)
+        Api::<Placement>::namespaced(self.hub.clone(), self.ns.name())
             .create(&PostParams::default(), &placement)
             .await?;
+        Ok(())
+    }
+
+    /// Placement `spread`, dividing the namespace's Deployments evenly, and Deployment `web` of
+    /// `replicas`, once the hub says it is Available.
+    pub async fn spread_web(&self, replicas: i32) -> Result<Api<Deployment>> {
+        let ns = self.ns.name();
+        self.spread_deployments().await?;
         let deployments: Api<Deployment> = Api::namespaced(self.hub.clone(), ns);
         deployments
             .create(&PostParams::default(), &deployment(replicas)?)

@@ -92,15 +92,7 @@ async fn a_deployment_on_the_hub_runs_spread_over_the_members() -> Result<()> {
         splitter,
         ..
     } = &fleet;
-    let placement: Placement = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
-        "metadata": {"name": "spread"},
-        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                 "replicaScheduling": {"type": "Divided", "division": "Even"}},
-    }))?;
-    Api::<Placement>::namespaced(hub.clone(), ns.name())
-        .create(&PostParams::default(), &placement)
-        .await?;
+    fleet.spread_deployments().await?;
     // The Placement selects Deployments only; the ConfigMap the Deployment refers to follows it.
     let settings: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "web-settings"}, "data": {"greeting": "hello"}
