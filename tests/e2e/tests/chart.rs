@@ -204,6 +204,43 @@ async fn allowed(
     access::allowed(hub, user, &[], request).await
 }
 
+/// The pod templates' `checksum/*` annotations are strings in the YAML itself: a hash that
+/// happens to read as a number (`3e77060726409293` is a float, out of range; all digits an
+/// integer) would make the annotation a number, which the apiserver refuses, failing one
+/// install in about a thousand.
+#[tokio::test]
+async fn every_checksum_annotation_is_a_quoted_string_whatever_the_hash() -> Result<()> {
+    let chart = chart().to_string_lossy().into_owned();
+    for mode in ["embedded", "inCluster"] {
+        let set = format!("hub.mode={mode}");
+        let yaml = helm_run(&[
+            "template",
+            "flotilla",
+            &chart,
+            "--namespace",
+            "flotilla-system",
+            "--set",
+            &set,
+        ])
+        .await?;
+        let checksums: Vec<&str> = yaml
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("checksum/"))
+            .collect();
+        ensure!(
+            !checksums.is_empty(),
+            "{mode}: no checksum annotation rendered"
+        );
+        let bare: Vec<&&str> = checksums
+            .iter()
+            .filter(|l| l.split_once(": ").is_none_or(|(_, v)| !v.starts_with('"')))
+            .collect();
+        ensure!(bare.is_empty(), "{mode}: checksums not quoted: {bare:?}");
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     let _one_at_a_time = crate::ONE_NEGOTIATOR.lock().await;
