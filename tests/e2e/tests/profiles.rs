@@ -504,7 +504,7 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}});
     api::apply(hub, &cloneset, false).await??;
-    let shares = wait_for("the CloneSet divided", Duration::from_secs(60), || async {
+    wait_for("the CloneSet divided", Duration::from_secs(60), || async {
         let mut shares = Vec::new();
         for (cluster, client) in members {
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &clonesets());
@@ -530,9 +530,14 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
 
     // No OpenKruise controller runs in the members: as one would, two members report their pods
     // updated and ready; the hub CloneSet is not Ready yet, and says which member it waits for.
-    let report = |client: &Client, n: i64, generation: i64| {
+    let report = |client: &Client| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &clonesets());
         async move {
+            // As a controller does: for the spec the copy has now (one written again after the
+            // division, as the negotiated schema lands, has a newer generation to observe).
+            let copy = api.get("web").await?;
+            let generation = copy.metadata.generation.unwrap_or_default();
+            let n = copy.data["spec"]["replicas"].as_i64().unwrap_or_default();
             api.patch_status(
                 "web",
                 &PatchParams::default(),
@@ -540,21 +545,18 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
                     "replicas": n, "readyReplicas": n, "availableReplicas": n,
                     "updatedReplicas": n, "updatedReadyReplicas": n}})),
             )
-            .await
+            .await?;
+            anyhow::Ok(())
         }
     };
-    let (last, last_client) = &members[2];
-    for (cluster, client) in &members[..2] {
-        let (_, n, generation) = shares
-            .iter()
-            .find(|(c, _, _)| c == cluster)
-            .context("every member has a share")?;
-        report(client, *n, *generation).await?;
-    }
+    let (last, _) = &members[2];
     wait_for(
         "kstatus to say the hub CloneSet is InProgress, waiting for the last member",
         Duration::from_secs(60),
         || async {
+            for (_, client) in &members[..2] {
+                report(client).await?;
+            }
             let (verdict, message) =
                 crate::api::kstatus(&env, ns, "clonesets.apps.kruise.io", "web").await?;
             Ok(
@@ -569,16 +571,14 @@ async fn a_cloneset_with_the_shipped_profile_is_ready_once_every_member_runs_it(
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
 
-    let (_, n, generation) = shares
-        .iter()
-        .find(|(c, _, _)| c == last)
-        .context("every member has a share")?;
-    report(last_client, *n, *generation).await?;
     let hub_clonesets: Api<DynamicObject> = Api::namespaced_with(hub.clone(), ns, &clonesets());
     wait_for(
         "the hub CloneSet to count 4 updated and ready",
         Duration::from_secs(60),
         || async {
+            for (_, client) in members {
+                report(client).await?;
+            }
             let status = hub_clonesets.get("web").await?.data["status"].clone();
             Ok(
                 if status["updatedReadyReplicas"] == 4 && status["readyReplicas"] == 4 {
