@@ -88,7 +88,7 @@ cleanup() {
 log "== building (release)"
 "${HACK_DIR}/build-tools.sh" >/dev/null
 cargo build --release --quiet -p flotilla-syncer -p flotilla-registration -p flotilla-splitter \
-  --bins --example bench_load --example bench_place --example bench_user
+  -p flotilla-cli --bins --example bench_load --example bench_place --example bench_user
 "${CL[@]}" down >/dev/null 2>&1 || true
 trap cleanup EXIT
 log "== starting hub + ${MEMBERS} members"
@@ -114,13 +114,9 @@ IFS=',' read -r -a PAIRS <<<"${FLOTILLA_MEMBER_KUBECONFIGS}"
 for pair in "${PAIRS[@]}"; do
   name="${pair%%=*}"; path="${pair#*=}"
   MEMBER_LIST+=("${name}=${path}")
-  k -n flotilla-system create secret generic "${name}-kubeconfig" --from-file=kubeconfig="${path}" >/dev/null
-  k apply --server-side -f - >/dev/null <<EOF
-apiVersion: flotilla.dev/v1alpha1
-kind: Cluster
-metadata: {name: ${name}}
-spec: {syncMode: Push, kubeconfigSecretRef: {name: ${name}-kubeconfig}}
-EOF
+  # The benchmark's members have admin kubeconfigs only: registration reads them with those.
+  "${TARGET}/kubectl-flotilla" --kubeconfig "${HUB}" join "${name}" --member-kubeconfig "${path}" \
+    --read-writable >/dev/null
 done
 MEMBERS_ARG="$(IFS=,; echo "${MEMBER_LIST[*]}")"
 

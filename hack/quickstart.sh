@@ -99,29 +99,15 @@ json.dump(config, sys.stdout)' "${token}" >"$4"
   chmod 600 "$4"
 }
 
-log "== registering member1 and member2 (push: the hub holds their kubeconfigs in Secrets)"
-# Two per member: the syncer's, which writes (the release namespace), and a read-only one for
-# registration and the negotiator (deploy/member/reader.yaml; the namespace ${NS}-readers, the
-# only one whose Secrets they may read).
-mkdir -p "${RUN_DIR}/controllers"
+log "== registering member1 and member2 (push: kubectl flotilla join, the hub holds their kubeconfigs)"
+# `kubectl flotilla join` (controllers/cli) stores two kubeconfigs per member: the syncer's, which
+# writes (Secret <member>-kubeconfig of ${NS}), and a read-only one for registration and the
+# negotiator (the identity of deploy/member/reader.yaml, which it applies in the member; Secret
+# <member>-reader of ${NS}-readers, the only namespace whose Secrets they may read).
+PATH="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/debug:${PATH}"
 for m in member1 member2; do
-  "${K[@]}" -n "${NS}" create secret generic "${m}-kubeconfig" --from-file=kubeconfig="$(member_kubeconfig "${m}")" \
-    --dry-run=client -o yaml | apply -f -
-  "${TOOLS_BIN}/kubectl" --kubeconfig "$(member_kubeconfig "${m}")" apply --server-side \
-    --field-manager flotilla-quickstart -f deploy/member/reader.yaml >/dev/null
-  sa_kubeconfig_of "$(member_kubeconfig "${m}")" flotilla-system flotilla-reader "${RUN_DIR}/controllers/${m}-reader.kubeconfig"
-  "${K[@]}" -n "${NS}-readers" create secret generic "${m}-reader" \
-    --from-file=kubeconfig="${RUN_DIR}/controllers/${m}-reader.kubeconfig" --dry-run=client -o yaml | apply -f -
-  apply -f - <<EOF
-apiVersion: flotilla.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: ${m}
-spec:
-  syncMode: Push
-  kubeconfigSecretRef: {name: ${m}-kubeconfig}
-  readOnlyKubeconfigSecretRef: {name: ${m}-reader}
-EOF
+  "${TOOLS_BIN}/kubectl" flotilla --kubeconfig "${HUB_KUBECONFIG}" join "${m}" -n "${NS}" \
+    --member-kubeconfig "$(member_kubeconfig "${m}")" >/dev/null
 done
 
 log "== registering member3 (pull: its agent asks with a bootstrap token, the hub admin accepts)"

@@ -193,6 +193,9 @@ pub mod field_managers {
     pub const NEGOTIATOR: &str = "flotilla/negotiator";
     /// The importer of `flotilla-negotiator` (on the hub, or in a pull-mode member).
     pub const IMPORTER: &str = "flotilla/importer";
+    /// `kubectl flotilla join`: a push member's kubeconfig Secrets and Cluster on the hub, and
+    /// its read-only identity in the member.
+    pub const JOIN: &str = "flotilla/join";
 }
 
 /// Condition types.

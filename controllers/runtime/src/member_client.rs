@@ -187,8 +187,8 @@ pub fn kubeconfig_from_secret_with(
         invalid("it is not a kubeconfig (YAML with clusters, users, contexts)".into())
     })?;
     check_kubeconfig(&kubeconfig, transport).map_err(|problem| match problem {
-        Problem::Invalid(reason) => invalid(reason),
-        Problem::Forbidden(field, why) => MemberClientError::ForbiddenKubeconfigField {
+        KubeconfigProblem::Invalid(reason) => invalid(reason),
+        KubeconfigProblem::Forbidden(field, why) => MemberClientError::ForbiddenKubeconfigField {
             secret: secret_name(secret),
             key: key.into(),
             field,
@@ -198,9 +198,22 @@ pub fn kubeconfig_from_secret_with(
     Ok(kubeconfig)
 }
 
-enum Problem {
+/// What makes a kubeconfig unfit for a Secret the controllers read.
+#[derive(Debug)]
+pub enum KubeconfigProblem {
+    /// It is not a usable kubeconfig; the reason names the field.
     Invalid(String),
+    /// It uses a field the controllers refuse (the field, and why).
     Forbidden(String, &'static str),
+}
+
+impl std::fmt::Display for KubeconfigProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(reason) => f.write_str(reason),
+            Self::Forbidden(field, why) => write!(f, "{field} is not allowed: {why}"),
+        }
+    }
 }
 
 const NO_FILES: &str = "a kubeconfig in a Secret must carry its data inline (the *-data fields), \
@@ -213,19 +226,20 @@ const NO_PLUGINS: &str = "a kubeconfig in a Secret must not run commands or plug
                           controller; use a token or a client certificate";
 
 /// Checks a kubeconfig for what a controller may safely use: a current context that resolves to
-/// a cluster with a server, and inline credentials only.
-fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem> {
+/// a cluster with a server, and inline credentials only. `kubectl flotilla join` asks the same
+/// before it stores a kubeconfig.
+pub fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), KubeconfigProblem> {
     for c in &k.clusters {
         let Some(cluster) = &c.cluster else { continue };
         if cluster.certificate_authority.is_some() {
-            return Err(Problem::Forbidden(
+            return Err(KubeconfigProblem::Forbidden(
                 format!("clusters[{}].cluster.certificate-authority", c.name),
                 NO_FILES,
             ));
         }
         if transport == Transport::Verified {
             if cluster.insecure_skip_tls_verify == Some(true) {
-                return Err(Problem::Forbidden(
+                return Err(KubeconfigProblem::Forbidden(
                     format!("clusters[{}].cluster.insecure-skip-tls-verify", c.name),
                     INSECURE,
                 ));
@@ -235,7 +249,7 @@ fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem>
                 .as_deref()
                 .is_some_and(|s| s.starts_with("http://"))
             {
-                return Err(Problem::Forbidden(
+                return Err(KubeconfigProblem::Forbidden(
                     format!("clusters[{}].cluster.server (http://)", c.name),
                     INSECURE,
                 ));
@@ -246,10 +260,13 @@ fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem>
         let Some(auth) = &u.auth_info else { continue };
         let field = |f: &str| format!("users[{}].user.{f}", u.name);
         if auth.exec.is_some() {
-            return Err(Problem::Forbidden(field("exec"), NO_PLUGINS));
+            return Err(KubeconfigProblem::Forbidden(field("exec"), NO_PLUGINS));
         }
         if auth.auth_provider.is_some() {
-            return Err(Problem::Forbidden(field("auth-provider"), NO_PLUGINS));
+            return Err(KubeconfigProblem::Forbidden(
+                field("auth-provider"),
+                NO_PLUGINS,
+            ));
         }
         for (name, set) in [
             ("tokenFile", auth.token_file.is_some()),
@@ -257,7 +274,7 @@ fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem>
             ("client-key", auth.client_key.is_some()),
         ] {
             if set {
-                return Err(Problem::Forbidden(field(name), NO_FILES));
+                return Err(KubeconfigProblem::Forbidden(field(name), NO_FILES));
             }
         }
     }
@@ -265,14 +282,14 @@ fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem>
         .current_context
         .as_deref()
         .filter(|c| !c.is_empty())
-        .ok_or_else(|| Problem::Invalid("current-context is not set".into()))?;
+        .ok_or_else(|| KubeconfigProblem::Invalid("current-context is not set".into()))?;
     let context = k
         .contexts
         .iter()
         .find(|c| c.name == context_name)
         .and_then(|c| c.context.as_ref())
         .ok_or_else(|| {
-            Problem::Invalid(format!(
+            KubeconfigProblem::Invalid(format!(
                 "current-context {context_name:?} is not among its contexts"
             ))
         })?;
@@ -282,18 +299,18 @@ fn check_kubeconfig(k: &Kubeconfig, transport: Transport) -> Result<(), Problem>
         .find(|c| c.name == context.cluster)
         .and_then(|c| c.cluster.as_ref())
         .ok_or_else(|| {
-            Problem::Invalid(format!(
+            KubeconfigProblem::Invalid(format!(
                 "context {context_name:?} names cluster {:?}, which is not among its clusters",
                 context.cluster
             ))
         })?;
     match cluster.server.as_deref() {
         Some(s) if s.starts_with("https://") || s.starts_with("http://") => Ok(()),
-        Some(_) => Err(Problem::Invalid(format!(
+        Some(_) => Err(KubeconfigProblem::Invalid(format!(
             "clusters[{}].cluster.server is not an http(s) URL",
             context.cluster
         ))),
-        None => Err(Problem::Invalid(format!(
+        None => Err(KubeconfigProblem::Invalid(format!(
             "clusters[{}].cluster.server is not set",
             context.cluster
         ))),

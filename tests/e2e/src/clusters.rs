@@ -1,9 +1,14 @@
-//! The `Cluster` objects of a test on the shared hub: registering push-mode members, and clean-up.
+//! The `Cluster` objects of a test on the shared hub: registering push-mode members (as
+//! `kubectl flotilla join` does), and clean-up.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::anyhow;
+use anyhow::{Context as _, anyhow};
 use flotilla_api::Cluster;
+use flotilla_cli::join::{JoinOptions, Reader, join};
+use flotilla_runtime::member_client::Transport;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -74,139 +79,20 @@ pub fn readers_namespace(namespace: &str) -> String {
     format!("{namespace}-readers")
 }
 
-/// Stores `member`'s kubeconfigs as a user registering a push-mode member does: its admin
-/// kubeconfig in Secret `name` (key `kubeconfig`) of `namespace` on the hub, for the syncer, and
-/// a read-only one (the identity of `deploy/member/reader.yaml`, see [`reader_kubeconfig`]) in
-/// Secret `name` of [`readers_namespace`]`(namespace)`, for registration and the negotiator,
-/// when the test's chart identities made that namespace.
-pub async fn kubeconfig_secret(
-    hub: &kube::Client,
-    namespace: &str,
-    name: &str,
-    member: &crate::ClusterInfo,
-) -> anyhow::Result<()> {
-    store_kubeconfig(hub, namespace, name, std::fs::read(&member.kubeconfig)?).await?;
-    let readers = readers_namespace(namespace);
-    if Api::<k8s_openapi::api::core::v1::Namespace>::all(hub.clone())
-        .get_opt(&readers)
-        .await?
-        .is_some()
-    {
-        store_kubeconfig(hub, &readers, name, reader_kubeconfig(member).await?).await?;
-    }
-    Ok(())
-}
-
-/// Creates Secret `name` of `namespace` on the hub holding `kubeconfig` (key `kubeconfig`).
-async fn store_kubeconfig(
-    hub: &kube::Client,
-    namespace: &str,
-    name: &str,
-    kubeconfig: Vec<u8>,
-) -> anyhow::Result<()> {
-    let secret = k8s_openapi::api::core::v1::Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some(
-            [(
-                "kubeconfig".to_string(),
-                k8s_openapi::ByteString(kubeconfig),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hub.clone(), namespace)
-        .create(&kube::api::PostParams::default(), &secret)
-        .await?;
-    Ok(())
-}
-
-/// The namespace of the read-only identity [`reader_kubeconfig`] makes in each member.
+/// The member namespace of the read-only identity the tests' registrations make (not the
+/// default `flotilla-system`, which a chart test may install into and delete on the host member).
 const READER_NAMESPACE: &str = "flotilla-e2e-reader";
 
-/// A read-only kubeconfig of `member`, as an admin makes one for a Cluster's
-/// `readOnlyKubeconfigSecretRef`: the ClusterRole of `deploy/member/reader.yaml` bound to a
-/// ServiceAccount, and a token of it (valid 6 hours). Made once per member and test process.
-pub async fn reader_kubeconfig(member: &crate::ClusterInfo) -> anyhow::Result<Vec<u8>> {
-    static MADE: tokio::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>> =
-        tokio::sync::Mutex::const_new(std::collections::BTreeMap::new());
-    let mut made = MADE.lock().await;
-    if let Some(kubeconfig) = made.get(&member.name) {
-        return Ok(kubeconfig.clone());
-    }
-    let client = member.client().await?;
-    let manifest = crate::repo_root().join("deploy/member/reader.yaml");
-    let documents: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&std::fs::read_to_string(&manifest)?)?;
-    let role = documents
-        .iter()
-        .find(|d| d["kind"] == "ClusterRole")
-        .ok_or_else(|| anyhow!("no ClusterRole in {}", manifest.display()))?;
-    let account = "flotilla-reader";
-    for object in [
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": READER_NAMESPACE}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": account, "namespace": READER_NAMESPACE}}),
-        role.clone(),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": "flotilla-e2e:reader"},
-               "roleRef": role_ref(role),
-               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": READER_NAMESPACE}]}),
-    ] {
-        crate::api::apply(&client, &object, false)
-            .await?
-            .map_err(|e| anyhow!("applying the reader identity to {}: {e}", member.name))?;
-    }
-    let request = k8s_openapi::api::authentication::v1::TokenRequest {
-        spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
-            expiration_seconds: Some(6 * 3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token =
-        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client, READER_NAMESPACE)
-            .create_token_request(account, &kube::api::PostParams::default(), &request)
-            .await?
-            .status
-            .and_then(|s| s.token)
-            .ok_or_else(|| anyhow!("no token of the reader of {}", member.name))?;
-    let kubeconfig = std::fs::read(crate::chart::cluster_kubeconfig_with_token(member, &token)?)?;
-    made.insert(member.name.clone(), kubeconfig.clone());
-    Ok(kubeconfig)
-}
+/// How long the tests' reader tokens live.
+const READER_TOKEN_LIFETIME: Duration = Duration::from_secs(6 * 3600);
 
-/// The `roleRef` naming ClusterRole `role`.
-fn role_ref(role: &serde_json::Value) -> serde_json::Value {
-    json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]})
-}
-
-/// Creates push-mode Cluster `name` reaching its member through kubeconfig Secret `secret` (and
-/// the read-only one of the same name, see [`kubeconfig_secret`]), labelled `label` (`key`,
-/// `value`) so that only the test's own controllers select it.
-pub async fn push_cluster(
-    hub: &kube::Client,
-    name: &str,
-    secret: &str,
-    label: (&str, &str),
-) -> anyhow::Result<()> {
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": name, "labels": {label.0: label.1}},
-        "spec": {"syncMode": "Push", "kubeconfigSecretRef": {"name": secret},
-                 "readOnlyKubeconfigSecretRef": {"name": secret}},
-    }))?;
-    Api::<Cluster>::all(hub.clone())
-        .create(&kube::api::PostParams::default(), &cluster)
-        .await?;
-    Ok(())
-}
-
-/// Registers `member` as push-mode Cluster `name`: its kubeconfig in Secret `name` of
-/// `namespace`, the Cluster labelled `label`.
+/// Registers `member` as push-mode Cluster `name`, labelled `label` (`key`, `value`) so that only
+/// the test's own controllers select it, with the code of `kubectl flotilla join`: the syncer's
+/// kubeconfig in Secret `<name>-kubeconfig` of `namespace` (the release namespace of the test's
+/// chart identities), and the identity of `deploy/member/reader.yaml` in the member with its
+/// kubeconfig in Secret `<name>-reader` of [`readers_namespace`]`(namespace)` — or, where the
+/// test's identities made no readers' namespace (its controllers read with the writable
+/// kubeconfig), none (`join --read-writable`).
 pub async fn register_push(
     hub: &kube::Client,
     namespace: &str,
@@ -214,6 +100,27 @@ pub async fn register_push(
     member: &crate::ClusterInfo,
     label: (&str, &str),
 ) -> anyhow::Result<()> {
-    kubeconfig_secret(hub, namespace, name, member).await?;
-    push_cluster(hub, name, name, label).await
+    let readers = readers_namespace(namespace);
+    let mut options = JoinOptions::new(name, namespace);
+    options.labels.insert(label.0.into(), label.1.into());
+    options.reader = if Api::<Namespace>::all(hub.clone())
+        .get_opt(&readers)
+        .await?
+        .is_some()
+    {
+        Reader::Separate {
+            hub_namespace: readers,
+            member_namespace: READER_NAMESPACE.into(),
+            token_lifetime: READER_TOKEN_LIFETIME,
+            secret: None,
+        }
+    } else {
+        Reader::Writable
+    };
+    let kubeconfig =
+        flotilla_cli::kubeconfig::for_member(&member.kubeconfig, None, Transport::Verified)?;
+    join(hub, &kubeconfig, &options)
+        .await
+        .with_context(|| format!("joining {} as Cluster {name}", member.name))?;
+    Ok(())
 }

@@ -9,7 +9,7 @@ use flotilla_api::{ApiResourceImport, Cluster, names};
 use flotilla_e2e::access::{self, Request};
 use flotilla_e2e::api;
 use flotilla_e2e::chart::{ChartIdentities, chart, helm_run, render};
-use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret};
+use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, random_suffix, wait_for};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -319,25 +319,23 @@ async fn controllers_run_with_the_charts_own_service_accounts() -> Result<()> {
     // kubeconfig Secret in the readers' namespace), a pull member gets its agent RBAC (no privilege escalation needed), and
     // removal cleans up.
     let member = &env.require_members(1)?[0];
-    kubeconfig_secret(&hub, ns.name(), "member-kubeconfig", member).await?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
     let push = format!("e2e-{}", random_suffix());
     let pull = format!("e2e-{}", random_suffix());
-    for (name, spec) in [
-        (
-            &push,
-            json!({"syncMode": "Push", "kubeconfigSecretRef": {"name": "member-kubeconfig"},
-                   "readOnlyKubeconfigSecretRef": {"name": "member-kubeconfig"}}),
-        ),
-        (&pull, json!({"syncMode": "Pull", "hubAcceptsClient": true})),
-    ] {
-        let c: Cluster = serde_json::from_value(json!({
-            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": name, "labels": {"e2e.flotilla.dev/chart": release}},
-            "spec": spec,
-        }))?;
-        clusters.create(&PostParams::default(), &c).await?;
-    }
+    register_push(
+        &hub,
+        ns.name(),
+        &push,
+        member,
+        ("e2e.flotilla.dev/chart", &release),
+    )
+    .await?;
+    let c: Cluster = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": pull, "labels": {"e2e.flotilla.dev/chart": release}},
+        "spec": {"syncMode": "Pull", "hubAcceptsClient": true},
+    }))?;
+    clusters.create(&PostParams::default(), &c).await?;
     let registration = &processes[0].1;
     wait_for(
         &format!("Cluster {push} to be Ready with the registration ServiceAccount"),

@@ -12,6 +12,7 @@ mod agent_chart;
 mod api;
 mod chart;
 mod chart_install;
+mod cli;
 mod cluster_placements;
 mod environment;
 mod fleet;

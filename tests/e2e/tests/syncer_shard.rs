@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use flotilla_api::{Work, labels, names};
 use flotilla_e2e::chart::ChartIdentities;
-use flotilla_e2e::clusters::{ClusterCleanup, kubeconfig_secret, push_cluster};
+use flotilla_e2e::clusters::{ClusterCleanup, register_push};
 use flotilla_e2e::fleet::SELECTOR_LABEL;
 use flotilla_e2e::process::ControllerProcess;
 use flotilla_e2e::{Environment, Seen, TestNamespace, api, random_suffix, wait_for};
@@ -141,10 +141,8 @@ async fn replicas_split_the_clusters_and_take_over_a_killed_ones() -> Result<()>
     let mut member_of = BTreeMap::new();
     for i in 0..CLUSTERS {
         let member = &members[i % members.len()];
-        let secret = format!("member-{i}");
-        kubeconfig_secret(&hub, ns.name(), &secret, member).await?;
         let name = format!("e2e-{}-{i}", random_suffix());
-        push_cluster(&hub, &name, &secret, (SELECTOR_LABEL, &id)).await?;
+        register_push(&hub, ns.name(), &name, member, (SELECTOR_LABEL, &id)).await?;
         member_of.insert(name.clone(), member.client().await?);
         clusters.push(name);
     }
