@@ -17,6 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
 use crate::error::ErrorCategory;
+use crate::pool::RequestCounter;
 
 /// The key a kubeconfig is read from when a reference names none.
 pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
@@ -354,9 +355,14 @@ impl<'a> Checked<'a> {
         crate::pool::client(&self.config, None, retries).map_err(|e| self.unusable(&e))
     }
 
-    /// A client that has at most `limit` requests in flight; the others wait for a place.
-    fn limited_client(&self, limit: usize) -> Result<Client, MemberClientError> {
-        crate::pool::client(&self.config, Some(limit), crate::pool::Retries::Brief)
+    /// A client for a member that counts its requests in `counter`, if given; with a `limit`,
+    /// at most that many requests in flight (the others wait for a place).
+    fn member_client(
+        &self,
+        limit: Option<usize>,
+        counter: Option<RequestCounter>,
+    ) -> Result<Client, MemberClientError> {
+        crate::pool::counted_client(&self.config, limit, crate::pool::Retries::Brief, counter)
             .map_err(|e| self.unusable(&e))
     }
 
@@ -405,13 +411,23 @@ pub async fn member_client_from_kubeconfig(
     secret: &str,
     key: &str,
 ) -> Result<MemberClient, MemberClientError> {
+    counted_member_client(kubeconfig, secret, key, None).await
+}
+
+/// [`member_client_from_kubeconfig`], both clients counting their requests in `counter`.
+async fn counted_member_client(
+    kubeconfig: Kubeconfig,
+    secret: &str,
+    key: &str,
+    counter: Option<RequestCounter>,
+) -> Result<MemberClient, MemberClientError> {
     let mut checked = Checked::new(kubeconfig, secret, key).await?;
-    let watches = checked.client(crate::pool::Retries::Brief)?;
+    let watches = checked.member_client(None, counter.clone())?;
     checked.config.read_timeout = Some(MEMBER_REQUEST_TIMEOUT);
     checked.config.write_timeout = Some(MEMBER_REQUEST_TIMEOUT);
     // Counted from each request, not from when its pooled connection went idle.
     checked.config.reset_reader_on_write = true;
-    let requests = checked.limited_client(MEMBER_REQUESTS_IN_FLIGHT)?;
+    let requests = checked.member_client(Some(MEMBER_REQUESTS_IN_FLIGHT), counter)?;
     Ok(MemberClient { requests, watches })
 }
 
@@ -450,11 +466,22 @@ struct Cached {
 #[derive(Default)]
 pub struct MemberClients {
     cache: Mutex<HashMap<String, Cached>>,
+    /// Counts the requests to each member (labels: the member, the verb), if set.
+    requests: Option<prometheus::IntCounterVec>,
 }
 
 impl MemberClients {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Clients that count their requests in `requests`, labelled with the member's name and
+    /// the verb (see [`RequestCounter`]).
+    pub fn counting(requests: prometheus::IntCounterVec) -> Self {
+        Self {
+            requests: Some(requests),
+            ..Self::default()
+        }
     }
 
     /// The clients of `cluster`, from the kubeconfig in `key` of `secret`, reaching the member
@@ -477,7 +504,11 @@ impl MemberClients {
             return Ok(cached.client.clone());
         }
         let kubeconfig = kubeconfig_from_secret_with(secret, key, transport)?;
-        let client = member_client_from_kubeconfig(kubeconfig, &secret_name(secret), key).await?;
+        let counter = self
+            .requests
+            .clone()
+            .map(|requests| RequestCounter::new(requests, &[cluster]));
+        let client = counted_member_client(kubeconfig, &secret_name(secret), key, counter).await?;
         tracing::debug!(cluster, "built a client for the member");
         self.lock().insert(
             cluster.to_string(),

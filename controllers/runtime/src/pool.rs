@@ -66,6 +66,58 @@ pub fn client(
     limit: Option<usize>,
     retries: Retries,
 ) -> Result<Client, kube::Error> {
+    counted_client(config, limit, retries, None)
+}
+
+/// Counts the requests a client sends, by verb (`get` — reads and lists —, `watch`, `create`,
+/// `patch`, `update`, `delete`), each attempt of a retried request once.
+#[derive(Clone)]
+pub struct RequestCounter {
+    counter: prometheus::IntCounterVec,
+    /// The values of the counter's labels before the verb (e.g. the member's name).
+    labels: std::sync::Arc<[String]>,
+}
+
+impl RequestCounter {
+    /// Counts in `counter`, whose labels are `labels` then the verb.
+    pub fn new(counter: prometheus::IntCounterVec, labels: &[&str]) -> Self {
+        Self {
+            counter,
+            labels: labels.iter().map(|l| (*l).to_string()).collect(),
+        }
+    }
+
+    fn count<B>(&self, request: &http::Request<B>) {
+        let mut values: Vec<&str> = self.labels.iter().map(String::as_str).collect();
+        values.push(verb_of(request.method(), request.uri().query()));
+        self.counter.with_label_values(&values).inc();
+    }
+}
+
+/// The Kubernetes verb of a request, as far as the request line tells it.
+fn verb_of(method: &http::Method, query: Option<&str>) -> &'static str {
+    let watch = query.is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+    });
+    match *method {
+        http::Method::GET if watch => "watch",
+        http::Method::GET => "get",
+        http::Method::POST => "create",
+        http::Method::PATCH => "patch",
+        http::Method::PUT => "update",
+        http::Method::DELETE => "delete",
+        _ => "other",
+    }
+}
+
+/// [`client`], counting every request it sends in `counter`.
+pub fn counted_client(
+    config: &Config,
+    limit: Option<usize>,
+    retries: Retries,
+    counter: Option<RequestCounter>,
+) -> Result<Client, kube::Error> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     let mut connector =
@@ -91,6 +143,12 @@ pub fn client(
         )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        .option_layer(counter.map(|counter| {
+            tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+                counter.count(&request);
+                request
+            })
+        }))
         .map_err(BoxError::from)
         .service(pool);
     Ok(Client::new(service, config.default_namespace.clone()))
@@ -99,6 +157,34 @@ pub fn client(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_counted_by_their_kubernetes_verb() {
+        use http::Method;
+        assert_eq!(verb_of(&Method::GET, None), "get");
+        assert_eq!(
+            verb_of(&Method::GET, Some("labelSelector=a&limit=500")),
+            "get"
+        );
+        assert_eq!(
+            verb_of(
+                &Method::GET,
+                Some("labelSelector=a&watch=true&timeoutSeconds=290")
+            ),
+            "watch"
+        );
+        assert_eq!(
+            verb_of(&Method::GET, Some("fieldSelector=watch%3Dtrue")),
+            "get"
+        );
+        assert_eq!(verb_of(&Method::POST, None), "create");
+        assert_eq!(
+            verb_of(&Method::PATCH, Some("fieldManager=x&force=true")),
+            "patch"
+        );
+        assert_eq!(verb_of(&Method::PUT, None), "update");
+        assert_eq!(verb_of(&Method::DELETE, None), "delete");
+    }
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

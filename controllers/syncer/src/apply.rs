@@ -441,6 +441,11 @@ fn created_for_placed_objects(existing: &DynamicObject) -> bool {
         && annotations.is_none_or(|a| !a.contains_key(annotations::WORK))
 }
 
+/// The resourceVersion of a create-only apply: one no object has (etcd's revisions count from 1
+/// and never reach it), so a write to an object that exists is refused with a conflict, while a
+/// create ignores it.
+const CREATE_ONLY: &str = "18446744073709551615";
+
 /// Applies one prepared manifest into member `cluster`, unless the member object is exactly as
 /// this syncer last applied it (`previous`: the manifest's last status). Returns the member's
 /// API resource of the manifest's type (when the member serves it) and what happened.
@@ -557,24 +562,35 @@ pub async fn apply_manifest(
             }
         },
     };
-    // An object the member watch knows as this Work's needs no conflict check.
+    // An object the member watch knows as this Work's needs no conflict check; one its synced
+    // watch does not have is created without a read first, on the condition that it is not
+    // there (a resourceVersion no object has: a create ignores it, a write to an object that
+    // exists is refused with a conflict, and the object is then read and checked after all).
     let known = shared
         .watches
         .knows(cluster, &resource, namespace.as_deref(), &id.name, work_ref);
-    if !known {
+    let create_only = !known
+        && shared
+            .watches
+            .listed_without(cluster, &resource, namespace.as_deref(), &id.name);
+    let check = || async {
+        let let_go = |existing: &DynamicObject| {
+            owner_let_go(shared.works, shared.manifests, existing, id, work_ref)
+        };
         match api.get_opt(&id.name).await {
             Ok(Some(existing)) => {
-                let let_go = owner_let_go(shared.works, shared.manifests, &existing, id, work_ref);
-                if let Err(why) = may_write(&existing, work_ref, replaces, policy, let_go) {
-                    return (
-                        Some(resource),
-                        Outcome::Conflict(format!("{} {why}", describe(id))),
-                    );
-                }
+                may_write(&existing, work_ref, replaces, policy, let_go(&existing))
+                    .map_err(|why| Outcome::Conflict(format!("{} {why}", describe(id))))
             }
-            Ok(_) => {}
-            Err(e) => return (Some(resource), failed(reason_of(&e), id, e)),
+            Ok(None) => Ok(()),
+            Err(e) => Err(failed(reason_of(&e), id, e)),
         }
+    };
+    if !known
+        && !create_only
+        && let Err(outcome) = check().await
+    {
+        return (Some(resource), outcome);
     }
     if let Some(ns) = &namespace {
         object["metadata"]["namespace"] = Value::String(ns.clone());
@@ -583,7 +599,23 @@ pub async fn apply_manifest(
     shared
         .watches
         .writing(cluster, &resource, namespace.as_deref(), &id.name);
-    let patched = api.patch(&id.name, &params, &Patch::Apply(&object)).await;
+    let mut patched = if create_only {
+        let mut create = object.clone();
+        create["metadata"]["resourceVersion"] = Value::String(CREATE_ONLY.into());
+        api.patch(&id.name, &params, &Patch::Apply(&create)).await
+    } else {
+        api.patch(&id.name, &params, &Patch::Apply(&object)).await
+    };
+    if create_only && matches!(&patched, Err(kube::Error::Api(s)) if s.code == 409) {
+        tracing::debug!(cluster, object = %describe(id), work = work_ref, "exists after all: checking it");
+        if let Err(outcome) = check().await {
+            shared
+                .watches
+                .wrote(cluster, &resource, namespace.as_deref(), &id.name, None);
+            return (Some(resource), outcome);
+        }
+        patched = api.patch(&id.name, &params, &Patch::Apply(&object)).await;
+    }
     if patched.is_err() {
         shared
             .watches

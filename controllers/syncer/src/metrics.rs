@@ -37,6 +37,7 @@ pub struct SyncerMetrics {
     pub in_flight: IntGaugeVec,
     pub managed_objects: IntGaugeVec,
     pub member_watches: IntGaugeVec,
+    pub member_requests: IntCounterVec,
 }
 
 impl SyncerMetrics {
@@ -92,6 +93,12 @@ impl SyncerMetrics {
                 "member_watches",
                 "Running watches of applied objects in the member (one per resource type).",
             )?,
+            member_requests: counter(
+                "member_requests_total",
+                "Requests sent to the member's apiserver (push mode), by verb: get (reads and \
+                 lists), watch, create, patch, update, delete.",
+                &["cluster", "verb"],
+            )?,
         };
         registry.register(Box::new(metrics.applies.clone()))?;
         registry.register(Box::new(metrics.apply_errors.clone()))?;
@@ -102,6 +109,7 @@ impl SyncerMetrics {
         registry.register(Box::new(metrics.in_flight.clone()))?;
         registry.register(Box::new(metrics.managed_objects.clone()))?;
         registry.register(Box::new(metrics.member_watches.clone()))?;
+        registry.register(Box::new(metrics.member_requests.clone()))?;
         Ok(metrics)
     }
 

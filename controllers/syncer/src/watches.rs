@@ -106,6 +106,9 @@ impl Seen {
 struct Objects {
     live: HashMap<ObjectKey, Seen>,
     relisting: Option<HashMap<ObjectKey, Seen>>,
+    /// Whether a list has completed: `live` is then every managed object of the type, as of
+    /// the watch's last event.
+    listed: bool,
 }
 
 impl Objects {
@@ -128,8 +131,14 @@ impl Objects {
                     listed.shrink_to_fit();
                     self.live = listed;
                 }
+                self.listed = true;
             }
         }
+    }
+
+    /// Whether a list completed and `key` is not among the objects since.
+    fn listed_without(&self, key: &ObjectKey) -> bool {
+        self.listed && !self.live.contains_key(key)
     }
 }
 
@@ -137,6 +146,8 @@ type Store = Arc<Mutex<Objects>>;
 
 struct Running {
     stop: CancellationToken,
+    /// Turns `true` once the watch's first list is complete (see [`MemberWatches::wait_listed`]).
+    listed: tokio::sync::watch::Receiver<bool>,
     /// Identifies the member client the watch uses; a new client restarts the watch.
     client_key: String,
     store: Store,
@@ -235,6 +246,33 @@ impl MemberWatches {
             .map(|u| gvk_of(u.resource))
             .collect::<HashSet<_>>();
         let mut state = self.lock();
+        self.start_missing(&mut state, cluster, uses);
+        let previous = state
+            .users
+            .insert(work.clone(), (cluster.to_string(), gvks));
+        if let Some((old_cluster, old)) = previous {
+            self.stop_unused(&mut state, &old_cluster, old);
+        }
+    }
+
+    /// Starts the watches of these types that are missing before `work` writes anything with
+    /// them, so that what they list tells which objects the member has already (see
+    /// [`Self::wait_listed`]). They count as `work`'s until its next [`Self::set_uses`], which
+    /// stops those it does not use after all.
+    pub fn add_uses(&self, work: &ObjectRef<Work>, cluster: &str, uses: &[Use<'_>]) {
+        let mut state = self.lock();
+        self.start_missing(&mut state, cluster, uses);
+        let (used_in, gvks) = state
+            .users
+            .entry(work.clone())
+            .or_insert_with(|| (cluster.to_string(), HashSet::new()));
+        if used_in == cluster {
+            gvks.extend(uses.iter().map(|u| gvk_of(u.resource)));
+        }
+    }
+
+    /// Starts the watches of `uses` in `cluster` that are missing, or whose client changed.
+    fn start_missing(&self, state: &mut State, cluster: &str, uses: &[Use<'_>]) {
         for u in uses {
             let key = WatchKey {
                 cluster: cluster.to_string(),
@@ -251,12 +289,41 @@ impl MemberWatches {
                 }
             }
         }
-        let previous = state
-            .users
-            .insert(work.clone(), (cluster.to_string(), gvks));
-        if let Some((old_cluster, old)) = previous {
-            self.stop_unused(&mut state, &old_cluster, old);
-        }
+    }
+
+    /// Waits, at most `within`, until the watches of these types in `cluster` have each
+    /// completed a list. `false` when one has not by then (a slow or unreachable member):
+    /// writing goes on without what it would have told.
+    pub async fn wait_listed(
+        &self,
+        cluster: &str,
+        resources: &[&ApiResource],
+        within: std::time::Duration,
+    ) -> bool {
+        let mut listed: Vec<tokio::sync::watch::Receiver<bool>> = {
+            let state = self.lock();
+            resources
+                .iter()
+                .filter_map(|r| {
+                    let key = WatchKey {
+                        cluster: cluster.to_string(),
+                        gvk: gvk_of(r),
+                    };
+                    state
+                        .watches
+                        .get(&key)
+                        .map(|running| running.listed.clone())
+                })
+                .collect()
+        };
+        let all = futures::future::join_all(
+            listed
+                .iter_mut()
+                .map(|l| async move { l.wait_for(|done| *done).await.is_ok() }),
+        );
+        tokio::time::timeout(within, all)
+            .await
+            .is_ok_and(|done| done.into_iter().all(|ok| ok))
     }
 
     /// `work` no longer uses anything in its member (deleted, or its objects orphaned).
@@ -330,6 +397,25 @@ impl MemberWatches {
     ) -> bool {
         self.stored(cluster, resource, namespace, name)
             .is_some_and(|o| o.state.work.as_deref() == Some(work_ref))
+    }
+
+    /// Whether the watch of this type has listed the member's managed objects of the type and
+    /// `name` is not among them: then the object is most likely not there at all (or is not
+    /// Flotilla's), and [`crate::apply`] creates it without reading it first — a create that
+    /// finds it there after all is refused, and the object read then. `false` when the type is
+    /// not watched or not listed yet.
+    pub fn listed_without(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        self.with_watch(cluster, resource, |running| {
+            let objects = running.store.lock().unwrap_or_else(|e| e.into_inner());
+            objects.listed_without(&(namespace.map(str::to_string), name.to_string()))
+        })
+        .unwrap_or(false)
     }
 
     /// The UID and resourceVersion of `name` as the watch of its type has it, when it is an
@@ -478,6 +564,7 @@ impl MemberWatches {
             labels::CLUSTER,
             key.cluster
         );
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let events = watcher(api, watcher::Config::default().labels(&selector))
             .default_backoff()
             // Only what finds the object's Work and tells whether it changed since the syncer
@@ -490,6 +577,9 @@ impl MemberWatches {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .apply(event);
+                if matches!(event, watcher::Event::InitDone) {
+                    listed_tx.send_replace(true);
+                }
             });
         let cluster = key.cluster.clone();
         let kind = key.gvk.kind.clone();
@@ -540,6 +630,7 @@ impl MemberWatches {
         });
         Running {
             stop,
+            listed,
             client_key: u.client_key.to_string(),
             store,
             written,
@@ -660,6 +751,28 @@ mod tests {
         o.metadata.annotations =
             annotation.map(|a| [(annotations::WORK.to_string(), a.to_string())].into());
         o
+    }
+
+    #[test]
+    fn an_object_is_known_absent_only_once_a_list_completed_without_it() {
+        let mut objects = Objects::default();
+        let key = (Some("shop".to_string()), "settings".to_string());
+        let other = (Some("shop".to_string()), "other".to_string());
+        assert!(!objects.listed_without(&key), "nothing listed yet");
+        objects.apply(&watcher::Event::Init);
+        objects.apply(&watcher::Event::InitApply(meta(
+            Some("flotilla-cluster-m1/web"),
+            "2",
+        )));
+        assert!(!objects.listed_without(&other), "the list is not complete");
+        objects.apply(&watcher::Event::InitDone);
+        assert!(!objects.listed_without(&key), "listed");
+        assert!(objects.listed_without(&other));
+        // A relist under way leaves what the last complete one said.
+        objects.apply(&watcher::Event::Init);
+        assert!(objects.listed_without(&other) && !objects.listed_without(&key));
+        objects.apply(&watcher::Event::Delete(meta(None, "3")));
+        assert!(objects.listed_without(&key), "deleted since");
     }
 
     #[test]

@@ -155,6 +155,11 @@ fn cluster_readiness(cluster: &Cluster) -> u64 {
 /// How many manifests of one Work are applied at once.
 const APPLY_CONCURRENCY: usize = 4;
 
+/// How long a Work's writes wait for the first list of a member watch its types just started.
+/// A list is one request; a member that does not answer it in this time is written to as
+/// before (with a read before each write whose object the watch would have known).
+const LIST_WAIT: Duration = Duration::from_secs(1);
+
 /// How often members that this syncer no longer serves are looked for, to stop their watches.
 const JANITOR_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -162,6 +167,7 @@ const JANITOR_INTERVAL: Duration = Duration::from_secs(10);
 pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let metrics = SyncerMetrics::register(ctx.metrics.registry(), ctx.metrics.prefix())?;
+    let member_requests = metrics.member_requests.clone();
     let tracking = Arc::new(Tracking::new(metrics));
     let cluster_watch = flotilla_runtime::cache::selected(&args.cluster_selector);
     // The Clusters this syncer serves, cached for look-ups. A Cluster that changes (becomes
@@ -186,7 +192,7 @@ pub async fn run(ctx: Context, args: SyncerArgs) -> anyhow::Result<()> {
     let targets = Targets {
         hub: client.clone(),
         clusters: clusters.clone(),
-        clients: Default::default(),
+        clients: flotilla_runtime::MemberClients::counting(member_requests),
         secret_namespace: args.kubeconfig_secret_namespace.clone(),
         recent: Default::default(),
         shards: shards.clone(),
@@ -877,6 +883,53 @@ pub struct Applied {
     removing: Vec<ManifestIdentity>,
 }
 
+/// Starts the member's watches of the types `ready` writes, if missing, and waits (at most
+/// [`LIST_WAIT`]) until they have listed what the member has: then an object the watch has as
+/// this syncer applied it needs no write at all, one it has as this Work's no read before its
+/// write, and one it does not have is created without a read first (see
+/// [`crate::apply::apply_manifest`]). Types the member does not serve are left to the apply,
+/// which reports them.
+async fn watch_before_writing(
+    work: &ObjectRef<Work>,
+    cluster: &str,
+    member: &Member,
+    ready: &[crate::manifest::Prepared],
+    state: &Syncer,
+) {
+    let discovery = &state.discovery;
+    let mut resources: Vec<kube::api::ApiResource> = Vec::new();
+    let mut kinds = HashSet::new();
+    for prepared in ready {
+        let id = &prepared.identity;
+        if !kinds.insert((&id.group, &id.version, &id.kind)) {
+            continue;
+        }
+        if let Ok((resource, _)) = discovery.resolve(cluster, &member.client, id).await {
+            resources.push(resource);
+        }
+    }
+    let uses: Vec<Use<'_>> = resources
+        .iter()
+        .map(|resource| Use {
+            client: &member.watch_client,
+            client_key: &member.key,
+            resource,
+        })
+        .collect();
+    state.watches.add_uses(work, cluster, &uses);
+    let resources: Vec<&kube::api::ApiResource> = resources.iter().collect();
+    if !state
+        .watches
+        .wait_listed(cluster, &resources, LIST_WAIT)
+        .await
+    {
+        tracing::debug!(
+            cluster,
+            "a member watch has not listed yet: writing without it"
+        );
+    }
+}
+
 /// Applies the manifests `applying` prepared into `member`, a few at a time and in order
 /// (unchanged ones cost nothing), watches the types they use, and removes what the Work names no
 /// more — unless the member stopped answering: then nothing is decided about it.
@@ -914,6 +967,7 @@ async fn apply(
         data: &data,
     };
     let ready = &applying.ready;
+    watch_before_writing(&key, cluster, member, ready, state).await;
     let results: Vec<_> = futures::stream::iter(0..ready.len())
         .map(|i| {
             let prepared = &ready[i];

@@ -547,13 +547,27 @@ impl Member<'_> {
     /// The syncer's counter `applies_total` for this Cluster and `result` (`applied`,
     /// `unchanged`, `conflict`, `failed`).
     pub async fn applies(&self, result: &str) -> Result<f64> {
+        self.syncer_counter("applies_total", ("result", result))
+            .await
+    }
+
+    /// The syncer's counter `member_requests_total` for this Cluster and `verb` (`get`,
+    /// `watch`, `create`, `patch`, `update`, `delete`): the requests it sent to the member.
+    pub async fn requests(&self, verb: &str) -> Result<f64> {
+        self.syncer_counter("member_requests_total", ("verb", verb))
+            .await
+    }
+
+    /// The syncer's counter `<prefix>_<name>` for this Cluster and one more label.
+    async fn syncer_counter(&self, name: &str, label: (&str, &str)) -> Result<f64> {
         let (_, text) = self.fleet.syncer.get("/metrics").await?;
+        let metric = format!("_{name}{{");
         let cluster = format!("cluster=\"{}\"", self.cluster);
-        let result = format!("result=\"{result}\"");
+        let label = format!("{}=\"{}\"", label.0, label.1);
         Ok(text
             .lines()
-            .filter(|l| !l.starts_with('#') && l.contains("_applies_total{"))
-            .filter(|l| l.contains(&cluster) && l.contains(&result))
+            .filter(|l| !l.starts_with('#') && l.contains(&metric))
+            .filter(|l| l.contains(&cluster) && l.contains(&label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
     }

@@ -605,3 +605,79 @@ async fn an_object_as_it_was_applied_is_not_sent_again_and_drift_is_still_revert
         .await?;
     Ok(())
 }
+
+/// A copy the member does not have yet costs one request: no read before the create. A create
+/// that finds an object there after all (one the member's own users made) reads it then, and
+/// leaves it alone as ever.
+#[tokio::test]
+async fn a_new_copy_is_written_with_one_member_request_and_an_unmanaged_one_still_left_alone()
+-> Result<()> {
+    const COPIES: usize = 20;
+    let s = Fleet::syncer_only("sync-requests").start().await?;
+    let m = s.member(0);
+    // The first Work of a type starts the member's watch of it; its list comes before its watch
+    // request, so once the syncer sent a watch request the watch knows what the member has.
+    m.create_work(
+        "first",
+        json!({"manifests": [s.configmap("first", json!({"k": "v"}))]}),
+    )
+    .await?;
+    m.work_condition("first", "Applied", "True", None, WAIT)
+        .await?;
+    wait_for(
+        "the syncer's watch of the member's ConfigMaps",
+        WAIT,
+        || async {
+            let watches = m.requests("watch").await?;
+            Ok(if watches >= 1.0 {
+                Seen::Done(())
+            } else {
+                Seen::not_yet(format!("{watches} watch requests"))
+            })
+        },
+    )
+    .await?;
+
+    let before = (m.requests("get").await?, m.requests("patch").await?);
+    let manifests: Vec<Value> = (0..COPIES)
+        .map(|i| s.configmap(&format!("c-{i}"), json!({"i": i.to_string()})))
+        .collect();
+    m.create_work("many", json!({"manifests": manifests}))
+        .await?;
+    m.work_condition("many", "Applied", "True", None, WAIT)
+        .await?;
+    let after = (m.requests("get").await?, m.requests("patch").await?);
+    let (gets, patches) = (after.0 - before.0, after.1 - before.1);
+    // 20 copies: 20 writes, and no read of any of them (a namespace or discovery read may come).
+    ensure!(
+        gets <= 2.0 && patches >= COPIES as f64 && gets + patches <= COPIES as f64 + 2.0,
+        "{COPIES} new copies took {gets} reads and {patches} writes of the member"
+    );
+
+    // An object the member's users made, after the watch listed: the create finds it.
+    let theirs: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "theirs", "namespace": s.ns.name()}, "data": {"owner": "them"}
+    }))?;
+    m.configmaps()
+        .create(&PostParams::default(), &theirs)
+        .await?;
+    m.create_work(
+        "take",
+        json!({"manifests": [s.configmap("theirs", json!({"owner": "flotilla"}))]}),
+    )
+    .await?;
+    m.work_condition("take", "Applied", "False", Some("Conflict"), WAIT)
+        .await?;
+    let kept = m.configmaps().get("theirs").await?;
+    ensure!(
+        kept.data == theirs.data
+            && kept
+                .metadata
+                .labels
+                .as_ref()
+                .is_none_or(|l| !l.contains_key(labels::MANAGED)),
+        "the member's own ConfigMap was written: {:?}",
+        kept.metadata
+    );
+    Ok(())
+}
