@@ -25,8 +25,8 @@ use tower::{BoxError, ServiceBuilder};
 pub const IDLE_CONNECTIONS: usize = crate::member_client::MEMBER_REQUESTS_IN_FLIGHT;
 
 /// How long an idle connection is kept. Long enough for the requests of a burst, which follow
-/// each other within milliseconds, and for the next pass of a reconciliation (a debounce of
-/// 200 ms); short enough that a burst's connections do not outlive it by long.
+/// each other within milliseconds, and for the next pass of a reconciliation (after a debounce of
+/// tens of milliseconds); short enough that a burst's connections do not outlive it by long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a client retries a request the server answered 429, 503 or 504 (and `Retry-After`).

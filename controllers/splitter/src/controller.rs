@@ -185,7 +185,9 @@ const UNREADABLE_RETRY: Duration = Duration::from_secs(5);
 /// How often a Placement is looked at again without any change.
 const RESYNC: Duration = Duration::from_secs(60);
 
-/// How long a Placement waits after a change for more changes before it is looked at: short,
-/// for single edits (the 50 single edits of `hack/bench.sh user` had a p99 of 1.23 s with
-/// 500 ms, 0.97 s with 200 ms); a burst longer than a pass still makes a pass per pass.
-const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long a Placement waits after a change for more changes before it is looked at (each
+/// change restarts the wait): long enough that the changes of a burst, which come milliseconds
+/// apart, make one pass; short, since a single edit waits it in full (the 50 single edits of
+/// `hack/bench.sh user` had a p99 of 1.23 s with 500 ms, 0.97 s with 200 ms; see
+/// docs/benchmarks.md for 50 ms). A burst longer than a pass still makes a pass per pass.
+const DEBOUNCE: Duration = Duration::from_millis(50);

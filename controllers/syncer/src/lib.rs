@@ -53,9 +53,10 @@ pub struct SyncerArgs {
     )]
     pub kubeconfig_secret_namespace: String,
 
-    /// How long a Work's reconciliation waits for more changes before it runs, so that a burst
-    /// of changes in a member becomes one reconciliation and one status write.
-    #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    /// How long a Work's reconciliation waits for more changes before it runs (each change
+    /// restarts the wait), so that a burst of changes in a member becomes one reconciliation
+    /// and one status write. A single edit waits it in full on its way to the member.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     pub debounce: Duration,
 
     /// How many Works are reconciled at the same time.
