@@ -31,6 +31,16 @@
 #            first member's over the direct create to DIR/member-direct.pprof (read them with
 #            `go tool pprof -top DIR/hub-create.pprof`).
 #
+#   fleet    How the user's path grows with the fleet: for each size of --members (a list, default
+#            3,10,20), push members are added (`hack/clusters.sh add-member`, `kubectl flotilla
+#            join`) until the fleet has that many; then N ConfigMaps (default 200) are placed on
+#            every member under one Placement, 50 single edits of one of them are timed (write to
+#            last member, p50/p99), and they are deleted again. One row per size: seconds until
+#            the members and the Placement agree, the single edits, CPU seconds of the hub's
+#            apiserver, etcd, the members' apiservers (also per member: they share the two cores
+#            here) and the controllers (also per placed copy), the controllers' RSS, the hub's
+#            requests, its Works (count and bytes) and its keys in etcd (count and bytes).
+#
 #   envelopes
 #            What the hub pays per object for Works of 1, 10 and 100 manifests: N objects
 #            (default 1000) for each of the M members written as Works into namespaces of no
@@ -40,17 +50,21 @@
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
 #        hack/bench.sh user [--members M] [--count N] [--concurrency C] [--profile DIR]
+#        hack/bench.sh fleet [--members M1,M2,...] [--count N] [--concurrency C]
 #        hack/bench.sh envelopes [--members M] [--count N] [--concurrency C]
 # Environment: FLOTILLA_BENCH_LOGS=DIR keeps the controllers' logs in DIR.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 WHAT="${1:-}"; shift || true
-[[ "${WHAT}" =~ ^(syncer|splitter|user|envelopes)$ ]] \
-  || die "usage: hack/bench.sh syncer|splitter|user|envelopes [options] (see --help)"
+[[ "${WHAT}" =~ ^(-h|--help)$ ]] && { usage; exit 0; }
+[[ "${WHAT}" =~ ^(syncer|splitter|user|fleet|envelopes)$ ]] \
+  || die "usage: hack/bench.sh syncer|splitter|user|fleet|envelopes [options] (see --help)"
 MEMBERS=3
 COUNT=1000
+[[ "${WHAT}" == fleet ]] && MEMBERS=3,10,20 COUNT=200
 CONCURRENCY=32
 # REPLICAS and RUNS are read by the sourced hack/bench-splitter.sh.
 # shellcheck disable=SC2034
@@ -67,13 +81,27 @@ while [[ $# -gt 0 ]]; do
     --replicas) REPLICAS="$2"; shift 2 ;;
     --runs) RUNS="$2"; shift 2 ;;
     --profile) PROFILE_DIR="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1'" ;;
   esac
 done
 
+# The fleet benchmark grows the fleet through a list of sizes, starting from the first.
+FLEET_SIZES=()
+if [[ "${WHAT}" == fleet ]]; then
+  IFS=',' read -r -a FLEET_SIZES <<<"${MEMBERS}"
+  previous=0
+  for size in "${FLEET_SIZES[@]}"; do
+    [[ "${size}" =~ ^[1-9][0-9]*$ ]] && (( size > previous )) \
+      || die "--members: '${MEMBERS}' is not a growing list of fleet sizes (e.g. 3,10,20)"
+    previous="${size}"
+  done
+  MEMBERS="${FLEET_SIZES[0]}"
+fi
+[[ "${MEMBERS}" =~ ^[1-9][0-9]*$ ]] || die "--members: '${MEMBERS}' is not a number of members"
 RUN="${TMPDIR:-/tmp}/flotilla-bench-${WHAT}"
-CL=("${HACK_DIR}/clusters.sh" --run-dir "${RUN}" --port-base 19443)
+PORT_BASE=19443
+CL=("${HACK_DIR}/clusters.sh" --run-dir "${RUN}" --port-base "${PORT_BASE}")
 TARGET="${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/release"
 PIDS=()
 cleanup() {
@@ -141,6 +169,10 @@ if [[ "${WHAT}" == splitter ]]; then
 fi
 if [[ "${WHAT}" == user ]]; then
   source "${HACK_DIR}/bench-user.sh"
+  exit 0
+fi
+if [[ "${WHAT}" == fleet ]]; then
+  source "${HACK_DIR}/bench-fleet.sh"
   exit 0
 fi
 if [[ "${WHAT}" == envelopes ]]; then

@@ -1,0 +1,95 @@
+# shellcheck shell=bash
+# Sourced by `hack/bench.sh fleet` once the environment (its first fleet size of members), the
+# registration controller and the syncer run (see hack/bench.sh for the variables it sets). Not
+# meant to be run on its own.
+#
+# For each fleet size of FLEET_SIZES, in order: push members are added with
+# `hack/clusters.sh add-member` and joined with `kubectl flotilla join` until the fleet has that
+# many, then COUNT ConfigMaps are placed on every member, 50 single edits of one of them are
+# timed, and the ConfigMaps are deleted again. Prints one table row per fleet size.
+
+source "${HACK_DIR}/bench-lib.sh"
+start_splitter
+user_namespace bench-fleet
+sleep 5
+
+# The hub's keys in the shared etcd: "count bytes" (keys and values), read through etcd's gRPC
+# gateway like hack/clusters.sh does (the hub's keys are under /hub/).
+hub_etcd() {
+  local range
+  range="$(printf '%s' '/hub/' | base64)"
+  curl -sf -X POST "http://127.0.0.1:$((PORT_BASE + 7347))/v3/kv/range" \
+    -d "{\"key\": \"${range}\", \"range_end\": \"$(printf '%s' '/hub0' | base64)\"}" \
+    | python3 -c '
+import base64, json, sys
+kvs = json.load(sys.stdin).get("kvs", [])
+print(len(kvs), sum(len(base64.b64decode(kv["key"])) + len(base64.b64decode(kv.get("value", ""))) for kv in kvs))'
+}
+# The Works on the hub: "count bytes" (as JSON).
+hub_works() {
+  k get works -A -o json | python3 -c '
+import json, sys
+items = json.load(sys.stdin)["items"]
+print(len(items), sum(len(json.dumps(i, separators=(",", ":"))) for i in items))'
+}
+user() { "${TARGET}/examples/bench_user" "$1" bench-fleet "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}"; }
+kib() { awk -v b="$1" 'BEGIN {printf "%.0f", b / 1024}'; }
+sub() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
+
+ROWS=()
+current="${#MEMBER_LIST[@]}"
+SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
+SYNCER_IDLE="$(rss "${SYNCER_PID}")"
+for size in "${FLEET_SIZES[@]}"; do
+  if (( size > current )); then
+    log "== adding members $((current + 1))..${size}"
+    for n in $(seq $((current + 1)) "${size}"); do
+      "${CL[@]}" add-member "member${n}" >/dev/null
+    done
+    eval "$("${CL[@]}" env)"
+    MEMBER_LIST=()
+    IFS=',' read -r -a PAIRS <<<"${FLOTILLA_MEMBER_KUBECONFIGS}"
+    for pair in "${PAIRS[@]}"; do
+      MEMBER_LIST+=("${pair}")
+      name="${pair%%=*}"
+      n="${name#member}"
+      if (( n > current )); then
+        "${TARGET}/kubectl-flotilla" --kubeconfig "${HUB}" join "${name}" \
+          --member-kubeconfig "${pair#*=}" --read-writable >/dev/null
+      fi
+    done
+    MEMBERS_ARG="$(IFS=,; echo "${MEMBER_LIST[*]}")"
+    current="${size}"
+    k wait --for condition=Ready cluster --all --timeout 300s >/dev/null \
+      || die "the members did not all become Ready"
+    sleep 5
+  fi
+  log "== ${size} members: placing ${COUNT} ConfigMaps on every member"
+  cpu_before="$(cpu_snapshot)"
+  requests_before="$(hub_requests)"
+  read -r _ _ members_s placement_s < <(user hub-create)
+  requests_after="$(hub_requests)"
+  read -r -a b <<<"${cpu_before}"
+  read -r -a a <<<"$(cpu_snapshot)"
+  sleep 10
+  splitter_rss="$(rss "${SPLITTER_PID}")"
+  syncer_rss="$(rss "${SYNCER_PID}")"
+  read -r works works_bytes < <(hub_works)
+  read -r keys etcd_bytes < <(hub_etcd)
+  log "== ${size} members: 50 single edits"
+  read -r _ p50 p99 _ < <(user hub-single)
+  log "== ${size} members: deleting the ConfigMaps"
+  user hub-delete >/dev/null
+  copies=$((COUNT * size))
+  members_cpu="$(sub "${b[2]}" "${a[2]}")"
+  controllers_cpu="$(awk -v s="$(sub "${b[3]}" "${a[3]}")" -v y="$(sub "${b[4]}" "${a[4]}")" 'BEGIN {printf "%.1f", s + y}')"
+  ROWS+=("| ${size} | ${members_s} | ${placement_s} | ${p50} | ${p99} | $(sub "${b[0]}" "${a[0]}") | $(sub "${b[1]}" "${a[1]}") | ${members_cpu} ($(awk -v c="${members_cpu}" -v n="${size}" 'BEGIN {printf "%.2f", c / n}')) | ${controllers_cpu} ($(awk -v c="${controllers_cpu}" -v n="${copies}" 'BEGIN {printf "%.2f", c * 1000 / n}')) | ${splitter_rss} / ${syncer_rss} | $((requests_after - requests_before)) | ${works} / $(kib "${works_bytes}") | ${keys} / $(kib "${etcd_bytes}") |")
+done
+
+echo
+echo "Placing ${COUNT} ConfigMaps on every member (one Placement), then 50 single edits of one of them; CPU seconds over the placing."
+echo "Idle RSS: splitter ${SPLITTER_IDLE} MiB, syncer ${SYNCER_IDLE} MiB."
+echo
+echo "| members | placed: members agree, s | Placement reports every copy, s | single edit p50, s | p99, s | hub apiserver CPU, s | etcd CPU, s | members' apiservers CPU, s (per member) | splitter + syncer CPU, s (ms per copy) | RSS splitter / syncer with the copies placed, MiB | hub requests | Works / KiB | hub keys in etcd / KiB |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+printf '%s\n' "${ROWS[@]}"
