@@ -515,11 +515,27 @@ impl MemberWatches {
                 Some(Pending::InFlight(seen)) => seen,
                 _ => Vec::new(),
             };
-            let stored = running
-                .get(namespace, name)
-                .map(|o| o.state.resource_version);
+            let stored = running.get(namespace, name);
+            // Events that came while the write was in flight were taken for its echo; one of
+            // another version was a change by someone else (the member's controller updating
+            // the object's status at once, say), which nothing else would report.
+            let missed = changed_in_flight(&seen, answer.as_ref())
+                .then(|| {
+                    let work = answer.as_ref().and_then(|a| a.work.clone());
+                    work.or_else(|| stored.as_ref().and_then(|o| o.state.work.clone()))
+                })
+                .flatten()
+                .and_then(|w| work_from(&w));
+            let stored = stored.map(|o| o.state.resource_version);
             if let Some(pending) = after_answer(&seen, stored.as_deref(), answer) {
                 written.insert(key, pending);
+            }
+            if let Some(work) = missed {
+                self.tracking.member_changed(work.clone());
+                let mut trigger = self.trigger.clone();
+                tokio::spawn(async move {
+                    let _ = trigger.send(work).await;
+                });
             }
         });
     }
@@ -677,6 +693,15 @@ fn echo_or_change(written: &OwnWrites, event: watcher::Event<ObjectMeta>) -> Opt
     }
 }
 
+/// Whether the events `seen` while a write was in flight include one that is not its echo: of
+/// another version than the `answer` (or any, when the write failed).
+fn changed_in_flight(seen: &[String], answer: Option<&Written>) -> bool {
+    match answer {
+        Some(answer) => seen.iter().any(|rv| *rv != answer.resource_version),
+        None => !seen.is_empty(),
+    }
+}
+
 /// What stays pending once a write is answered with `answer` (`None`: it failed), after the
 /// events of `seen` arrived while it was in flight, with the watch's store at `stored`: the
 /// answer, unless its echo came already (later events may have come too, so the store can be
@@ -724,11 +749,17 @@ fn is_own_write(written: &mut HashMap<ObjectKey, Pending>, object: &ObjectMeta) 
 /// The Work a member object belongs to, from its `flotilla.dev/work` annotation
 /// (`<namespace>/<name>` on the hub).
 pub fn work_of(object: &ObjectMeta) -> Option<ObjectRef<Work>> {
-    let value = object
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(annotations::WORK)?;
+    work_from(
+        object
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(annotations::WORK)?,
+    )
+}
+
+/// The Work a `flotilla.dev/work` annotation names (`<namespace>/<name>`).
+fn work_from(value: &str) -> Option<ObjectRef<Work>> {
     let (namespace, name) = value.split_once('/')?;
     if namespace.is_empty() || name.is_empty() {
         return None;
@@ -751,6 +782,29 @@ mod tests {
         o.metadata.annotations =
             annotation.map(|a| [(annotations::WORK.to_string(), a.to_string())].into());
         o
+    }
+
+    #[test]
+    fn a_change_by_someone_else_while_a_write_is_in_flight_is_not_taken_for_its_echo() {
+        let answer = |rv: &str| Written {
+            resource_version: rv.into(),
+            work: Some("flotilla-cluster-m1/web".into()),
+            hash: None,
+        };
+        // Only the echo came: nothing was missed.
+        assert!(!changed_in_flight(&["7".into()], Some(&answer("7"))));
+        assert!(!changed_in_flight(&[], Some(&answer("7"))));
+        // The member's controller wrote right after the syncer (its status): a change.
+        assert!(changed_in_flight(
+            &["7".into(), "8".into()],
+            Some(&answer("7"))
+        ));
+        // An event of an older version still on its way when the write went out: reconciling
+        // once more costs little and misses nothing.
+        assert!(changed_in_flight(&["6".into()], Some(&answer("7"))));
+        // The write failed: whatever came was someone else's.
+        assert!(changed_in_flight(&["8".into()], None));
+        assert!(!changed_in_flight(&[], None));
     }
 
     #[test]
