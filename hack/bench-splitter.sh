@@ -6,6 +6,9 @@
   --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/splitter.log" 2>&1 &
 PIDS+=("$!")
 k create namespace bench-place >/dev/null
+# The baseline makes namespace bench-place in the first member itself: the hub admin lets the
+# Placement use it (else the member's namespace is the member's, NamespaceNotFlotillas).
+k annotate namespace bench-place flotilla.dev/allow-existing-namespaces=true >/dev/null
 k apply --server-side -f - >/dev/null <<EOF
 apiVersion: flotilla.dev/v1alpha1
 kind: Placement
@@ -38,25 +41,38 @@ k -n bench-place wait deployment/failover --for jsonpath='{.status.availableRepl
 k -n bench-place wait deployment/failover --for condition=Available --timeout 60s >/dev/null
 now_s() { date +%s.%N; }
 ready_status() {
-  k get clusters.flotilla.dev "${FIRST}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'
+  k get clusters.flotilla.dev "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'
 }
 moved() {
   k -n bench-place get deployment failover -o \
     jsonpath='{.status.conditions[?(@.type=="Placed")].message}|{.status.availableReplicas}|{.status.conditions[?(@.type=="Available")].status}'
 }
-done_moving() { [[ "$1" != *"${FIRST}="* && "$1" == *"|${REPLICAS}|True" ]]; }
-T0="$(now_s)"
-"${CL[@]}" stop-member "${FIRST}" >/dev/null
-until [[ "$(ready_status)" != True ]]; do sleep 0.5; done
-T_DETECT="$(now_s)"
-m="$(moved)"
-for _ in $(seq 600); do
-  done_moving "${m}" && break
-  sleep 0.5
+done_moving() { [[ "$1" != *"$2="* && "$1" == *"|${REPLICAS}|True" ]]; }
+# Takes member $1 away with clusters.sh's command $2 (stop-member or pause-member); sets T0,
+# T_DETECT and T_MOVED.
+fail_member() {
+  local m
+  T0="$(now_s)"
+  "${CL[@]}" "$2" "$1" >/dev/null
+  until [[ "$(ready_status "$1")" != True ]]; do sleep 0.5; done
+  T_DETECT="$(now_s)"
   m="$(moved)"
-done
-done_moving "${m}" || die "the replicas of ${FIRST} did not move: ${m}"
-T_MOVED="$(now_s)"
+  for _ in $(seq 600); do
+    done_moving "${m}" "$1" && break
+    sleep 0.5
+    m="$(moved)"
+  done
+  done_moving "${m}" "$1" || die "the replicas of $1 did not move: ${m}"
+  T_MOVED="$(now_s)"
+}
+fail_member "${FIRST}" stop-member
+STOPPED=("${T0}" "${T_DETECT}" "${T_MOVED}")
+# A member that hangs: its apiserver takes connections and never answers (SIGSTOP).
+SECOND="${MEMBER_LIST[1]%%=*}"
+log "== failover: pausing ${SECOND} (SIGSTOP: it hangs) under the same Deployment"
+fail_member "${SECOND}" pause-member
+PAUSED=("${T0}" "${T_DETECT}" "${T_MOVED}")
+"${CL[@]}" resume-member "${SECOND}" >/dev/null
 
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
 RATIO="$(awk -v a="${H_MED}" -v b="${D_MED}" 'BEGIN {printf "%.2f", a / b}')"
@@ -66,8 +82,8 @@ echo "|---|---:|---:|---:|---:|"
 echo "| applied straight into ${FIRST} (baseline) | ${D_MED} | ${D_MIN} | ${D_MAX} | 1.00 |"
 echo "| applied to the hub, divided over ${MEMBERS} members | ${H_MED} | ${H_MIN} | ${H_MAX} | ${RATIO} |"
 echo
-echo "| failover of ${FIRST}, ${REPLICAS} replicas (probe 10 s, grace 40 s, toleration 30 s) | s after the stop |"
-echo "|---|---:|"
-echo "| detection: its Cluster no longer Ready | $(secs "${T0}" "${T_DETECT}") |"
-echo "| the hub Deployment Available again with every replica, none on ${FIRST} | $(secs "${T0}" "${T_MOVED}") |"
-echo "| of which after detection (the 30 s toleration, then re-placement) | $(secs "${T_DETECT}" "${T_MOVED}") |"
+echo "| failover, ${REPLICAS} replicas (defaults: probe 10 s, grace 30 s, toleration 20 s) | ${FIRST} stopped, s after | ${SECOND} hung (SIGSTOP), s after |"
+echo "|---|---:|---:|"
+echo "| detection: its Cluster no longer Ready | $(secs "${STOPPED[0]}" "${STOPPED[1]}") | $(secs "${PAUSED[0]}" "${PAUSED[1]}") |"
+echo "| the hub Deployment Available again with every replica, none on it | $(secs "${STOPPED[0]}" "${STOPPED[2]}") | $(secs "${PAUSED[0]}" "${PAUSED[2]}") |"
+echo "| of which after detection (the toleration, then re-placement) | $(secs "${STOPPED[1]}" "${STOPPED[2]}") | $(secs "${PAUSED[1]}" "${PAUSED[2]}") |"

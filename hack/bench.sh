@@ -11,7 +11,7 @@
 #   splitter A D-replica Deployment (default 30) applied to the hub and divided over the M
 #            members, until the hub says Available with every replica available, against the
 #            same Deployment applied straight into one member, alternating, R runs (default 5);
-#            then failover with the default settings (probe every 10 s, 40 s grace, 30 s
+#            then failover with the default settings (probe every 10 s, 30 s grace, 20 s
 #            toleration): from stopping a member until its Cluster is not Ready (detection) and
 #            until the hub Deployment is Available again without it (movement).
 #

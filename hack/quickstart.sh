@@ -218,7 +218,7 @@ show
 
 if [[ "${TOUR}" == 1 ]]; then
   echo
-  log "== tour: stopping member2; once it has been unready for the grace period and the Placement's failover toleration (30 s), its replicas move to the other members"
+  log "== tour: stopping member2; once it has been unready for the grace period (15 s here) and the Placement's failover toleration (10 s), its replicas move to the other members"
   "${CLUSTERS[@]}" stop-member member2 >/dev/null
   t0="$(now)"
   placed() { "${K[@]}" -n demo get deployment web -o jsonpath='{.status.conditions[?(@.type=="Placed")].message} {.status.availableReplicas}'; }

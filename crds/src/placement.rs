@@ -340,7 +340,7 @@ pub struct Failover {
     pub enabled: bool,
 
     /// How long a chosen cluster may be not Ready (after the registration controller's grace
-    /// period has turned it Unknown) before its work moves. Default 30. The old copies go only
+    /// period has turned it Unknown) before its work moves. Default 20. The old copies go only
     /// once the replacements are available, or the Cluster is deleted.
     #[serde(default = "default_failover_toleration_seconds")]
     #[schemars(range(min = 0))]
@@ -553,7 +553,7 @@ fn default_true() -> bool {
 }
 
 fn default_failover_toleration_seconds() -> i64 {
-    30
+    20
 }
 
 impl Default for ReplicaScheduling {
@@ -689,7 +689,7 @@ mod tests {
         );
         assert!(spec.follow_references);
         assert!(spec.failover.enabled);
-        assert_eq!(spec.failover.toleration_seconds, 30);
+        assert_eq!(spec.failover.toleration_seconds, 20);
         assert_eq!(spec.delete_policy, DeletePolicy::Delete);
     }
 

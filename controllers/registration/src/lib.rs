@@ -33,8 +33,10 @@ pub struct RegistrationArgs {
     pub probe_interval: Duration,
 
     /// How long a member may go without a successful probe (push) or heartbeat (pull) before its
-    /// Ready condition becomes Unknown.
-    #[arg(long, default_value = "40s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Ready condition becomes Unknown: three missed probes at the default interval. With the
+    /// Placements' default failover toleration (20 s), a member that stops or hangs has its
+    /// work moved within a minute.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub grace_period: Duration,
 
     /// Approve pull-mode agents' certificates without waiting for spec.hubAcceptsClient. Off by

@@ -427,8 +427,8 @@ mod tests {
                 .iter()
                 .any(|c| c.cluster == "member2" && c.held)
         );
-        // member2's failover toleration (30 s) runs out 20 s from now.
-        assert_eq!(s.recheck_after, Some(Duration::from_secs(20)));
+        // member2's failover toleration (20 s) runs out 10 s from now.
+        assert_eq!(s.recheck_after, Some(Duration::from_secs(10)));
         let tolerant = spec(json!({"tolerations": [{"key": "maintenance", "operator": "Exists"}]}));
         assert_eq!(
             classes(&select(&tolerant, &[&a, &d], now())).0,

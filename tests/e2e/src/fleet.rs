@@ -94,7 +94,7 @@ impl FleetBuilder {
         self
     }
 
-    /// The registration controller's `--grace-period` (default: its own, 40s).
+    /// The registration controller's `--grace-period` (default: its own, 30s).
     pub fn grace(mut self, grace: impl Into<String>) -> Self {
         self.grace = Some(grace.into());
         self
