@@ -19,7 +19,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
 CARGO_TEST_ARGS=()
-if [[ "${1:-}" == "--" ]]; then shift; CARGO_TEST_ARGS=("$@"); fi
+case "${1:-}" in
+  "") ;;
+  --) shift; CARGO_TEST_ARGS=("$@") ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) die "unknown argument '$1' (see --help; arguments for cargo test go after --)" ;;
+esac
 
 T0="$(now)"
 log "== checking this machine's prerequisites (missing Debian packages are installed when root)"
