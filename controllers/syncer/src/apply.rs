@@ -599,13 +599,10 @@ pub async fn apply_manifest(
     shared
         .watches
         .writing(cluster, &resource, namespace.as_deref(), &id.name);
-    let mut patched = if create_only {
-        let mut create = object.clone();
-        create["metadata"]["resourceVersion"] = Value::String(CREATE_ONLY.into());
-        api.patch(&id.name, &params, &Patch::Apply(&create)).await
-    } else {
-        api.patch(&id.name, &params, &Patch::Apply(&object)).await
-    };
+    if create_only {
+        object["metadata"]["resourceVersion"] = Value::String(CREATE_ONLY.into());
+    }
+    let mut patched = api.patch(&id.name, &params, &Patch::Apply(&object)).await;
     if create_only && matches!(&patched, Err(kube::Error::Api(s)) if s.code == 409) {
         tracing::debug!(cluster, object = %describe(id), work = work_ref, "exists after all: checking it");
         if let Err(outcome) = check().await {
@@ -613,6 +610,9 @@ pub async fn apply_manifest(
                 .watches
                 .wrote(cluster, &resource, namespace.as_deref(), &id.name, None);
             return (Some(resource), outcome);
+        }
+        if let Some(metadata) = object["metadata"].as_object_mut() {
+            metadata.remove("resourceVersion");
         }
         patched = api.patch(&id.name, &params, &Patch::Apply(&object)).await;
     }

@@ -8,6 +8,7 @@ use flotilla_api::{Cluster, SyncMode, conditions, names};
 use flotilla_runtime::MemberClients;
 use flotilla_runtime::member_client::{MemberClientError, read_secret};
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -43,6 +44,21 @@ pub struct Member {
     /// For the member's watches (long-lived, kept alive by kube's watcher).
     pub watch_client: Client,
     pub key: String,
+}
+
+impl Member {
+    /// The watches of these types in this member, as [`crate::watches::MemberWatches`] takes
+    /// them.
+    pub fn uses<'a>(&'a self, resources: &'a [ApiResource]) -> Vec<crate::watches::Use<'a>> {
+        resources
+            .iter()
+            .map(|resource| crate::watches::Use {
+                client: &self.watch_client,
+                client_key: &self.key,
+                resource,
+            })
+            .collect()
+    }
 }
 
 /// Push-mode members, from a watched cache of Clusters.

@@ -42,7 +42,7 @@ use crate::status::{Verdict, manifest_entry, same_ignoring_times};
 use crate::targets::{
     ClusterLifecycle, Member, MemberSlot, MemberSlots, Serving, Targets, Unavailable,
 };
-use crate::watches::{MemberWatches, Use};
+use crate::watches::MemberWatches;
 use flotilla_runtime::reconcile::{Cleanup, Reconciler, Retry, drive};
 
 mod plan;
@@ -908,15 +908,9 @@ async fn watch_before_writing(
             resources.push(resource);
         }
     }
-    let uses: Vec<Use<'_>> = resources
-        .iter()
-        .map(|resource| Use {
-            client: &member.watch_client,
-            client_key: &member.key,
-            resource,
-        })
-        .collect();
-    state.watches.add_uses(work, cluster, &uses);
+    state
+        .watches
+        .add_uses(work, cluster, &member.uses(&resources));
     let resources: Vec<&kube::api::ApiResource> = resources.iter().collect();
     if !state
         .watches
@@ -1019,15 +1013,9 @@ async fn apply(
     let unreachable = plan::unreachable(&outcomes);
     if !unreachable {
         // Watch exactly the types this Work uses (a type it dropped may stop being watched).
-        let uses: Vec<Use<'_>> = resources
-            .iter()
-            .map(|resource| Use {
-                client: &member.watch_client,
-                client_key: &member.key,
-                resource,
-            })
-            .collect();
-        state.watches.set_uses(&key, cluster, &uses);
+        state
+            .watches
+            .set_uses(&key, cluster, &member.uses(&resources));
     }
     state.tracking.set_managed(&key, applied_count);
     if applied_count == outcomes.len() {
