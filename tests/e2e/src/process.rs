@@ -3,6 +3,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -29,8 +30,32 @@ pub fn controller_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after).
+/// The first port [`free_port`] hands out: above every port `hack/clusters.sh` gives the
+/// environments of the quick start, the tests, the benchmarks and a second environment (port
+/// bases 16443–19443, up to base + 7368).
+const FIRST_LISTEN_PORT: u16 = 27_000;
+
+/// A free TCP port on 127.0.0.1 for a process the test starts (free when asked; the caller
+/// binds it soon after). Taken from below the kernel's ephemeral ports, where every outgoing
+/// connection of every process gets its local port — a port found free there was taken by a
+/// controller's connection to an apiserver before the process that was given it could bind it
+/// ("Address already in use") — and never handed out twice by this test process. The kernel's
+/// choice when that range is used up.
 pub fn free_port() -> Result<u16> {
+    static NEXT: AtomicU16 = AtomicU16::new(FIRST_LISTEN_PORT);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::Relaxed);
+        if port < FIRST_LISTEN_PORT || port >= ephemeral {
+            break;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
