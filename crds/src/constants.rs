@@ -302,6 +302,9 @@ pub mod reasons {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     /// An object not created by Flotilla exists in the member and `conflictPolicy` is `Abort`.
     pub const CONFLICT: &str = "Conflict";
+    /// A manifest is not an object with an apiVersion, a kind and a `metadata.name` (a Work
+    /// written by hand); the message names it by its index in `spec.manifests`.
+    pub const INVALID_MANIFEST: &str = "InvalidManifest";
     /// A manifest's member namespace exists and Flotilla did not create it, and the Work may not
     /// place into such namespaces (`spec.allowExistingNamespaces: false`).
     pub const NAMESPACE_NOT_FLOTILLAS: &str = "NamespaceNotFlotillas";

@@ -79,7 +79,14 @@ pub struct WorkSpec {
     /// Work takes it over as it is. The splitter writes a Secret without its `data` and
     /// `stringData`: its annotation `flotilla.dev/data-secret` names the Secret of the Work's
     /// namespace that holds them, which the syncer reads and puts back when it applies it.
+    ///
+    /// Each manifest is the object itself or the same object as a JSON string. The splitter
+    /// writes strings: the hub stores and checks a string at a third of the CPU an object of
+    /// fields costs it, on every Work write and every status write (docs/benchmarks.md). A
+    /// manifest the syncer cannot read as an object with an apiVersion, a kind and a
+    /// `metadata.name` is reported in `status.manifests` (`Applied=False`), not applied.
     #[schemars(schema_with = "manifests_schema")]
+    #[serde(with = "manifests_json")]
     pub manifests: Vec<DynamicObject>,
 
     /// What happens to the member objects when the Work is deleted, or their manifests are
@@ -124,24 +131,93 @@ pub struct WorkSpec {
     pub health: Option<String>,
 }
 
-/// Schema of `spec.manifests`: embedded Kubernetes objects, validated by the apiserver as such
-/// (apiVersion, kind, metadata) and otherwise kept as they are.
+/// Schema of `spec.manifests`: each item an object or a JSON string (see [`manifests_json`]),
+/// kept as it is. The hub checks no more of an item: an object's fields cost the hub per field
+/// on every write of the Work and of its status, and a string's content is not JSON to it. The
+/// syncer checks every manifest before it applies it, and reports the one it cannot apply.
 fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "minItems": 1,
         "maxItems": 100,
         "items": {
-            "type": "object",
-            "x-kubernetes-embedded-resource": true,
             "x-kubernetes-preserve-unknown-fields": true,
-            "x-kubernetes-validations": [{
-                "rule": "has(self.metadata.name) && self.metadata.name != ''",
-                "message": "metadata.name is required in every manifest: the syncer applies objects by name",
-                "reason": "FieldValueRequired",
-            }],
         },
     })
+}
+
+/// How `spec.manifests` is written and read: written as JSON strings, read from strings or
+/// objects.
+///
+/// A string that is not the JSON of an object with a type reads as a manifest of no type and
+/// no name (the syncer then reports it as such), so that one bad manifest in a Work written
+/// by hand fails that manifest, not the decoding of every Work of a watch.
+pub mod manifests_json {
+    use kube::api::DynamicObject;
+    use serde::Deserialize;
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::ser::{Error as _, SerializeSeq, Serializer};
+
+    /// Writes each manifest as its compact JSON.
+    pub fn serialize<S: Serializer>(
+        manifests: &[DynamicObject],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(manifests.len()))?;
+        for manifest in manifests {
+            let json = serde_json::to_string(manifest).map_err(S::Error::custom)?;
+            seq.serialize_element(&json)?;
+        }
+        seq.end()
+    }
+
+    /// One item of `spec.manifests`, as the hub serves it.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Item {
+        Json(String),
+        Object(serde_json::Value),
+    }
+
+    /// Reads each manifest from a JSON string or an object.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<DynamicObject>, D::Error> {
+        struct Items;
+        impl<'de> Visitor<'de> for Items {
+            type Value = Vec<DynamicObject>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of manifests, objects or JSON strings")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(100));
+                while let Some(item) = seq.next_element::<Item>()? {
+                    let read = match item {
+                        Item::Json(json) => serde_json::from_str(&json),
+                        Item::Object(value) => serde_json::from_value(value),
+                    };
+                    out.push(read.unwrap_or_else(|_| unreadable()));
+                }
+                Ok(out)
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+        }
+        deserializer.deserialize_any(Items)
+    }
+
+    /// What a manifest that is no object reads as: no type, no name.
+    fn unreadable() -> DynamicObject {
+        DynamicObject {
+            types: None,
+            metadata: Default::default(),
+            data: serde_json::Value::Object(Default::default()),
+        }
+    }
 }
 
 /// What the syncer observed in the member.
@@ -327,10 +403,38 @@ mod tests {
             health: None,
         };
         let value = serde_json::to_value(&spec).expect("serializes");
-        assert_eq!(value["manifests"][0]["spec"]["replicas"], 4);
-        assert_eq!(value["manifests"][0]["apiVersion"], "apps/v1");
+        let written = value["manifests"][0]
+            .as_str()
+            .expect("written as a JSON string");
+        let object: serde_json::Value = serde_json::from_str(written).expect("JSON");
+        assert_eq!(object["spec"]["replicas"], 4);
+        assert_eq!(object["apiVersion"], "apps/v1");
         let back: WorkSpec = serde_json::from_value(value).expect("deserializes");
         assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn manifests_are_read_from_objects_and_strings_alike() {
+        let object = serde_json::to_value(deployment()).expect("serializes");
+        let spec: WorkSpec = serde_json::from_value(json!({
+            "manifests": [object.clone(), object.to_string()],
+        }))
+        .expect("deserializes");
+        assert_eq!(spec.manifests, vec![deployment(), deployment()]);
+    }
+
+    #[test]
+    fn a_manifest_that_is_no_object_reads_as_one_without_type_or_name() {
+        let spec: WorkSpec = serde_json::from_value(json!({
+            "manifests": ["{not json", "[1, 2]", 7, serde_json::to_value(deployment()).expect("JSON")],
+        }))
+        .expect("one bad manifest does not fail the Work");
+        assert_eq!(spec.manifests.len(), 4);
+        for bad in &spec.manifests[..3] {
+            assert_eq!(ManifestIdentity::of(bad), None, "{bad:?}");
+            assert_eq!(bad.metadata.name, None);
+        }
+        assert_eq!(spec.manifests[3], deployment());
     }
 
     #[test]

@@ -19,10 +19,16 @@ pub const CACHED_SPEC_DIGEST: &str = "flotilla.dev/cached-spec-digest";
 /// Set only in the splitter's own cache, on each manifest it keeps: the digest of the manifest.
 pub const CACHED_MANIFEST_DIGEST: &str = "flotilla.dev/cached-manifest-digest";
 
-/// A digest of a Work's spec: equal specs have equal digests (FNV-1a of its JSON, whose maps
-/// serde_json keeps sorted).
+/// A digest of a Work's spec: equal specs have equal digests (FNV-1a of its JSON with each
+/// manifest as [`DynamicObject`] serializes it, whose maps serde_json keeps sorted).
 pub fn spec_digest(spec: &WorkSpec) -> String {
-    digest(&serde_json::to_vec(spec).unwrap_or_default())
+    let json: Vec<String> = spec
+        .manifests
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap_or_default())
+        .collect();
+    spec_digest_with(spec, json.iter().map(String::as_str))
+        .unwrap_or_else(|_| digest(&serde_json::to_vec(spec).unwrap_or_default()))
 }
 
 pub fn digest(json: &[u8]) -> String {
@@ -87,7 +93,7 @@ pub fn lean(work: &mut Work) {
         .map(|m| serde_json::to_string(m).unwrap_or_default())
         .collect();
     let whole = spec_digest_with(&work.spec, json.iter().map(String::as_str))
-        .unwrap_or_else(|_| spec_digest(&work.spec));
+        .unwrap_or_else(|_| digest(&serde_json::to_vec(&work.spec).unwrap_or_default()));
     for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
         let digest = digest(json.as_bytes());
         // A built-in kind keeps its share; another kind (its profile is not known here) every

@@ -99,8 +99,9 @@ async fn envelopes(
                             })))
                             .await
                         } else {
+                            // As the splitter writes them: each manifest as its JSON.
                             let manifests: Vec<_> = (first..end)
-                                .map(|i| versioned_configmap(namespace, i, version))
+                                .map(|i| versioned_configmap(namespace, i, version).to_string())
                                 .collect();
                             api.patch(&name, &params, &Patch::Apply(json!({
                                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
@@ -231,7 +232,7 @@ async fn main() -> Result<()> {
                                 "name": format!("bench-{i}"),
                                 "finalizers": [flotilla_api::finalizers::SYNCER],
                             },
-                            "spec": {"manifests": [configmap(namespace, i)]},
+                            "spec": {"manifests": [configmap(namespace, i).to_string()]},
                         });
                         works
                             .patch(&format!("bench-{i}"), &params, &Patch::Apply(work))

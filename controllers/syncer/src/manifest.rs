@@ -11,14 +11,24 @@ use serde_json::{Map, Value};
 /// Why a manifest cannot be applied as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
-    #[error("manifest {0} has no apiVersion or kind")]
+    #[error("spec.manifests[{0}] is not an object with an apiVersion and a kind")]
     NoType(usize),
-    #[error("manifest {0} has no metadata.name")]
+    #[error("spec.manifests[{0}] has no metadata.name")]
     NoName(usize),
     /// The cache's lean form of a Work (see [`crate::lean`]), without its manifests: never to
     /// be applied.
     #[error("the Work is the cache's lean form of it, without its manifests")]
     Lean,
+}
+
+impl ManifestError {
+    /// The index in `spec.manifests` of the manifest this is about, if one.
+    pub fn ordinal(&self) -> Option<usize> {
+        match self {
+            Self::NoType(o) | Self::NoName(o) => Some(*o),
+            Self::Lean => None,
+        }
+    }
 }
 
 /// A manifest ready to apply: its identity and the object to send (for a Secret whose data is
@@ -234,6 +244,9 @@ pub fn applied_hash(
 }
 
 fn identity(ordinal: usize, manifest: &DynamicObject) -> Result<ManifestIdentity, ManifestError> {
+    if manifest.types.is_none() {
+        return Err(ManifestError::NoType(ordinal));
+    }
     if manifest
         .metadata
         .name

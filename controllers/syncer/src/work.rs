@@ -938,7 +938,7 @@ async fn apply(
     let metrics = state.tracking.metrics();
     let now = Timestamp::now();
     let work_ref = work_ref(work);
-    for invalid in &applying.invalid {
+    for (_, invalid) in &applying.invalid {
         tracing::warn!(work = %work_ref, error = %invalid, "invalid manifest");
     }
     if let Some(e) = &applying.invalid_rule {
@@ -1010,6 +1010,19 @@ async fn apply(
         ));
         outcomes.push((prepared.identity.clone(), outcome));
     }
+    // A manifest that names no object is reported in its place, and fails `Applied`.
+    for (ordinal, why) in &applying.invalid {
+        let outcome = Outcome::Failed {
+            reason: reasons::INVALID_MANIFEST,
+            message: why.clone(),
+        };
+        let nothing = ManifestIdentity::default();
+        manifests.push(manifest_entry(
+            *ordinal, &nothing, &outcome, None, None, now,
+        ));
+        outcomes.push((nothing, outcome));
+    }
+    manifests.sort_by_key(|m| m.ordinal);
     let unreachable = plan::unreachable(&outcomes);
     if !unreachable {
         // Watch exactly the types this Work uses (a type it dropped may stop being watched).

@@ -896,30 +896,6 @@ fn invalid_cases(v: &Valid) -> Vec<(&'static str, Value, String)> {
             "spec.manifests: Required value",
         ),
         (
-            "work: manifest without a name",
-            with(
-                w,
-                json!({"spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "shop"}}]}}),
-            ),
-            "spec.manifests[0]: Required value: metadata.name is required in every manifest",
-        ),
-        (
-            "work: manifest without a kind",
-            with(
-                w,
-                json!({"spec": {"manifests": [{"apiVersion": "v1", "metadata": {"name": "x"}}]}}),
-            ),
-            "spec.manifests[0].kind: Required value",
-        ),
-        (
-            "work: manifest without an apiVersion",
-            with(
-                w,
-                json!({"spec": {"manifests": [{"kind": "ConfigMap", "metadata": {"name": "x"}}]}}),
-            ),
-            "spec.manifests[0].apiVersion: Required value",
-        ),
-        (
             "work: unknown deletePolicy",
             with(w, json!({"spec": {"deletePolicy": "Foreground"}})),
             "spec.deletePolicy: Unsupported value: \"Foreground\"",

@@ -681,3 +681,88 @@ async fn a_new_copy_is_written_with_one_member_request_and_an_unmanaged_one_stil
     );
     Ok(())
 }
+
+/// A Work written by hand may give each manifest as an object or as its JSON string (what the
+/// splitter writes): both are applied. A manifest that is no object with a type and a name is
+/// reported by its index, `Applied=False, reason=InvalidManifest`, and the others are applied.
+#[tokio::test]
+async fn manifests_as_objects_or_json_strings_are_applied_and_an_unreadable_one_is_named()
+-> Result<()> {
+    let s = Fleet::syncer_only("sync-forms").start().await?;
+    let works: Api<DynamicObject> = Api::namespaced_with(
+        s.works().into_client(),
+        &flotilla_api::names::cluster_namespace(s.member(0).cluster),
+        &kube::api::ApiResource::erase::<flotilla_api::Work>(&()),
+    );
+    let as_string = s
+        .configmap("as-string", json!({"form": "string"}))
+        .to_string();
+    let work: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+        "metadata": {"name": "forms", "labels": {labels::CLUSTER: s.member(0).cluster}},
+        "spec": {"manifests": [
+            s.configmap("as-object", json!({"form": "object"})),
+            as_string,
+            "{\"apiVersion\": \"v1\", \"kind\": ",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": s.ns.name()}},
+        ]},
+    }))?;
+    works.create(&PostParams::default(), &work).await?;
+
+    let w = s
+        .work_condition("forms", "Applied", "False", Some("InvalidManifest"), WAIT)
+        .await?;
+    let applied = w
+        .status
+        .as_ref()
+        .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Applied"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    ensure!(
+        applied.contains("spec.manifests[2] is not an object")
+            && applied.contains("spec.manifests[3] has no metadata.name"),
+        "Applied names both unreadable manifests: {applied}"
+    );
+    let entries = w.status.map(|st| st.manifests).unwrap_or_default();
+    let reasons: Vec<(i32, Option<&str>)> = entries
+        .iter()
+        .map(|m| (m.ordinal, m.reason.as_deref()))
+        .collect();
+    ensure!(
+        reasons
+            == [
+                (0, None),
+                (1, None),
+                (2, Some("InvalidManifest")),
+                (3, Some("InvalidManifest"))
+            ],
+        "one status entry per manifest, in order: {reasons:?}"
+    );
+    s.wait_member_data("as-object", "form", Some("object"), WAIT)
+        .await?;
+    s.wait_member_data("as-string", "form", Some("string"), WAIT)
+        .await?;
+    // The hub keeps each manifest in the form it was written.
+    let stored = works.get("forms").await?;
+    ensure!(
+        stored.data["spec"]["manifests"][0].is_object()
+            && stored.data["spec"]["manifests"][1].is_string(),
+        "stored as written: {}",
+        stored.data["spec"]["manifests"]
+    );
+
+    // Without the unreadable manifests the Work is applied.
+    s.works()
+        .patch(
+            "forms",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"manifests": [
+                s.configmap("as-object", json!({"form": "object"})),
+                s.configmap("as-string", json!({"form": "string"})).to_string(),
+            ]}})),
+        )
+        .await?;
+    s.work_condition("forms", "Applied", "True", Some("Applied"), WAIT)
+        .await?;
+    Ok(())
+}

@@ -78,7 +78,46 @@ fn what_a_work_names_no_more_is_removed_and_nothing_while_a_manifest_is_unreadab
     let a = applying(plan(&w, Ok(())));
     assert_eq!(a.ready.len(), 1);
     assert_eq!(a.invalid.len(), 1, "{:?}", a.invalid);
-    assert!(a.invalid[0].contains("metadata.name"), "{:?}", a.invalid);
+    assert_eq!(a.invalid[0].0, 1, "{:?}", a.invalid);
+    assert!(
+        a.invalid[0].1.contains("spec.manifests[1]") && a.invalid[0].1.contains("metadata.name"),
+        "{:?}",
+        a.invalid
+    );
+    assert!(a.to_remove.is_empty(), "{:?}", names_of(&a.to_remove));
+
+    // A manifest as a JSON string is read as the object; one that is no JSON object is named.
+    let w = work(
+        vec![
+            json!(config_map("a").to_string()),
+            json!("{\"apiVersion\": \"v1\", \"kind\": "),
+            json!(42),
+        ],
+        &["a", "b"],
+    );
+    let a = applying(plan(&w, Ok(())));
+    assert_eq!(
+        names_of(
+            &a.ready
+                .iter()
+                .map(|p| p.identity.clone())
+                .collect::<Vec<_>>()
+        ),
+        ["a"]
+    );
+    assert_eq!(
+        a.invalid,
+        [
+            (
+                1,
+                "spec.manifests[1] is not an object with an apiVersion and a kind".to_string()
+            ),
+            (
+                2,
+                "spec.manifests[2] is not an object with an apiVersion and a kind".to_string()
+            ),
+        ]
+    );
     assert!(a.to_remove.is_empty(), "{:?}", names_of(&a.to_remove));
 }
 
