@@ -42,10 +42,12 @@
 #            requests, its Works (count and bytes) and its keys in etcd (count and bytes).
 #
 #   envelopes
-#            What the hub pays per object for Works of 1, 10 and 100 manifests: N objects
+#            What the hub pays per object for Works of 1, 10, 50 and 100 manifests: N objects
 #            (default 1000) for each of the M members written as Works into namespaces of no
 #            member, then one status per Work as the syncer writes it, then both again with every
-#            object changed; the hub apiserver's CPU seconds, requests and wall time for each size.
+#            object changed; the hub apiserver's CPU seconds, requests and wall time for each size,
+#            with the manifests as JSON strings (as the splitter writes them) and, side by side,
+#            as objects.
 #
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
@@ -179,16 +181,20 @@ if [[ "${WHAT}" == envelopes ]]; then
   TICKS="$(getconf CLK_TCK)"
   hub_ticks() { awk '{print $14 + $15}' "/proc/$(awk '{print $1}' "${RUN}/pids/hub.apiserver")/stat"; }
   echo
-  echo "| manifests per Work (${COUNT} objects × ${MEMBERS} members, written and given a status twice) | Works | hub requests | hub apiserver CPU, s | hub CPU per object × member, ms | wall, s |"
-  echo "|---:|---:|---:|---:|---:|---:|"
-  for bundle in 1 10 100; do
-    log "== ${COUNT} objects per member as Works of ${bundle} manifest(s)"
-    before="$(hub_ticks)"
-    read -r _ requests wall < <("${TARGET}/examples/bench_load" "envelopes-${bundle}" bench-envelopes \
-      "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
-    cpu="$(awk -v a="${before}" -v b="$(hub_ticks)" -v hz="${TICKS}" 'BEGIN {printf "%.1f", (b - a) / hz}')"
-    per="$(awk -v c="${cpu}" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.2f", c * 1000 / n}')"
-    echo "| ${bundle} | $((requests / 4)) | ${requests} | ${cpu} | ${per} | ${wall} |"
+  echo "| manifests per Work (${COUNT} objects × ${MEMBERS} members, written and given a status twice) | manifests as | Works | hub requests | hub apiserver CPU, s | hub CPU per object × member, ms | wall, s |"
+  echo "|---:|---|---:|---:|---:|---:|---:|"
+  for bundle in 1 10 50 100; do
+    for form in strings objects; do
+      mode="envelopes-${bundle}" label="JSON strings (what the splitter writes)"
+      [[ "${form}" == strings ]] || mode="envelopes-objects-${bundle}" label="objects (the baseline)"
+      log "== ${COUNT} objects per member as Works of ${bundle} manifest(s), as ${form}"
+      before="$(hub_ticks)"
+      read -r _ requests wall < <("${TARGET}/examples/bench_load" "${mode}" bench-envelopes \
+        "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
+      cpu="$(awk -v a="${before}" -v b="$(hub_ticks)" -v hz="${TICKS}" 'BEGIN {printf "%.1f", (b - a) / hz}')"
+      per="$(awk -v c="${cpu}" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.2f", c * 1000 / n}')"
+      echo "| ${bundle} | ${label} | $((requests / 4)) | ${requests} | ${cpu} | ${per} | ${wall} |"
+    done
   done
   exit 0
 fi

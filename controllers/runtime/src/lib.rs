@@ -12,6 +12,7 @@ pub mod cache;
 pub mod cli;
 pub mod error;
 pub mod events;
+pub mod gather;
 pub mod guard;
 pub mod hub;
 pub mod leader;

@@ -93,6 +93,26 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// Whether the cluster's object `name` is at `version`.
+    fn has(&self, name: &str, version: &str) -> bool {
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions.get(name).is_some_and(|v| v == version)
+    }
+}
+
+/// Waits until every watch of `members` has listed its cluster.
+async fn watches_listed(members: &[Seen]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !members.iter().all(|m| m.synced.load(Ordering::SeqCst)) {
+        if Instant::now() > deadline {
+            bail!("the members' watches did not list within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
 /// Starts watching the bench ConfigMaps of `namespace` in one cluster.
 fn track(client: &Client, namespace: &str) -> Seen {
     let seen = Seen::default();
@@ -276,6 +296,11 @@ async fn main() -> Result<()> {
     // Single edits of one object among the n that exist (and are settled).
     let api: Api<ConfigMap> = Api::namespaced(hub.clone(), namespace);
     let params = PatchParams::apply("flotilla-bench").force();
+    let watched: Vec<Seen> = member_clients
+        .iter()
+        .map(|(_, c)| track(c, namespace))
+        .collect();
+    watches_listed(&watched).await?;
     let mut times = Vec::new();
     for edit in 1..=50 {
         let version = format!("s{edit}");
@@ -286,25 +311,13 @@ async fn main() -> Result<()> {
             &Patch::Apply(configmap(namespace, 0, &version)),
         )
         .await?;
-        let mut pending: Vec<&Client> = member_clients.iter().map(|(_, c)| c).collect();
-        while !pending.is_empty() {
-            let mut still = Vec::new();
-            for c in pending {
-                let cm = Api::<ConfigMap>::namespaced(c.clone(), namespace)
-                    .get("bench-0")
-                    .await?;
-                let at = cm.data.as_ref().and_then(|d| d.get("version")) == Some(&version);
-                if !at {
-                    still.push(c);
-                }
-            }
-            pending = still;
+        // Followed with each member's watch (polling the members one after the other would add
+        // a round of GETs to every measurement, more the more members there are).
+        while !watched.iter().all(|m| m.has("bench-0", &version)) {
             if started.elapsed() > Duration::from_secs(120) {
                 bail!("single edit {edit} did not reach every member within 120 s");
             }
-            if !pending.is_empty() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         times.push(started.elapsed().as_secs_f64());
         tokio::time::sleep(Duration::from_millis(200)).await;

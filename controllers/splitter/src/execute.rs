@@ -49,7 +49,16 @@ pub async fn execute(
                 .then(|| plan.wanted.get(&key).cloned())
                 .flatten();
             let data = plan.data.get(&key).cloned();
-            write(client.clone(), key, work, data)
+            let written = write(client.clone(), key, work, data);
+            async move {
+                let (key, result) = written.await?;
+                // As soon as the hub answers: the watch's echo of this write is then known
+                // for what it is (see `crate::watches`), and starts no pass of its own.
+                if let Ok(Some(work)) = &result {
+                    recent.record(work.clone());
+                }
+                Ok::<_, Error>((key, result))
+            }
         })
         .buffer_unordered(PARALLEL_WRITES)
         .try_collect()
@@ -73,9 +82,6 @@ pub async fn execute(
         .buffer_unordered(PARALLEL_WRITES)
         .try_collect()
         .await?;
-    for written in outcome.written.values() {
-        recent.record(written.clone());
-    }
     for (id, answer) in deleted {
         match answer {
             // Being deleted (the syncer's finalizer holds it): so the next pass sees it, not

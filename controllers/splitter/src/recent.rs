@@ -33,6 +33,11 @@ impl RecentWrites {
             .insert(key_of(&work), (Instant::now(), Arc::new(work)));
     }
 
+    /// The Work as this splitter last wrote it, while the cache may not have it yet.
+    pub fn written(&self, id: &WorkId) -> Option<Arc<Work>> {
+        self.lock().get(id).map(|(_, w)| w.clone())
+    }
+
     /// A Work deleted, or seen gone by the cache: nothing of it is trusted any more.
     pub fn forget(&self, id: &WorkId) {
         self.lock().remove(id);

@@ -3,13 +3,14 @@
 //! hub has them after the writes; the Placement's status stays small for any number of objects
 //! (counts, one summary per member, a bounded list of decisions).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use flotilla_api::condition::ConditionStatus;
 use flotilla_api::placement::{ClusterSummary, CopyCounts, ObjectDecision};
 use flotilla_api::{
-    ClusterPlacement, Placement, Work, annotations, conditions, field_managers, reasons,
+    ClusterPlacement, ManifestStatus, Placement, Work, annotations, conditions, field_managers,
+    reasons,
 };
 use flotilla_interpreter::HubStatus;
 use flotilla_runtime::Context;
@@ -28,7 +29,7 @@ use crate::keys::resource;
 use crate::keys::{CopyKey, ObjectKey, WorkId, key_of};
 use crate::observation::Observation;
 use crate::plan::{Divided, Keep, Plan};
-use crate::works::{copy_condition_now, copy_holds_now, manifest_status};
+use crate::works::{condition_now, manifest_status};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 
 /// At most this many member entries (`clusters` and `excluded` of every decision, at least one
@@ -52,15 +53,48 @@ pub struct Current<'a> {
     plan: &'a Plan,
     written: &'a BTreeMap<WorkId, Work>,
     by_name: BTreeMap<WorkId, &'a Work>,
+    /// Each Work's status entries by the object they report on (group, kind, name), keyed by
+    /// the Work's address: a report looks up every copy several times, and scanning a Work's
+    /// entries each time made the report quadratic in the copies of a Work.
+    entries: HashMap<usize, Entries<'a>>,
+}
+
+/// A Work's status entries by the object they report on: (group, kind, name).
+type Entries<'a> = HashMap<(&'a str, &'a str, &'a str), &'a ManifestStatus>;
+
+/// The key of a Work in [`Current::entries`].
+fn address(w: &Work) -> usize {
+    std::ptr::from_ref(w) as usize
 }
 
 impl<'a> Current<'a> {
     pub fn new(plan: &'a Plan, outcome: &'a Outcome, cache: &'a [Arc<Work>]) -> Self {
+        let mut entries = HashMap::new();
+        for w in outcome.written.values().chain(cache.iter().map(|w| &**w)) {
+            let mut of_work = Entries::new();
+            for m in w.status.iter().flat_map(|s| &s.manifests) {
+                let id = &m.identity;
+                // The first entry of an object, as a scan would find it.
+                of_work
+                    .entry((id.group.as_str(), id.kind.as_str(), id.name.as_str()))
+                    .or_insert(m);
+            }
+            entries.insert(address(w), of_work);
+        }
         Self {
             plan,
             written: &outcome.written,
             by_name: cache.iter().map(|w| (key_of(w), &**w)).collect(),
+            entries,
         }
+    }
+
+    /// What Work `w` (one of this pass's) reports of object `key`.
+    fn entry(&self, w: &'a Work, key: &ObjectKey) -> Option<&'a ManifestStatus> {
+        self.entries
+            .get(&address(w))
+            .and_then(|e| e.get(&(key.group(), key.kind.as_str(), key.name.as_str())))
+            .copied()
     }
 
     /// The hub's Work that holds a wanted copy as wanted: as written in this pass, or as cached
@@ -79,15 +113,14 @@ impl<'a> Current<'a> {
 
     /// Whether the member reports condition `type_` of a wanted copy for the Work as wanted.
     pub fn holds(&self, key: &CopyKey, type_: &str) -> bool {
-        self.work_of(key)
-            .is_some_and(|w| copy_holds_now(w, &key.object, type_))
+        self.condition(key, type_) == ConditionStatus::True
     }
 
     /// Condition `type_` of a wanted copy, as its member reports it for the Work as wanted;
     /// `Unknown` until it does.
     fn condition(&self, key: &CopyKey, type_: &str) -> ConditionStatus {
         self.work_of(key).map_or(ConditionStatus::Unknown, |w| {
-            copy_condition_now(w, &key.object, type_)
+            condition_now(w, self.entry(w, &key.object), type_)
         })
     }
 

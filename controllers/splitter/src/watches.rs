@@ -584,13 +584,27 @@ fn work_trigger(
     recent: Arc<RecentWrites>,
     triggers: Triggers,
 ) -> impl Fn(Change<'_, Work>) + Send + 'static {
-    let changed = when_inputs_change(work_inputs, placement_that_made(placements, triggers));
+    let made = placement_that_made(placements, triggers);
+    let own = recent.clone();
+    let changed = when_inputs_change(work_inputs, move |change| {
+        // The echo of the splitter's own write (the Work as the hub answered it) is what the
+        // pass that wrote it already saw: no news for another pass.
+        if let Change::Applied(w) = change
+            && own
+                .written(&crate::keys::key_of(w))
+                .is_some_and(|mine| mine.uid() == w.uid() && work_inputs(&mine) == work_inputs(w))
+        {
+            return;
+        }
+        made(change);
+    });
     move |change| {
+        // Before `seen`, which lets go of the write once the cache has it.
+        changed(change);
         match change {
             Change::Applied(w) => recent.seen(w),
             Change::Deleted(w) => recent.forget(&crate::keys::key_of(w)),
         }
-        changed(change);
     }
 }
 
@@ -625,4 +639,57 @@ fn work_inputs(work: &Work) -> u64 {
         }
     }
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher;
+    use serde_json::json;
+
+    fn work(generation: i64, applied: &str) -> Work {
+        serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+            "metadata": {"name": "w", "namespace": "flotilla-cluster-m1", "uid": "uw",
+                         "generation": generation,
+                         "labels": {labels::PLACEMENT: "p"},
+                         "annotations": {annotations::SOURCE_NAMESPACE: "shop"}},
+            "spec": {"manifests": []},
+            "status": {"conditions": [{"type": "Applied", "status": applied, "reason": "R",
+                                       "message": "", "lastTransitionTime": "2026-12-07T00:00:00Z"}]},
+        }))
+        .expect("a Work")
+    }
+
+    #[test]
+    fn the_echo_of_the_splitters_own_write_starts_no_pass() {
+        let (store, mut writer) = kube::runtime::reflector::store::<Placement>();
+        let placement: Placement = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": "p", "namespace": "shop"}, "spec": {},
+        }))
+        .expect("a Placement");
+        writer.apply_watcher_event(&watcher::Event::Apply(placement));
+        let (triggers, mut triggered) = mpsc::unbounded();
+        let recent: Arc<RecentWrites> = Arc::default();
+        let trigger = work_trigger(store, recent.clone(), triggers);
+        let mut passes = || {
+            let mut n = 0;
+            while triggered.try_recv().is_ok() {
+                n += 1;
+            }
+            n
+        };
+
+        trigger(Change::Applied(&work(1, "True")));
+        assert_eq!(passes(), 1, "a Work the splitter did not write");
+        recent.record(work(2, "True"));
+        trigger(Change::Applied(&work(2, "True")));
+        assert_eq!(passes(), 0, "the echo of its own write");
+        recent.record(work(3, "True"));
+        trigger(Change::Applied(&work(3, "False")));
+        assert_eq!(passes(), 1, "its write, with a status the pass did not see");
+        trigger(Change::Applied(&work(4, "False")));
+        assert_eq!(passes(), 1, "a spec written by someone else");
+    }
 }

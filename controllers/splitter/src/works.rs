@@ -33,11 +33,18 @@ pub fn copy_holds_now(w: &Work, key: &ObjectKey, type_: &str) -> bool {
 /// Condition `type_` of object `key` in Work `w` as its member reports it for the Work's
 /// current spec; `Unknown` until the member has been reached with that spec.
 pub fn copy_condition_now(w: &Work, key: &ObjectKey, type_: &str) -> ConditionStatus {
+    condition_now(w, manifest_status(w, key), type_)
+}
+
+/// Condition `type_` of `entry`, the entry in Work `w`'s status of one of its objects (as
+/// [`manifest_status`] finds it), for the Work's current spec: `Unknown` until the member has
+/// been reached with that spec.
+pub fn condition_now(w: &Work, entry: Option<&ManifestStatus>, type_: &str) -> ConditionStatus {
     let current = w
         .status
         .as_ref()
         .is_some_and(|s| s.observed_generation == w.metadata.generation);
-    match manifest_status(w, key) {
+    match entry {
         Some(m) if current => m.get(type_),
         _ => ConditionStatus::Unknown,
     }

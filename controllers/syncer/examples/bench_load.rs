@@ -9,9 +9,11 @@
 //! `envelopes-<B>` writes the same objects into namespaces of no member
 //! (`flotilla-cluster-<member>-b<B>`) as Works of B manifests each, then one status per Work as
 //! the syncer writes it (conditions and one entry per manifest), then both again with every
-//! object changed: what the hub pays per object when Works carry one object or many.
+//! object changed: what the hub pays per object when Works carry one object or many. Each
+//! manifest is a JSON string, as the splitter writes it; `envelopes-objects-<B>` writes them as
+//! objects instead (what the splitter wrote before), into `flotilla-cluster-<member>-o<B>`.
 //!
-//! Usage: bench_load <direct|works|hub-only|envelopes-B> <namespace> <count> <concurrency>
+//! Usage: bench_load <direct|works|hub-only|envelopes-B|envelopes-objects-B> <namespace> <count> <concurrency>
 //!        <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
 //! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
 
@@ -46,19 +48,21 @@ fn versioned_configmap(namespace: &str, i: usize, version: usize) -> serde_json:
 
 /// `envelopes-<B>`: every member's `count` objects as Works of `bundle` manifests in a namespace
 /// of no member, each Work written and given a status, twice (the second time every object
-/// changed). Returns the number of hub requests made.
+/// changed); each manifest as a JSON string, or as an object with `objects`. Returns the number
+/// of hub requests made.
 async fn envelopes(
     hub: &Client,
     members: &[(String, Client)],
     namespace: &str,
     count: usize,
-    bundle: usize,
+    (bundle, objects): (usize, bool),
     concurrency: usize,
 ) -> Result<usize> {
     let params = PatchParams::apply("flotilla-bench").force();
     let mut works = Vec::new();
+    let form = if objects { "o" } else { "b" };
     for (member, _) in members {
-        let ns = flotilla_api::names::cluster_namespace(&format!("{member}-b{bundle}"));
+        let ns = flotilla_api::names::cluster_namespace(&format!("{member}-{form}{bundle}"));
         ensure_namespace(hub, &ns).await?;
         for first in (0..count).step_by(bundle) {
             works.push((ns.clone(), first, (first + bundle).min(count)));
@@ -101,7 +105,8 @@ async fn envelopes(
                         } else {
                             // As the splitter writes them: each manifest as its JSON.
                             let manifests: Vec<_> = (first..end)
-                                .map(|i| versioned_configmap(namespace, i, version).to_string())
+                                .map(|i| versioned_configmap(namespace, i, version))
+                                .map(|m| if objects { m } else { m.to_string().into() })
                                 .collect();
                             api.patch(&name, &params, &Patch::Apply(json!({
                                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
@@ -244,20 +249,27 @@ async fn main() -> Result<()> {
                 .await?;
         }
         envelope if envelope.starts_with("envelopes-") => {
-            let bundle: usize = envelope["envelopes-".len()..].parse()?;
+            let size = &envelope["envelopes-".len()..];
+            let (size, objects) = match size.strip_prefix("objects-") {
+                Some(size) => (size, true),
+                None => (size, false),
+            };
+            let bundle: usize = size.parse()?;
             let requests = envelopes(
                 &hub,
                 &member_clients,
                 namespace,
                 count,
-                bundle.max(1),
+                (bundle.max(1), objects),
                 concurrency,
             )
             .await?;
             println!("{mode} {requests} {:.2}", started.elapsed().as_secs_f64());
             return Ok(());
         }
-        other => bail!("unknown mode {other}: direct, works, hub-only or envelopes-<B>"),
+        other => bail!(
+            "unknown mode {other}: direct, works, hub-only, envelopes-<B> or envelopes-objects-<B>"
+        ),
     }
     let written = started.elapsed();
     if mode != "hub-only" {

@@ -53,9 +53,10 @@ pub struct SyncerArgs {
     )]
     pub kubeconfig_secret_namespace: String,
 
-    /// How long a Work's reconciliation waits for more changes before it runs (each change
-    /// restarts the wait), so that a burst of changes in a member becomes one reconciliation
-    /// and one status write. A single edit waits it in full on its way to the member.
+    /// How long changes of a Work's objects in its member are gathered before the Work is
+    /// reconciled, so that a burst of them (a rollout) becomes one reconciliation and one status
+    /// write; a steady stream makes one per period. A change of the Work itself is applied at
+    /// once.
     #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
     pub debounce: Duration,
 

@@ -287,11 +287,11 @@ pub async fn serve(
     let by_cluster = works.clone();
     let cached = works.clone();
     let controller = Controller::for_stream(work_events, works)
-        .with_config(
-            // The controller itself runs every Work it may; `slots` bounds the work done, per
-            // member and in all, so that one member's Works never hold the places of another's.
-            controller::Config::default().debounce(args.debounce),
-        )
+        // The controller itself runs every Work it may; `slots` bounds the work done, per member
+        // and in all, so that one member's Works never hold the places of another's. No
+        // debounce: a changed Work is reconciled at once; the members' changes are gathered
+        // (below), since a workload in a member changes many times in a row.
+        .with_config(controller::Config::default())
         .watches_stream(cluster_events, move |cluster: Cluster| {
             let namespace = names::cluster_namespace(&cluster.name_any());
             index
@@ -301,7 +301,10 @@ pub async fn serve(
                 .map(|w| ObjectRef::from_obj(&*w))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(member_triggers)
+        .reconcile_on(flotilla_runtime::gather::gather(
+            member_triggers,
+            args.debounce,
+        ))
         .reconcile_on(shard_triggers);
 
     let state = Arc::new(Syncer {
