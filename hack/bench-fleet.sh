@@ -11,6 +11,62 @@
 source "${HACK_DIR}/bench-lib.sh"
 start_splitter
 user_namespace bench-fleet
+
+# One member of every fleet size is a pull member: hack/bench.sh started one push member fewer
+# than the first size, and this one's agent and syncer run beside it as processes (with the
+# member's admin kubeconfig, as the benchmark reads its push members; the hub side as for a real
+# pull member: a bootstrap token, its Cluster accepted, then the agent's own certificate).
+PULL="member${FLEET_SIZES[0]}"
+log "== adding ${PULL}, a pull member (its agent and syncer run beside it)"
+"${CL[@]}" add-member "${PULL}" >/dev/null
+eval "$("${CL[@]}" env)"
+PULL_KUBECONFIG="$(tr ',' '\n' <<<"${FLOTILLA_MEMBER_KUBECONFIGS}" | awk -F= -v m="${PULL}" '$1 == m {print $2}')"
+k apply --server-side -f deploy/bootstrap >/dev/null
+k -n flotilla-system create serviceaccount "flotilla-bootstrap-${PULL}" >/dev/null
+k create clusterrolebinding "flotilla-bootstrap-${PULL}" --clusterrole flotilla:bootstrap \
+  --serviceaccount "flotilla-system:flotilla-bootstrap-${PULL}" >/dev/null
+BOOTSTRAP="${RUN}/${PULL}-bootstrap.kubeconfig"
+cp "${HUB}" "${BOOTSTRAP}"
+"${KUBECTL}" --kubeconfig "${BOOTSTRAP}" config set-credentials bootstrap \
+  --token "$(k -n flotilla-system create token "flotilla-bootstrap-${PULL}" --duration 2h)" >/dev/null
+"${KUBECTL}" --kubeconfig "${BOOTSTRAP}" config set-context --current --user bootstrap >/dev/null
+k apply --server-side -f - >/dev/null <<EOF
+apiVersion: flotilla.dev/v1alpha1
+kind: Cluster
+metadata: {name: ${PULL}}
+spec: {syncMode: Pull, hubAcceptsClient: true}
+EOF
+pk() { "${KUBECTL}" --kubeconfig "${PULL_KUBECONFIG}" "$@"; }
+pk create namespace flotilla-system >/dev/null
+"${TARGET}/flotilla-registration" agent --kubeconfig "${PULL_KUBECONFIG}" \
+  --lease-namespace flotilla-system --identity "agent-${PULL}" --cluster-name "${PULL}" \
+  --hub-kubeconfig "${BOOTSTRAP}" --hub-credential-namespace flotilla-system \
+  --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/agent.log" 2>&1 &
+AGENT_PID="$!"
+PIDS+=("${AGENT_PID}")
+for _ in $(seq 120); do
+  pk -n flotilla-system get secret flotilla-hub-kubeconfig >/dev/null 2>&1 && break
+  sleep 1
+done
+pk -n flotilla-system get secret flotilla-hub-kubeconfig >/dev/null 2>&1 || {
+  tail -n 20 "${RUN}/agent.log" >&2
+  die "the agent of ${PULL} got no hub credential"
+}
+"${TARGET}/flotilla-syncer" --kubeconfig "${PULL_KUBECONFIG}" --leader-elect=false --pull \
+  --cluster-name "${PULL}" --hub-credential-namespace flotilla-system \
+  --metrics-address 127.0.0.1:0 --health-address 127.0.0.1:0 >"${RUN}/pull-syncer.log" 2>&1 &
+PULL_SYNCER_PID="$!"
+PIDS+=("${PULL_SYNCER_PID}")
+# Followed and counted like the push members (its apiserver's CPU among the members').
+MEMBER_LIST+=("${PULL}=${PULL_KUBECONFIG}")
+MEMBERS_ARG="$(IFS=,; echo "${MEMBER_LIST[*]}")"
+k wait --for condition=Ready cluster --all --timeout 120s >/dev/null || {
+  tail -n 20 "${RUN}/agent.log" "${RUN}/pull-syncer.log" >&2
+  die "${PULL} did not become Ready"
+}
+# Its agent and syncer count among the controllers.
+# shellcheck disable=SC2034 # read by cpu_snapshot (hack/bench-lib.sh)
+EXTRA_CONTROLLER_PIDS=("${AGENT_PID}" "${PULL_SYNCER_PID}")
 sleep 5
 
 # The hub's keys in the shared etcd: "count bytes" (keys and values), read through etcd's gRPC
@@ -40,6 +96,7 @@ ROWS=()
 current="${#MEMBER_LIST[@]}"
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
+PULL_SYNCER_IDLE="$(rss "${PULL_SYNCER_PID}")"
 for size in "${FLEET_SIZES[@]}"; do
   if (( size > current )); then
     log "== adding members $((current + 1))..${size}"
@@ -74,22 +131,24 @@ for size in "${FLEET_SIZES[@]}"; do
   sleep 10
   splitter_rss="$(rss "${SPLITTER_PID}")"
   syncer_rss="$(rss "${SYNCER_PID}")"
+  pull_rss="$(rss "${PULL_SYNCER_PID}")"
   read -r works works_bytes < <(hub_works)
   read -r keys etcd_bytes < <(hub_etcd)
   log "== ${size} members: 50 single edits"
-  read -r _ p50 p99 _ < <(user hub-single)
+  read -r _ p50 p99 _ s50 s99 _ < <(user hub-single)
   log "== ${size} members: deleting the ConfigMaps"
   user hub-delete >/dev/null
   copies=$((COUNT * size))
   members_cpu="$(sub "${b[2]}" "${a[2]}")"
   controllers_cpu="$(awk -v s="$(sub "${b[3]}" "${a[3]}")" -v y="$(sub "${b[4]}" "${a[4]}")" 'BEGIN {printf "%.1f", s + y}')"
-  ROWS+=("| ${size} | ${members_s} | ${placement_s} | ${p50} | ${p99} | $(sub "${b[0]}" "${a[0]}") | $(sub "${b[1]}" "${a[1]}") | ${members_cpu} ($(awk -v c="${members_cpu}" -v n="${size}" 'BEGIN {printf "%.2f", c / n}')) | ${controllers_cpu} ($(awk -v c="${controllers_cpu}" -v n="${copies}" 'BEGIN {printf "%.2f", c * 1000 / n}')) | ${splitter_rss} / ${syncer_rss} | $((requests_after - requests_before)) | ${works} / $(kib "${works_bytes}") | ${keys} / $(kib "${etcd_bytes}") |")
+  ROWS+=("| ${size} | ${members_s} | ${placement_s} | ${p50} | ${p99} | ${s50} / ${s99} | $(sub "${b[0]}" "${a[0]}") | $(sub "${b[1]}" "${a[1]}") | ${members_cpu} ($(awk -v c="${members_cpu}" -v n="${size}" 'BEGIN {printf "%.2f", c / n}')) | ${controllers_cpu} ($(awk -v c="${controllers_cpu}" -v n="${copies}" 'BEGIN {printf "%.2f", c * 1000 / n}')) | ${splitter_rss} / ${syncer_rss} / ${pull_rss} | $((requests_after - requests_before)) | ${works} / $(kib "${works_bytes}") | ${keys} / $(kib "${etcd_bytes}") |")
 done
 
 echo
 echo "Placing ${COUNT} ConfigMaps on every member (one Placement), then 50 single edits of one of them; CPU seconds over the placing."
-echo "Idle RSS: splitter ${SPLITTER_IDLE} MiB, syncer ${SYNCER_IDLE} MiB."
+echo "Idle RSS: splitter ${SPLITTER_IDLE} MiB, syncer ${SYNCER_IDLE} MiB, ${PULL}'s pull syncer ${PULL_SYNCER_IDLE} MiB. One member of each size (${PULL}) is a pull member."
+echo "Single edits: each on a settled fleet (1 s after the previous one reached every member), and each 0.2 s after the previous one (while the passes reporting it still run)."
 echo
-echo "| members | placed: members agree, s | Placement reports every copy, s | single edit p50, s | p99, s | hub apiserver CPU, s | etcd CPU, s | members' apiservers CPU, s (per member) | splitter + syncer CPU, s (ms per copy) | RSS splitter / syncer with the copies placed, MiB | hub requests | Works / KiB | hub keys in etcd / KiB |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| members | placed: members agree, s | Placement reports every copy, s | single edit p50, s | p99, s | edits 0.2 s apart p50 / p99, s | hub apiserver CPU, s | etcd CPU, s | members' apiservers CPU, s (per member) | controllers' CPU, s (ms per copy) | RSS splitter / syncer / pull syncer with the copies placed, MiB | hub requests | Works / KiB | hub keys in etcd / KiB |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${ROWS[@]}"

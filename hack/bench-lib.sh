@@ -52,8 +52,10 @@ EOF
 # The CPU seconds used so far by each of COMPONENTS, in that order.
 # shellcheck disable=SC2034 # read by the benchmarks that source this
 COMPONENTS=(hub-apiserver etcd member-apiservers splitter syncer)
+# Controllers beside the hub's (a pull member's agent and syncer): counted with the syncer.
+EXTRA_CONTROLLER_PIDS=()
 cpu_snapshot() {
   local members=() m
   for m in "${MEMBER_LIST[@]}"; do members+=("$(pid_of "${m%%=*}.apiserver")"); done
-  echo "$(cpu_of "$(pid_of hub.apiserver)") $(cpu_of "$(pid_of etcd)") $(cpu_of "${members[@]}") $(cpu_of "${SPLITTER_PID}") $(cpu_of "${SYNCER_PID}")"
+  echo "$(cpu_of "$(pid_of hub.apiserver)") $(cpu_of "$(pid_of etcd)") $(cpu_of "${members[@]}") $(cpu_of "${SPLITTER_PID}") $(cpu_of "${SYNCER_PID}" "${EXTRA_CONTROLLER_PIDS[@]}")"
 }

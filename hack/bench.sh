@@ -98,7 +98,9 @@ if [[ "${WHAT}" == fleet ]]; then
       || die "--members: '${MEMBERS}' is not a growing list of fleet sizes (e.g. 3,10,20)"
     previous="${size}"
   done
-  MEMBERS="${FLEET_SIZES[0]}"
+  # The first size's last member is a pull member, added by hack/bench-fleet.sh.
+  (( FLEET_SIZES[0] >= 2 )) || die "--members: the first fleet size must be at least 2 (one is a pull member)"
+  MEMBERS="$(( FLEET_SIZES[0] - 1 ))"
 fi
 [[ "${MEMBERS}" =~ ^[1-9][0-9]*$ ]] || die "--members: '${MEMBERS}' is not a number of members"
 RUN="${TMPDIR:-/tmp}/flotilla-bench-${WHAT}"

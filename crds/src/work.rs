@@ -81,10 +81,11 @@ pub struct WorkSpec {
     /// namespace that holds them, which the syncer reads and puts back when it applies it.
     ///
     /// Each manifest is the object itself or the same object as a JSON string. The splitter
-    /// writes strings: the hub stores and checks a string at a third of the CPU an object of
-    /// fields costs it, on every Work write and every status write (docs/benchmarks.md). A
-    /// manifest the syncer cannot read as an object with an apiVersion, a kind and a
-    /// `metadata.name` is reported in `status.manifests` (`Applied=False`), not applied.
+    /// writes strings: the hub decodes, checks and copies a string at a fraction of what an
+    /// object of fields costs it, on every Work write and every status write (a quarter less
+    /// hub CPU per copy with Works of 50 manifests, docs/benchmarks.md). A manifest the syncer
+    /// cannot read as an object with an apiVersion, a kind and a `metadata.name` is reported in
+    /// `status.manifests` (`Applied=False`), not applied.
     #[schemars(schema_with = "manifests_schema")]
     #[serde(with = "manifests_json")]
     pub manifests: Vec<DynamicObject>,

@@ -3,8 +3,8 @@
 //! all members in parallel) and once on the hub under a Placement that places them on every
 //! member. Each phase is timed until every member agrees (followed with one watch per member),
 //! and on the hub also until the
-//! Placement reports every copy applied (or, after deletion, none placed). Then 50 single edits
-//! of one object on the hub, each timed from the write until the last member has it.
+//! Placement reports every copy applied (or, after deletion, none placed). Then single edits of
+//! one object on the hub, each timed from the write until the last member has it.
 //!
 //! Usage: bench_user <direct|direct-linked|hub-create|hub-edit|hub-delete|hub-single> <namespace>
 //!        <count> <concurrency> <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
@@ -13,7 +13,9 @@
 //! the hub (so that the caller can read memory and API metrics between phases), where the
 //! namespace must exist with Placement `user` selecting ConfigMaps labelled `bench=user`.
 //! Prints `phase <name> <seconds until the members agree> <seconds until the Placement agrees>`
-//! per phase, and for `hub-single` `single <p50> <p99> <max>` (seconds; the objects must exist).
+//! per phase, and for `hub-single` `single <p50> <p99> <max> <p50> <p99> <max>` (seconds; the
+//! objects must exist): 50 single edits each on a settled fleet, then 50 each 200 ms after the
+//! previous one reached every member.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -293,17 +295,38 @@ async fn main() -> Result<()> {
         return Ok(());
     }
 
-    // Single edits of one object among the n that exist (and are settled).
-    let api: Api<ConfigMap> = Api::namespaced(hub.clone(), namespace);
-    let params = PatchParams::apply("flotilla-bench").force();
+    // Single edits of one object among the n that exist (and are settled), first each on a
+    // settled fleet, then 200 ms after the previous one reached every member (when the passes
+    // reporting the previous edit's status are still running).
     let watched: Vec<Seen> = member_clients
         .iter()
         .map(|(_, c)| track(c, namespace))
         .collect();
     watches_listed(&watched).await?;
+    let settled = single_edits(&hub, namespace, &watched, "s", SETTLE).await?;
+    let streamed = single_edits(&hub, namespace, &watched, "t", Duration::from_millis(200)).await?;
+    println!("single {settled} {streamed}");
+    Ok(())
+}
+
+/// How long the fleet is left between two settled single edits: the passes that report an edit
+/// take well under this.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// 50 edits of bench-0, each timed from the hub write until every member's watch has it, `gap`
+/// after the previous one reached every member: `<p50> <p99> <max>` in seconds.
+async fn single_edits(
+    hub: &Client,
+    namespace: &str,
+    watched: &[Seen],
+    tag: &str,
+    gap: Duration,
+) -> Result<String> {
+    let api: Api<ConfigMap> = Api::namespaced(hub.clone(), namespace);
+    let params = PatchParams::apply("flotilla-bench").force();
     let mut times = Vec::new();
     for edit in 1..=50 {
-        let version = format!("s{edit}");
+        let version = format!("{tag}{edit}");
         let started = Instant::now();
         api.patch(
             "bench-0",
@@ -320,15 +343,14 @@ async fn main() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         times.push(started.elapsed().as_secs_f64());
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(gap).await;
     }
     times.sort_by(f64::total_cmp);
     let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
-    println!(
-        "single {:.3} {:.3} {:.3}",
+    Ok(format!(
+        "{:.3} {:.3} {:.3}",
         at(0.5),
         at(0.99),
         times[times.len() - 1]
-    );
-    Ok(())
+    ))
 }
