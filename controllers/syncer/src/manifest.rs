@@ -337,6 +337,8 @@ pub fn removed(
         .iter()
         .map(|m| &m.identity)
         .chain(&status.removing)
+        // The entry of a manifest that named no object (`InvalidManifest`) applied nothing.
+        .filter(|id| !id.kind.is_empty() && !id.name.is_empty())
     {
         if !current.iter().any(|c| same_object(c, id)) && !out.iter().any(|o| same_object(o, id)) {
             out.push(id.clone());

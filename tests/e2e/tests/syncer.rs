@@ -762,7 +762,17 @@ async fn manifests_as_objects_or_json_strings_are_applied_and_an_unreadable_one_
             ]}})),
         )
         .await?;
-    s.work_condition("forms", "Applied", "True", Some("Applied"), WAIT)
-        .await?;
+    let fixed = s
+        .work_condition("forms", "Applied", "True", Some("Applied"), WAIT)
+        .await?
+        .status
+        .unwrap_or_default();
+    // The entries of the unreadable manifests named no object: nothing to remove.
+    ensure!(
+        fixed.manifests.len() == 2 && fixed.removing.is_empty(),
+        "two entries and nothing being removed: {:?} / {:?}",
+        fixed.manifests,
+        fixed.removing
+    );
     Ok(())
 }

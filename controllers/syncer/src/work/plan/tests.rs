@@ -119,6 +119,19 @@ fn what_a_work_names_no_more_is_removed_and_nothing_while_a_manifest_is_unreadab
         ]
     );
     assert!(a.to_remove.is_empty(), "{:?}", names_of(&a.to_remove));
+
+    // Once the manifests are fixed, the entry reported for one that named nothing removes
+    // nothing: it applied nothing.
+    let mut w = work(vec![config_map("a")], &["a"]);
+    if let Some(status) = w.status.as_mut() {
+        status.manifests.push(ManifestStatus {
+            ordinal: 1,
+            identity: ManifestIdentity::default(),
+            ..Default::default()
+        });
+    }
+    let a = applying(plan(&w, Ok(())));
+    assert!(a.to_remove.is_empty(), "{:?}", a.to_remove);
 }
 
 #[test]
