@@ -21,7 +21,8 @@
 #            labels and annotations the syncer adds to each object) and on the hub alone,
 #            placed nowhere: seconds until every member agrees and until the Placement reports
 #            every copy; the hub's API requests per object, the hub's and the members' requests
-#            by verb; 50 single edits (write to last member, p50/p99); the splitter's and the
+#            by verb; single edits (write to last member, p50/p99: 50 on a settled fleet, 50 each
+#            0.2 s after the previous one); the splitter's and the
 #            syncer's RSS and live heap (their allocator's metrics) per placed object × member,
 #            and most open file descriptors; each
 #            component's CPU seconds per phase. With --profile DIR, CPU profiles of the hub's
@@ -33,10 +34,12 @@
 #
 #   fleet    How the user's path grows with the fleet: for each size of --members (a list, default
 #            3,10,20), push members are added (`hack/clusters.sh add-member`, `kubectl flotilla
-#            join`) until the fleet has that many; then N ConfigMaps (default 200) are placed on
-#            every member under one Placement, 50 single edits of one of them are timed (write to
-#            last member, p50/p99), and they are deleted again. One row per size: seconds until
-#            the members and the Placement agree, the single edits, CPU seconds of the hub's
+#            join`) until the fleet has that many; one member of every size is a pull member (its
+#            agent and syncer run as processes beside it). Then N ConfigMaps (default 200) are
+#            placed on every member under one Placement, single edits of one of them are timed
+#            (write to last member, p50/p99: 50 on a settled fleet, 50 each 0.2 s after the
+#            previous one), and they are deleted again. One row per size: seconds until the
+#            members and the Placement agree, the single edits, CPU seconds of the hub's
 #            apiserver, etcd, the members' apiservers (also per member: they share the two cores
 #            here) and the controllers (also per placed copy), the controllers' RSS, the hub's
 #            requests, its Works (count and bytes) and its keys in etcd (count and bytes).
