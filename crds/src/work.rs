@@ -177,7 +177,8 @@ pub mod manifests_json {
     #[serde(untagged)]
     enum Item {
         Json(String),
-        Object(serde_json::Value),
+        /// An object, or anything else (which then reads as no manifest).
+        Other(serde_json::Value),
     }
 
     /// Reads each manifest from a JSON string or an object.
@@ -197,7 +198,7 @@ pub mod manifests_json {
                 while let Some(item) = seq.next_element::<Item>()? {
                     let read = match item {
                         Item::Json(json) => serde_json::from_str(&json),
-                        Item::Object(value) => serde_json::from_value(value),
+                        Item::Other(value) => serde_json::from_value(value),
                     };
                     out.push(read.unwrap_or_else(|_| unreadable()));
                 }

@@ -93,9 +93,7 @@ impl Seen {
             && versions.len() == n
             && versions.values().all(|v| v == version)
     }
-}
 
-impl Seen {
     /// Whether the cluster's object `name` is at `version`.
     fn has(&self, name: &str, version: &str) -> bool {
         let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());

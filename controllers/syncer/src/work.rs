@@ -1020,9 +1020,11 @@ async fn apply(
             message: why.clone(),
         };
         let nothing = ManifestIdentity::default();
-        manifests.push(manifest_entry(
-            *ordinal, &nothing, &outcome, None, None, now,
-        ));
+        if let Some(ordinal) = ordinal {
+            manifests.push(manifest_entry(
+                *ordinal, &nothing, &outcome, None, None, now,
+            ));
+        }
         outcomes.push((nothing, outcome));
     }
     manifests.sort_by_key(|m| m.ordinal);

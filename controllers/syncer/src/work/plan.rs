@@ -44,8 +44,9 @@ pub enum Plan {
 pub struct Applying {
     /// Those that can be applied, in order.
     pub ready: Vec<Prepared>,
-    /// Why each of the others cannot, with its index in `spec.manifests`.
-    pub invalid: Vec<(usize, String)>,
+    /// Why each of the others cannot, with its index in `spec.manifests` (none for a Work that
+    /// is not whole).
+    pub invalid: Vec<(Option<usize>, String)>,
     /// The objects the Work applied before, or is still removing, that it names no more.
     pub to_remove: Vec<ManifestIdentity>,
     /// The Work's health rule (a custom kind's, from its WorkloadProfile).
@@ -80,7 +81,7 @@ pub fn plan(work: &Work, member: Result<(), &Unavailable>) -> Plan {
     for p in prepared {
         match p {
             Ok(p) => ready.push(p),
-            Err(e) => invalid.push((e.ordinal().unwrap_or_default(), e.to_string())),
+            Err(e) => invalid.push((e.ordinal(), e.to_string())),
         }
     }
     let (rule, invalid_rule) = match work.spec.health.as_deref().map(HealthRule::compile) {

@@ -78,7 +78,7 @@ fn what_a_work_names_no_more_is_removed_and_nothing_while_a_manifest_is_unreadab
     let a = applying(plan(&w, Ok(())));
     assert_eq!(a.ready.len(), 1);
     assert_eq!(a.invalid.len(), 1, "{:?}", a.invalid);
-    assert_eq!(a.invalid[0].0, 1, "{:?}", a.invalid);
+    assert_eq!(a.invalid[0].0, Some(1), "{:?}", a.invalid);
     assert!(
         a.invalid[0].1.contains("spec.manifests[1]") && a.invalid[0].1.contains("metadata.name"),
         "{:?}",
@@ -109,11 +109,11 @@ fn what_a_work_names_no_more_is_removed_and_nothing_while_a_manifest_is_unreadab
         a.invalid,
         [
             (
-                1,
+                Some(1),
                 "spec.manifests[1] is not an object with an apiVersion and a kind".to_string()
             ),
             (
-                2,
+                Some(2),
                 "spec.manifests[2] is not an object with an apiVersion and a kind".to_string()
             ),
         ]
