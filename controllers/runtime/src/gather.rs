@@ -1,14 +1,23 @@
-//! Gathering bursts of triggers: each distinct item once per window.
+//! Gathering bursts of triggers.
 //!
 //! kube's `Controller` debounce delays every reconciliation, including the one a single edit
 //! starts, and a steady stream of changes of one object pushes its reconciliation back again and
-//! again. [`gather`] instead holds only the triggers it is given: the first of a burst opens a
-//! window, and when the window closes every item that came in it is sent on once. Triggers the
-//! controller should act on at once (a changed spec) do not go through it.
+//! again. Two shapes replace it where it costs:
+//!
+//! - [`gather`] holds only the triggers it is given: the first of a burst opens a window, and
+//!   when the window closes every item that came in it is sent on once. Triggers the controller
+//!   should act on at once (a changed spec) do not go through it.
+//! - [`pace`] sends a trigger that comes after a quiet spell at once, and settles the rest:
+//!   a single edit is acted on without waiting, a burst of edits makes one more reconciliation
+//!   once it is over (or every `most` while it lasts), and the triggers that only report (a
+//!   status changed) always wait for their burst to settle.
 
-use std::collections::HashSet;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
@@ -60,6 +69,102 @@ where
     rx
 }
 
+/// How soon a trigger given to [`pace`] wants its reconciliation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Urgency {
+    /// A change to act on (a user's edit): at once when the item was quiet, else when its burst
+    /// settles.
+    Now,
+    /// A change to report (a status): when its burst settles.
+    Later,
+}
+
+/// The items of `input`, paced: an item given [`Urgency::Now`] when it had no `Now` trigger in
+/// the last `quiet` is sent at once (a single edit waits for nothing); every other trigger is
+/// held until the item has had no trigger for `quiet` (a burst makes one reconciliation once it
+/// is over), but never longer than `most` after the first held one (a steady stream makes one per
+/// `most`). A `Now` sent at once also answers what the item held. Ends when `input` ends, after
+/// sending what it holds.
+pub fn pace<S, T>(
+    input: S,
+    quiet: Duration,
+    most: Duration,
+) -> impl Stream<Item = T> + Send + 'static
+where
+    S: Stream<Item = (T, Urgency)> + Send + 'static,
+    T: Eq + Hash + Clone + Send + 'static,
+{
+    /// What one item holds back.
+    struct Held {
+        since: Instant,
+        due: Instant,
+    }
+    let (tx, rx) = mpsc::unbounded();
+    tokio::spawn(async move {
+        let mut input = std::pin::pin!(input);
+        let mut last_now: HashMap<T, Instant> = HashMap::new();
+        let mut held: HashMap<T, Held> = HashMap::new();
+        // Due times, earliest first; an entry whose item was sent or moved on since is skipped.
+        let mut queue: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
+        let mut queued: HashMap<u64, T> = HashMap::new();
+        let mut sequence = 0_u64;
+        loop {
+            let next_due = queue.peek().map(|Reverse((due, _))| *due);
+            let wake = async {
+                match next_due {
+                    Some(due) => tokio::time::sleep_until(due).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = wake => {
+                    let Some(Reverse((due, id))) = queue.pop() else { continue };
+                    let Some(item) = queued.remove(&id) else { continue };
+                    if held.get(&item).is_some_and(|h| h.due == due) {
+                        held.remove(&item);
+                        if tx.unbounded_send(item).is_err() {
+                            return;
+                        }
+                    }
+                }
+                next = input.next() => {
+                    let Some((item, urgency)) = next else { break };
+                    let now = Instant::now();
+                    if urgency == Urgency::Now {
+                        let quiet_since = last_now
+                            .insert(item.clone(), now)
+                            .is_none_or(|last| now.duration_since(last) >= quiet);
+                        if quiet_since {
+                            held.remove(&item);
+                            if tx.unbounded_send(item).is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                    let hold = held.entry(item.clone()).or_insert(Held { since: now, due: now });
+                    hold.due = (now + quiet).min(hold.since + most);
+                    sequence += 1;
+                    queue.push(Reverse((hold.due, sequence)));
+                    queued.insert(sequence, item);
+                }
+            }
+            // Forget the items that have been quiet for long: what they held was sent.
+            if last_now.len() > 1024 && queue.is_empty() {
+                let now = Instant::now();
+                last_now.retain(|_, last| now.duration_since(*last) < quiet);
+            }
+        }
+        for (item, _) in held {
+            if tx.unbounded_send(item).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +208,88 @@ mod tests {
         tx.unbounded_send("d").expect("open");
         drop(tx);
         assert_eq!(out.next().await, Some("d"));
+        assert_eq!(out.next().await, None);
+    }
+
+    /// What `out` sends until `until`, with when (ms since `start`).
+    async fn sent_until(
+        out: &mut (impl Stream<Item = &'static str> + Unpin),
+        start: tokio::time::Instant,
+        until: Duration,
+    ) -> Vec<(&'static str, u128)> {
+        let mut sent = Vec::new();
+        while let Ok(Some(item)) = tokio::time::timeout_at(start + until, out.next()).await {
+            sent.push((item, start.elapsed().as_millis()));
+        }
+        sent
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_sends_a_lone_edit_at_once_and_settles_bursts_and_reports() {
+        let (tx, rx) = mpsc::unbounded::<(&str, Urgency)>();
+        let mut out = std::pin::pin!(pace(
+            rx,
+            Duration::from_millis(50),
+            Duration::from_millis(1000)
+        ));
+        let start = tokio::time::Instant::now();
+
+        // A lone edit: at once. A report: when its burst settles.
+        tx.unbounded_send(("a", Urgency::Now)).expect("open");
+        tx.unbounded_send(("b", Urgency::Later)).expect("open");
+        assert_eq!(
+            sent_until(&mut out, start, Duration::from_millis(200)).await,
+            [("a", 0), ("b", 50)]
+        );
+
+        // An edit of `a` 200 ms after the last: at once again, and it answers a report it held.
+        let start = tokio::time::Instant::now();
+        tx.unbounded_send(("a", Urgency::Later)).expect("open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tx.unbounded_send(("a", Urgency::Now)).expect("open");
+        assert_eq!(
+            sent_until(&mut out, start, Duration::from_millis(200)).await,
+            [("a", 20)]
+        );
+
+        // A burst of edits 10 ms apart for 300 ms: the first at once, the rest once it is over.
+        let start = tokio::time::Instant::now();
+        let feeder = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                for _ in 0..30 {
+                    tx.unbounded_send(("c", Urgency::Now)).expect("open");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        });
+        assert_eq!(
+            sent_until(&mut out, start, Duration::from_millis(500)).await,
+            [("c", 0), ("c", 340)]
+        );
+        feeder.await.expect("fed");
+
+        // A steady stream for 2.5 s: one every second while it lasts.
+        let start = tokio::time::Instant::now();
+        let feeder = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                for _ in 0..250 {
+                    tx.unbounded_send(("d", Urgency::Now)).expect("open");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        });
+        assert_eq!(
+            sent_until(&mut out, start, Duration::from_millis(3000)).await,
+            [("d", 0), ("d", 1010), ("d", 2010), ("d", 2540)]
+        );
+        feeder.await.expect("fed");
+
+        // Input ends: what is held is sent, then the stream ends.
+        tx.unbounded_send(("e", Urgency::Later)).expect("open");
+        drop(tx);
+        assert_eq!(out.next().await, Some("e"));
         assert_eq!(out.next().await, None);
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use flotilla_api::Placement;
 use flotilla_runtime::Context;
+use flotilla_runtime::gather::pace;
 use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 use futures::channel::mpsc;
 use kube::runtime::controller::{Action, Controller};
@@ -44,16 +45,19 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         placements(&ctx.client, scope, args, &triggers, &release_wake);
     let (caches, import_events) =
         Caches::start(&ctx, scope, args, &placements, &triggers, release_wake)?;
-    // Events close together make one pass. (A delete and a create under the same name,
-    // `kubectl replace --force`, are seen as the replacement they are even when they land in two
-    // passes: the plan keeps a gone object's copies for `GONE_GRACE`.)
-    let controller = Controller::for_stream(placement_events, placements.clone()).with_config(
-        kube::runtime::controller::Config::default()
-            .debounce(DEBOUNCE)
-            .concurrency(args.concurrency),
-    );
-    let controller = placed_objects(controller, &ctx.client, scope, &placements, import_events)
-        .reconcile_on(triggered);
+    // A Placement's own spec change starts its pass at once; the other changes are paced: an
+    // edit after a quiet spell at once, a burst in one more pass once it settles (see
+    // flotilla_runtime::gather::pace). (A delete and a create under the same name, `kubectl
+    // replace --force`, are seen as the replacement they are even when they land in two passes:
+    // the plan keeps a gone object's copies for `GONE_GRACE`.)
+    let controller = Controller::for_stream(placement_events, placements.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency));
+    let placed = placed_objects(&ctx.client, scope, &placements, import_events);
+    let controller = controller.reconcile_on(pace(
+        futures::stream::select(triggered, placed),
+        SETTLE,
+        SETTLE_AT_MOST,
+    ));
     tokio::select! {
         _ = ctx.shutdown.cancelled() => return Ok(()),
         _ = caches.synced() => {}
@@ -185,9 +189,12 @@ const UNREADABLE_RETRY: Duration = Duration::from_secs(5);
 /// How often a Placement is looked at again without any change.
 const RESYNC: Duration = Duration::from_secs(60);
 
-/// How long a Placement waits after a change for more changes before it is looked at (each
-/// change restarts the wait): long enough that the changes of a burst, which come milliseconds
-/// apart, make one pass; short, since a single edit waits it in full (the 50 single edits of
-/// `hack/bench.sh user` had a p99 of 1.23 s with 500 ms, 0.97 s with 200 ms; see
-/// docs/benchmarks.md for 50 ms). A burst longer than a pass still makes a pass per pass.
-const DEBOUNCE: Duration = Duration::from_millis(50);
+/// How long a burst of changes of a Placement's inputs must have been quiet before the pass
+/// that takes them all (each change restarts the wait): long enough that the changes of a burst,
+/// which come milliseconds apart, make one pass. A change after a quiet spell does not wait
+/// (see [`pace`]).
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// How long a steady stream of changes holds a Placement's pass back at most: a bulk write of
+/// thousands of objects is placed while it goes on, in passes this far apart.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(1);

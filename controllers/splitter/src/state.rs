@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use flotilla_api::{ApiResourceImport, Placement, Work, WorkloadProfile};
+use flotilla_runtime::gather::Urgency;
 use flotilla_runtime::{Context, ErrorCategory};
 use futures::StreamExt;
-use futures::channel::mpsc;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::jiff::Timestamp;
@@ -92,7 +92,7 @@ pub struct Splitter {
     /// `--hub-identity-namespaces`.
     pub(crate) hub_identity_namespaces: BTreeSet<String>,
     /// Starts passes of Placements from the watches of custom types.
-    pub(crate) triggers: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    pub(crate) triggers: crate::watches::Triggers,
 }
 
 /// An object announced as placed nowhere: apiVersion, kind, name and reason.
@@ -172,7 +172,7 @@ impl Splitter {
                     next = events.next() => match next {
                         Some(Ok(object)) => {
                             for p in placements_in(&placements, object.namespace()) {
-                                if triggers.unbounded_send(p).is_err() {
+                                if triggers.unbounded_send((p, Urgency::Now)).is_err() {
                                     return;
                                 }
                             }

@@ -16,13 +16,13 @@ use flotilla_runtime::Context;
 use flotilla_runtime::cache::{
     Change, selected, spawn_lean_store, spawn_store_with, wait_until_synced, when_inputs_change,
 };
+use flotilla_runtime::gather::Urgency;
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use kube::core::{PartialObjectMeta, Selector, SelectorExt};
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -31,8 +31,10 @@ use tokio::sync::Notify;
 use crate::recent::RecentWrites;
 use crate::state::{Scope, placements_in};
 
-/// Passes of Placements to start, from the caches' changes.
-pub(crate) type Triggers = mpsc::UnboundedSender<ObjectRef<Placement>>;
+/// Passes of Placements to start, from the caches' changes, and how soon (see
+/// [`flotilla_runtime::gather::pace`]): a change of what a Placement places is acted on at once,
+/// one the Placement only reports on (a Work's status, a Cluster's) once its burst settles.
+pub(crate) type Triggers = mpsc::UnboundedSender<(ObjectRef<Placement>, Urgency)>;
 
 /// The caches a pass reads besides the Placements.
 pub(crate) struct Caches {
@@ -298,7 +300,8 @@ pub(crate) fn placements(
             let ns = changed.namespace();
             for p in neighbours_of.state() {
                 if p.namespace() == ns && p.name_any() != changed.name_any() {
-                    let _ = neighbour_triggers.unbounded_send(ObjectRef::from_obj(&*p));
+                    let _ =
+                        neighbour_triggers.unbounded_send((ObjectRef::from_obj(&*p), Urgency::Now));
                 }
             }
         })
@@ -306,70 +309,87 @@ pub(crate) fn placements(
     (placements, events)
 }
 
-/// `controller` started also by the hub objects a Placement places: a changed verdict on a
-/// member's API starts every Placement; a hub Deployment's spec or deletion, and any change of
-/// another object of the default types (metadata only), the Placements of its namespace.
-/// Objects of the custom types Placements select are watched once a pass finds the type, and
-/// start their passes through the triggers.
+/// The passes the hub objects a Placement places start: a changed verdict on a member's API,
+/// every Placement (once its burst settles); a hub Deployment's spec or deletion, and any change
+/// of another object of the default types (metadata only), the Placements of its namespace at
+/// once. Objects of the custom types Placements select are watched once a pass finds the type,
+/// and start their passes through the triggers.
 pub(crate) fn placed_objects(
-    controller: Controller<Placement>,
     client: &kube::Client,
     scope: Scope<'_>,
     placements: &Store<Placement>,
     import_events: ImportEvents,
-) -> Controller<Placement> {
+) -> BoxStream<'static, (ObjectRef<Placement>, Urgency)> {
     let namespace = scope.namespace();
     let namespaced = scope.placements();
     let every = placements.clone();
-    let deployments = only_if(
-        namespaced,
-        spec_changes_and_deletions(
+    let verdicts = import_events
+        .filter_map(|import| std::future::ready(import.ok()))
+        .flat_map(move |_| {
+            futures::stream::iter(
+                every
+                    .state()
+                    .iter()
+                    .map(|p| (ObjectRef::from_obj(&**p), Urgency::Later))
+                    .collect::<Vec<_>>(),
+            )
+        });
+    let placed = if namespaced {
+        let deployments = spec_changes_and_deletions(
             watcher(
                 scoped::<Deployment>(client, namespace),
                 watcher::Config::default(),
             )
             .default_backoff(),
-        ),
-    );
-    controller
-        .watches_stream(import_events, move |_: ApiResourceImport| {
-            every
-                .state()
-                .iter()
-                .map(|p| ObjectRef::from_obj(&**p))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(deployments, in_namespace_of(placements.clone()))
-        .watches_stream(
-            only_if(
-                namespaced,
-                object_changes::<ConfigMap>(client, namespace, Default::default()),
-            ),
-            in_namespace_of(placements.clone()),
         )
-        .watches_stream(
+        .map_ok(|d| d.namespace());
+        futures::stream::select_all([
+            deployments.boxed(),
+            namespace_of(object_changes::<ConfigMap>(
+                client,
+                namespace,
+                Default::default(),
+            )),
             // Not the Works' data Secrets: the data-secret cache has them (each Secret comes
             // through one watch).
-            only_if(
-                namespaced,
-                object_changes::<Secret>(client, namespace, not_work_data()),
-            ),
-            in_namespace_of(placements.clone()),
-        )
-        .watches_stream(
-            only_if(
-                namespaced,
-                object_changes::<Service>(client, namespace, Default::default()),
-            ),
-            in_namespace_of(placements.clone()),
-        )
-        .watches_stream(
-            only_if(
-                namespaced,
-                object_changes::<ServiceAccount>(client, namespace, Default::default()),
-            ),
-            in_namespace_of(placements.clone()),
-        )
+            namespace_of(object_changes::<Secret>(client, namespace, not_work_data())),
+            namespace_of(object_changes::<Service>(
+                client,
+                namespace,
+                Default::default(),
+            )),
+            namespace_of(object_changes::<ServiceAccount>(
+                client,
+                namespace,
+                Default::default(),
+            )),
+        ])
+        .boxed()
+    } else {
+        futures::stream::empty().boxed()
+    };
+    let placements = placements.clone();
+    let placed = placed.flat_map(move |changed| {
+        let refs = match changed {
+            Ok(ns) => placements_in(&placements, ns),
+            Err(e) => {
+                tracing::warn!(error = %e, "watch of placed objects failed; retrying with backoff");
+                Vec::new()
+            }
+        };
+        futures::stream::iter(refs.into_iter().map(|p| (p, Urgency::Now)))
+    });
+    futures::stream::select(verdicts, placed).boxed()
+}
+
+/// The namespace of each changed object of `changes`.
+fn namespace_of<K>(
+    changes: impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static,
+) -> BoxStream<'static, Result<Option<String>, watcher::Error>>
+where
+    K: Resource + Send + 'static,
+{
+    changes.map_ok(|o| o.namespace()).boxed()
 }
 
 /// The Secrets that are not the Works' data Secrets (see [`flotilla_api::work_data`]).
@@ -388,19 +408,6 @@ where
     }
 }
 
-/// `stream` if `on`, else nothing (a watch a scope does not need is not started).
-fn only_if<S>(on: bool, stream: S) -> futures::stream::BoxStream<'static, S::Item>
-where
-    S: futures::Stream + Send + 'static,
-    S::Item: Send,
-{
-    if on {
-        stream.boxed()
-    } else {
-        futures::stream::empty().boxed()
-    }
-}
-
 /// The events of a ClusterPlacement watch as those of the Placements the splitter handles.
 fn as_placements(event: watcher::Event<ClusterPlacement>) -> watcher::Event<Placement> {
     use watcher::Event;
@@ -411,13 +418,6 @@ fn as_placements(event: watcher::Event<ClusterPlacement>) -> watcher::Event<Plac
         Event::Init => Event::Init,
         Event::InitDone => Event::InitDone,
     }
-}
-
-/// A mapper from an object to the Placements of its namespace.
-fn in_namespace_of<K: Resource>(
-    store: Store<Placement>,
-) -> impl Fn(K) -> Vec<ObjectRef<Placement>> + Send + Sync + 'static {
-    move |o: K| placements_in(&store, o.namespace())
 }
 
 /// Every change of an object of `K` (created, changed, deleted) in `namespace` (`None`: every
@@ -516,7 +516,7 @@ fn placements_of_namespace(
 ) -> impl Fn(Change<'_, PartialObjectMeta<Namespace>>) + Send + 'static {
     move |ns| {
         for p in placements_in(&placements, Some(ns.object().name_any())) {
-            let _ = triggers.unbounded_send(p);
+            let _ = triggers.unbounded_send((p, Urgency::Later));
         }
     }
 }
@@ -528,7 +528,7 @@ fn every_placement<K>(
 ) -> impl Fn(Change<'_, K>) + Send + 'static {
     move |_| {
         for p in placements.state() {
-            let _ = triggers.unbounded_send(ObjectRef::from_obj(&*p));
+            let _ = triggers.unbounded_send((ObjectRef::from_obj(&*p), Urgency::Later));
         }
     }
 }
@@ -547,7 +547,7 @@ fn placement_that_made<K: Resource>(
             if Some(&p.name_any()) == name
                 && p.namespace().unwrap_or_default().as_str() == ns.map_or("", String::as_str)
             {
-                let _ = triggers.unbounded_send(ObjectRef::from_obj(&*p));
+                let _ = triggers.unbounded_send((ObjectRef::from_obj(&*p), Urgency::Later));
             }
         }
     }
