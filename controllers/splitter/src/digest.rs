@@ -16,8 +16,13 @@ use crate::render::Share;
 /// (see [`lean`]).
 pub const CACHED_SPEC_DIGEST: &str = "flotilla.dev/cached-spec-digest";
 
-/// Set only in the splitter's own cache, on each manifest it keeps: the digest of the manifest.
-pub const CACHED_MANIFEST_DIGEST: &str = "flotilla.dev/cached-manifest-digest";
+/// Set only in the splitter's own cache: the digests of the Work's manifests, in their order,
+/// each [`DIGEST_LEN`] hex digits, one after the other (one string per Work, not a map per
+/// manifest: the cache holds one entry per placed copy).
+pub const CACHED_MANIFEST_DIGESTS: &str = "flotilla.dev/cached-manifest-digests";
+
+/// The length of a digest in hex digits.
+pub const DIGEST_LEN: usize = 16;
 
 /// A digest of a Work's spec: equal specs have equal digests (FNV-1a of its JSON with each
 /// manifest as [`DynamicObject`] serializes it, whose maps serde_json keeps sorted).
@@ -94,8 +99,9 @@ pub fn lean(work: &mut Work) {
         .collect();
     let whole = spec_digest_with(&work.spec, json.iter().map(String::as_str))
         .unwrap_or_else(|_| digest(&serde_json::to_vec(&work.spec).unwrap_or_default()));
+    let mut digests = String::with_capacity(json.len() * DIGEST_LEN);
     for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
-        let digest = digest(json.as_bytes());
+        digests.push_str(&digest(json.as_bytes()));
         // A built-in kind keeps its share; another kind (its profile is not known here) every
         // integer of its spec, where its profile's replica path may be.
         let kind = m
@@ -108,18 +114,33 @@ pub fn lean(work: &mut Work) {
                 Share::of(kind, m).write(&mut data, kind);
                 data
             }
-            None => serde_json::json!({ "spec": integers(&m.data["spec"], LEAN_INTEGERS) }),
+            // (Nothing at all for a kind without integers there, such as a ConfigMap: an
+            // object of one key costs a map node in every cached copy.)
+            None => match integers(&m.data["spec"], LEAN_INTEGERS) {
+                Value::Object(spec) if spec.is_empty() => serde_json::json!({}),
+                spec => serde_json::json!({ "spec": spec }),
+            },
         };
         m.metadata = kube::api::ObjectMeta {
             name: m.metadata.name.take(),
             namespace: m.metadata.namespace.take(),
-            annotations: Some([(CACHED_MANIFEST_DIGEST.to_string(), digest)].into()),
             ..Default::default()
         };
         m.data = lean_data;
     }
-    work.annotations_mut()
-        .insert(CACHED_SPEC_DIGEST.to_string(), whole);
+    work.spec.manifests.shrink_to_fit();
+    let annotations = work.annotations_mut();
+    annotations.insert(CACHED_SPEC_DIGEST.to_string(), whole);
+    annotations.insert(CACHED_MANIFEST_DIGESTS.to_string(), digests);
+    // Of the member's report, what a pass reads: not the objects' resourceVersions or times.
+    if let Some(status) = &mut work.status {
+        for m in &mut status.manifests {
+            m.resource_version = None;
+            m.last_transition_time = None;
+            m.identity.resource = None;
+        }
+        status.manifests.shrink_to_fit();
+    }
 }
 
 /// The most integers of a custom kind's spec a lean Work manifest keeps.
@@ -156,12 +177,16 @@ pub fn hub_digest(hub: &Work) -> String {
         .unwrap_or_else(|| spec_digest(&hub.spec))
 }
 
-/// The digest of a hub Work's manifest: as its cache entry recorded it, or of the manifest.
-pub fn hub_manifest_digest(m: &DynamicObject) -> String {
-    m.annotations()
-        .get(CACHED_MANIFEST_DIGEST)
-        .cloned()
-        .unwrap_or_else(|| manifest_digest(m))
+/// The digest of a hub Work's manifest `i`: as its cache entry recorded it, or of the manifest.
+pub fn hub_manifest_digest(hub: &Work, i: usize) -> Option<String> {
+    let recorded = hub
+        .annotations()
+        .get(CACHED_MANIFEST_DIGESTS)
+        .and_then(|d| d.get(i * DIGEST_LEN..(i + 1) * DIGEST_LEN));
+    match recorded {
+        Some(d) => Some(d.to_string()),
+        None => hub.spec.manifests.get(i).map(manifest_digest),
+    }
 }
 
 /// Whether the hub's Work already says what `wanted` says: the same spec (by digest: the cache

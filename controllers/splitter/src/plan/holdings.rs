@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::{Deletion, Removal};
+use crate::digest::hub_manifest_digest;
 use crate::keys::{CopyKey, ObjectKey, Shelf};
 use crate::observation::Observation;
 use crate::render::Share;
@@ -121,13 +122,10 @@ impl<'a> Holder<'a> {
         })
     }
 
-    /// This Work's manifest of copy `key`, as the cache has it.
-    pub fn manifest(&self, key: &CopyKey) -> Option<&'a DynamicObject> {
+    /// The digest of this Work's manifest of copy `key`, as the cache has it.
+    pub fn manifest_digest(&self, key: &CopyKey) -> Option<String> {
         let i = self.copies.iter().position(|(k, _)| k == key)?;
-        match self.index {
-            Some(_) => self.work.spec.manifests.get(i),
-            None => self.work.spec.manifests.first(),
-        }
+        hub_manifest_digest(self.work, if self.index.is_some() { i } else { 0 })
     }
 
     pub fn deletion(&self, why: Removal) -> Deletion {

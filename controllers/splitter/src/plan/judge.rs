@@ -13,7 +13,6 @@ use super::entry::Entry;
 use super::holdings::{Holder, Holdings};
 use super::place::Placing;
 use super::{GONE_GRACE, HANDOVER_RECHECK, Keep, Plan, Removal};
-use crate::digest::hub_manifest_digest;
 use crate::eligibility::Selection;
 use crate::keys::{CopyKey, ObjectKey, WorkId, key_of};
 use crate::observation::Observation;
@@ -340,8 +339,8 @@ fn reported(placed: &Placing<'_>, holdings: &Holdings<'_>, key: &CopyKey, type_:
     };
     holdings.held.get(key).into_iter().flatten().any(|h| {
         h.index.is_some()
-            && h.manifest(key)
-                .is_some_and(|m| hub_manifest_digest(m) == entry.digest_in(&h.work.name_any()))
+            && h.manifest_digest(key)
+                .is_some_and(|d| d == entry.digest_in(&h.work.name_any()))
             && copy_holds_now(h.work, &key.object, type_)
     })
 }

@@ -12,7 +12,7 @@ use super::entry::{Entry, data_missing};
 use super::holdings::Holder;
 use super::quota::{byte_budget_message, elsewhere_bytes, work_bytes};
 use super::{BUNDLE_BYTES, BUNDLE_MANIFESTS, Plan, Removal, conflict_policy};
-use crate::digest::{digest, hub_manifest_digest, spec_digest_with, up_to_date};
+use crate::digest::{digest, spec_digest_with, up_to_date};
 use crate::keys::{CopyKey, Shelf, WorkId, key_of};
 use crate::observation::Observation;
 use crate::render::{DataSecret, Origin, bundle};
@@ -355,8 +355,8 @@ impl Writer<'_> {
             (current
                 || (h.copies.len() == manifests.len()
                     && manifests.iter().zip(json).all(|((key, _), json)| {
-                        h.manifest(key)
-                            .is_some_and(|m| hub_manifest_digest(m) == digest(json.as_bytes()))
+                        h.manifest_digest(key)
+                            .is_some_and(|d| d == digest(json.as_bytes()))
                     })))
                 // There, and the Work's: one deleted, or left without its owner (the Work's
                 // creation and the Secret's hand-over are two writes), is written again.

@@ -318,6 +318,57 @@ fn the_cache_keeps_of_a_work_its_digest_and_what_a_pass_reads() {
 }
 
 #[test]
+fn the_cache_keeps_no_map_per_copy_of_a_kind_without_a_share() {
+    // Each cached copy of a ConfigMap is its type and name: no annotations, no data, and of the
+    // member's report no resourceVersion or time (a map, even of one key, costs hundreds of
+    // bytes in every cached copy).
+    let p = plan(&mk_observation(
+        mk_placement("shop", "p", json!({})),
+        three(),
+        configmaps(0..3),
+        vec![],
+    ))
+    .expect("plan");
+    let wanted = p.wanted.values().next().expect("a Work");
+    assert_eq!(wanted.spec.manifests.len(), 3);
+    let mut status: flotilla_api::work::WorkStatus = serde_json::from_value(json!({
+        "manifests": [{"ordinal": 0, "identity": {"version": "v1", "kind": "ConfigMap",
+            "resource": "configmaps", "namespace": "shop", "name": "cm-0"},
+            "resourceVersion": "42", "applied": "True", "available": "True",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }))
+    .expect("status");
+    status.manifests.reserve(100);
+    let mut cached = wanted.clone();
+    cached.status = Some(status);
+    lean(&mut cached);
+    for (i, m) in cached.spec.manifests.iter().enumerate() {
+        assert_eq!(m.metadata.annotations, None, "{m:?}");
+        assert_eq!(m.data, json!({}), "{m:?}");
+        assert_eq!(
+            hub_manifest_digest(&cached, i),
+            Some(manifest_digest(&wanted.spec.manifests[i]))
+        );
+    }
+    assert_eq!(hub_manifest_digest(&cached, 3), None);
+    // A Work not from the cache: of its manifest.
+    assert_eq!(
+        hub_manifest_digest(wanted, 1),
+        Some(manifest_digest(&wanted.spec.manifests[1]))
+    );
+    let entry = &cached.status.as_ref().expect("status").manifests;
+    assert_eq!(entry.capacity(), 1);
+    assert_eq!(
+        (
+            entry[0].resource_version.as_deref(),
+            entry[0].last_transition_time.as_ref()
+        ),
+        (None, None)
+    );
+    assert_eq!(entry[0].identity.name, "cm-0");
+}
+
+#[test]
 fn a_specs_digest_from_its_manifests_json_is_its_digest() {
     let manifests: Vec<DynamicObject> = [
         mk_configmap("shop", "a", "ua", "1"),
@@ -1391,11 +1442,12 @@ proptest! {
                     // member reports it available.
                     let as_wanted = |k: &CopyKey, id: &WorkId, h: &Work| {
                         let theirs = h.spec.manifests.iter()
-                            .find(|m| m.metadata.name.as_deref() == Some(k.object.name.as_str()));
+                            .position(|m| m.metadata.name.as_deref() == Some(k.object.name.as_str()))
+                            .and_then(|i| hub_manifest_digest(h, i));
                         let ours = p.wanted[id].spec.manifests.iter()
                             .find(|m| m.metadata.name.as_deref() == Some(k.object.name.as_str()));
                         !p.writes.contains(id) || theirs.zip(ours).is_some_and(|(t, o)|
-                            hub_manifest_digest(t) == manifest_digest(o))
+                            t == manifest_digest(o))
                     };
                     !replacements.is_empty() && (member_fine || replacements.iter().all(|(k, id)| {
                         hub(id).is_some_and(|h| as_wanted(k, id, h)
