@@ -79,25 +79,41 @@ pub enum Urgency {
     Later,
 }
 
+/// How [`pace`] holds triggers back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// How long an item must have had no [`Urgency::Now`] trigger for the next to be sent at
+    /// once, and how long a burst of them must have been quiet before what it held is sent.
+    pub quiet: Duration,
+    /// How long [`Urgency::Later`] triggers alone must have been quiet before they are sent.
+    pub report_quiet: Duration,
+    /// How long anything is held at most after the first held trigger of the item.
+    pub most: Duration,
+}
+
 /// The items of `input`, paced: an item given [`Urgency::Now`] when it had no `Now` trigger in
-/// the last `quiet` is sent at once (a single edit waits for nothing); every other trigger is
-/// held until the item has had no trigger for `quiet` (a burst makes one reconciliation once it
-/// is over), but never longer than `most` after the first held one (a steady stream makes one per
-/// `most`). A `Now` sent at once also answers what the item held. Ends when `input` ends, after
-/// sending what it holds.
-pub fn pace<S, T>(
-    input: S,
-    quiet: Duration,
-    most: Duration,
-) -> impl Stream<Item = T> + Send + 'static
+/// the last `quiet` is sent at once (a single edit waits for nothing), and answers what the item
+/// held. Other triggers are held: a burst of `Now` until it has been quiet for `quiet` (it makes
+/// one reconciliation once it is over; `Later` triggers meanwhile go with it), `Later` triggers
+/// alone until they have been quiet for `report_quiet` (the statuses a change brings back, which
+/// come over a while, make one); neither longer than `most` after the first held one (a steady
+/// stream makes one per `most`). Ends when `input` ends, after sending what it holds.
+pub fn pace<S, T>(input: S, pacing: Pacing) -> impl Stream<Item = T> + Send + 'static
 where
     S: Stream<Item = (T, Urgency)> + Send + 'static,
     T: Eq + Hash + Clone + Send + 'static,
 {
+    let Pacing {
+        quiet,
+        report_quiet,
+        most,
+    } = pacing;
     /// What one item holds back.
     struct Held {
         since: Instant,
         due: Instant,
+        /// Whether a `Now` trigger is held: its burst, not the `Later` ones, sets `due`.
+        now: bool,
     }
     let (tx, rx) = mpsc::unbounded();
     tokio::spawn(async move {
@@ -143,8 +159,20 @@ where
                             continue;
                         }
                     }
-                    let hold = held.entry(item.clone()).or_insert(Held { since: now, due: now });
-                    hold.due = (now + quiet).min(hold.since + most);
+                    let hold = held.entry(item.clone()).or_insert(Held {
+                        since: now,
+                        due: now,
+                        now: false,
+                    });
+                    let wait = match urgency {
+                        Urgency::Now => {
+                            hold.now = true;
+                            quiet
+                        }
+                        Urgency::Later if hold.now => continue,
+                        Urgency::Later => report_quiet,
+                    };
+                    hold.due = (now + wait).min(hold.since + most);
                     sequence += 1;
                     queue.push(Reverse((hold.due, sequence)));
                     queued.insert(sequence, item);
@@ -229,8 +257,11 @@ mod tests {
         let (tx, rx) = mpsc::unbounded::<(&str, Urgency)>();
         let mut out = std::pin::pin!(pace(
             rx,
-            Duration::from_millis(50),
-            Duration::from_millis(1000)
+            Pacing {
+                quiet: Duration::from_millis(50),
+                report_quiet: Duration::from_millis(150),
+                most: Duration::from_millis(1000),
+            }
         ));
         let start = tokio::time::Instant::now();
 
@@ -239,7 +270,28 @@ mod tests {
         tx.unbounded_send(("b", Urgency::Later)).expect("open");
         assert_eq!(
             sent_until(&mut out, start, Duration::from_millis(200)).await,
-            [("a", 0), ("b", 50)]
+            [("a", 0), ("b", 150)]
+        );
+
+        // Reports 40 ms apart for 200 ms: one, once they have been quiet for 150 ms.
+        let start = tokio::time::Instant::now();
+        for _ in 0..5 {
+            tx.unbounded_send(("r", Urgency::Later)).expect("open");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        assert_eq!(
+            sent_until(&mut out, start, Duration::from_millis(500)).await,
+            [("r", 310)]
+        );
+
+        // A report in the burst of an edit goes with it: held only as long as the burst.
+        tx.unbounded_send(("s", Urgency::Now)).expect("open");
+        let start = tokio::time::Instant::now();
+        tx.unbounded_send(("s", Urgency::Now)).expect("open");
+        tx.unbounded_send(("s", Urgency::Later)).expect("open");
+        assert_eq!(
+            sent_until(&mut out, start, Duration::from_millis(500)).await,
+            [("s", 0), ("s", 50)]
         );
 
         // An edit of `a` 200 ms after the last: at once again, and it answers a report it held.

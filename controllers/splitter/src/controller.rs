@@ -7,14 +7,15 @@
 //!
 //! Passes are started by changes of anything a Placement reads (its own spec, its neighbours,
 //! Clusters, the members' API imports, the selected objects of every type, the Works' status)
-//! and debounced, so a burst of changes becomes one pass.
+//! and paced: an edit after a quiet spell starts a pass at once, a burst of changes makes one
+//! more pass once it settles.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_api::Placement;
 use flotilla_runtime::Context;
-use flotilla_runtime::gather::pace;
+use flotilla_runtime::gather::{Pacing, pace};
 use flotilla_runtime::reconcile::{Reconciler, Retry, drive};
 use futures::channel::mpsc;
 use kube::runtime::controller::{Action, Controller};
@@ -55,8 +56,11 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
     let placed = placed_objects(&ctx.client, scope, &placements, import_events);
     let controller = controller.reconcile_on(pace(
         futures::stream::select(triggered, placed),
-        SETTLE,
-        SETTLE_AT_MOST,
+        Pacing {
+            quiet: SETTLE,
+            report_quiet: SETTLE_REPORTS,
+            most: SETTLE_AT_MOST,
+        },
     ));
     tokio::select! {
         _ = ctx.shutdown.cancelled() => return Ok(()),
@@ -194,6 +198,11 @@ const RESYNC: Duration = Duration::from_secs(60);
 /// which come milliseconds apart, make one pass. A change after a quiet spell does not wait
 /// (see [`pace`]).
 const SETTLE: Duration = Duration::from_millis(50);
+
+/// How long the changes a Placement only reports on (its Works' statuses, Clusters) must have
+/// been quiet before the pass that reports them: the members' statuses after an edit come over
+/// a hundred milliseconds or so, and each pass lists the Placement's objects again.
+const SETTLE_REPORTS: Duration = Duration::from_millis(150);
 
 /// How long a steady stream of changes holds a Placement's pass back at most: a bulk write of
 /// thousands of objects is placed while it goes on, in passes this far apart.
