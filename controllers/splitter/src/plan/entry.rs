@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use flotilla_api::{Work, conditions, reasons};
 use k8s_openapi::ByteString;
@@ -14,13 +15,16 @@ use crate::render::{is_secret, refer_to_data, take_secret_data};
 /// A copy going into a Work: its manifest, as JSON (decoded again only for a Work to write: a
 /// pass of many objects holds each in a few hundred bytes, not decoded), its digest and size;
 /// and a Secret's data, which its manifest does not have (see [`flotilla_api::work_data`]).
+#[derive(Clone)]
 pub(super) struct Entry {
-    json: Box<str>,
+    /// Shared by the copies of an object that are alike (a pass renders each once).
+    json: Arc<str>,
     digest: String,
     pub secret: Option<SecretData>,
 }
 
 /// A Secret's data, held apart from its manifest.
+#[derive(Clone)]
 pub(super) struct SecretData {
     /// The Secret's name: its key in the hub Secret of its Work.
     pub name: String,
@@ -45,7 +49,7 @@ impl Entry {
         let json = serde_json::to_string(&manifest)?;
         Ok(Self {
             digest: digest(json.as_bytes()),
-            json: json.into_boxed_str(),
+            json: Arc::from(json),
             secret,
         })
     }

@@ -364,6 +364,8 @@ impl<'o> Placer<'_, 'o> {
         // Scaled to 0, a divided workload keeps its copies, at 0 replicas, so that the members
         // agree with the hub and scaling up again reuses them.
         let scaled_to_zero = matches!(divides, Divides::Replicas | Divides::Ordinals) && total == 0;
+        // Copies of the same share are the same manifest: rendered once.
+        let mut rendered: Vec<(Share, Entry)> = Vec::new();
         for (cluster, n) in &shares.division {
             let copy = CopyKey::new(key.clone(), cluster);
             let share = match (divides, &shares.layout) {
@@ -383,9 +385,15 @@ impl<'o> Placer<'_, 'o> {
             if divided && *n == 0 && !(live && (scaled_to_zero || letting_go)) {
                 continue;
             }
-            placing
-                .wanted
-                .insert(copy, Entry::new(member_manifest(kind, object, share))?);
+            let entry = match rendered.iter().find(|(s, _)| *s == share) {
+                Some((_, entry)) => entry.clone(),
+                None => {
+                    let entry = Entry::new(member_manifest(kind, object, share))?;
+                    rendered.push((share, entry.clone()));
+                    entry
+                }
+            };
+            placing.wanted.insert(copy, entry);
             let counted = matches!(
                 divides,
                 Divides::Replicas | Divides::Ordinals | Divides::Completions
