@@ -57,7 +57,13 @@ pub struct Current<'a> {
     /// the Work's address: a report looks up every copy several times, and scanning a Work's
     /// entries each time made the report quadratic in the copies of a Work.
     entries: HashMap<usize, Entries<'a>>,
+    /// Each wanted copy's Work ([`Current::work_of`]) and its status entry there, found once: a
+    /// report asks for every copy's conditions several times.
+    held: HashMap<&'a CopyKey, Held<'a>>,
 }
+
+/// A wanted copy's Work on the hub and what it reports of the copy.
+type Held<'a> = (Option<&'a Work>, Option<&'a ManifestStatus>);
 
 /// A Work's status entries by the object they report on: (group, kind, name).
 type Entries<'a> = HashMap<(&'a str, &'a str, &'a str), &'a ManifestStatus>;
@@ -81,12 +87,25 @@ impl<'a> Current<'a> {
             }
             entries.insert(address(w), of_work);
         }
-        Self {
+        let mut current = Self {
             plan,
             written: &outcome.written,
             by_name: cache.iter().map(|w| (key_of(w), &**w)).collect(),
             entries,
-        }
+            held: HashMap::new(),
+        };
+        current.held = plan
+            .copies
+            .keys()
+            .map(|key| {
+                let work = current.find_work_of(key);
+                (
+                    key,
+                    (work, work.and_then(|w| current.entry(w, &key.object))),
+                )
+            })
+            .collect();
+        current
     }
 
     /// What Work `w` (one of this pass's) reports of object `key`.
@@ -101,6 +120,14 @@ impl<'a> Current<'a> {
     /// when it needed no write. `None` when the hub refused the write (its Work is not as
     /// wanted) or has no such Work.
     pub fn work_of(&self, key: &CopyKey) -> Option<&'a Work> {
+        match self.held.get(key) {
+            Some((work, _)) => *work,
+            None => self.find_work_of(key),
+        }
+    }
+
+    /// [`Current::work_of`], looked up.
+    fn find_work_of(&self, key: &CopyKey) -> Option<&'a Work> {
         let id = self.plan.copies.get(key)?;
         if let Some(w) = self.written.get(id) {
             return Some(w);
@@ -119,9 +146,14 @@ impl<'a> Current<'a> {
     /// Condition `type_` of a wanted copy, as its member reports it for the Work as wanted;
     /// `Unknown` until it does.
     fn condition(&self, key: &CopyKey, type_: &str) -> ConditionStatus {
-        self.work_of(key).map_or(ConditionStatus::Unknown, |w| {
-            condition_now(w, self.entry(w, &key.object), type_)
-        })
+        let (work, entry) = match self.held.get(key) {
+            Some(held) => *held,
+            None => {
+                let work = self.find_work_of(key);
+                (work, work.and_then(|w| self.entry(w, &key.object)))
+            }
+        };
+        work.map_or(ConditionStatus::Unknown, |w| condition_now(w, entry, type_))
     }
 
     /// `Kind/name on member` of every copy being removed from its member: those of Works being
