@@ -324,7 +324,12 @@ pub(crate) fn placed_objects(
     let namespaced = scope.placements();
     let every = placements.clone();
     let verdicts = import_events
-        .filter_map(|import| std::future::ready(import.ok()))
+        .filter_map(|import| {
+            if let Err(e) = &import {
+                tracing::warn!(error = %e, "watch of API imports failed; retrying with backoff");
+            }
+            std::future::ready(import.ok())
+        })
         .flat_map(move |_| {
             futures::stream::iter(
                 every
