@@ -62,6 +62,10 @@ teardown() {
     cp -r "${FLOTILLA_RUN_DIR}/logs/." "${keep}/" 2>/dev/null || true
     mkdir -p "${keep}/e2e" && cp "${FLOTILLA_RUN_DIR}"/e2e/*.log "${keep}/e2e/" 2>/dev/null || true
     log "tests failed: component logs copied to ${keep}"
+    # What a failure on another machine needs first: the clusters' and the real node's state and
+    # the free disk (a full disk stops the node's containers, not the apiservers).
+    "${CLUSTERS[@]}" status || true
+    df -h "${FLOTILLA_RUN_DIR}" || true
   fi
   if [[ "${FLOTILLA_KEEP_ENV:-0}" == 1 ]]; then
     log "leaving the environment running (FLOTILLA_KEEP_ENV=1); stop it with: ${CLUSTERS[*]} down"
@@ -82,7 +86,9 @@ eval "${ENV_LINES}"
 "${CLUSTERS[@]}" load-image "${IMAGE}" >/dev/null
 
 log "== cargo test: the end-to-end tests"
-cargo test -p flotilla-e2e --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
+# A failed test's error chain, not a backtrace of where anyhow made it: the summary at the end
+# of the output then says what went wrong in each.
+RUST_LIB_BACKTRACE=0 cargo test -p flotilla-e2e --locked --no-fail-fast "${CARGO_TEST_ARGS[@]}"
 
 if [[ ${#CARGO_TEST_ARGS[@]} -eq 0 && "${FLOTILLA_SKIP_QUICKSTART:-0}" != 1 ]]; then
   # The README's first command, as a user runs it, in an environment of its own.
