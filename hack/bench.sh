@@ -49,8 +49,10 @@
 #            (default 1000) for each of the M members written as Works into namespaces of no
 #            member, then one status per Work as the syncer writes it, then both again with every
 #            object changed; the hub apiserver's CPU seconds, requests and wall time for each size,
-#            with the manifests as JSON strings (as the splitter writes them) and, side by side,
-#            as objects.
+#            with the manifests and status entries as JSON strings (as the controllers write
+#            them) and, side by side, with the status entries as objects (as before), with both
+#            as objects (the baseline), and with statuses of conditions alone (no entry per
+#            manifest: what the entries cost at all).
 #
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
@@ -186,12 +188,16 @@ if [[ "${WHAT}" == envelopes ]]; then
   TICKS="$(getconf CLK_TCK)"
   hub_ticks() { awk '{print $14 + $15}' "/proc/$(awk '{print $1}' "${RUN}/pids/hub.apiserver")/stat"; }
   echo
-  echo "| manifests per Work (${COUNT} objects × ${MEMBERS} members, written and given a status twice) | manifests as | Works | hub requests | hub apiserver CPU, s | hub CPU per object × member, ms | wall, s |"
+  echo "| manifests per Work (${COUNT} objects × ${MEMBERS} members, written and given a status twice) | written as | Works | hub requests | hub apiserver CPU, s | hub CPU per object × member, ms | wall, s |"
   echo "|---:|---|---:|---:|---:|---:|---:|"
   for bundle in 1 10 50 100; do
-    for form in strings objects; do
-      mode="envelopes-${bundle}" label="JSON strings (what the splitter writes)"
-      [[ "${form}" == strings ]] || mode="envelopes-objects-${bundle}" label="objects (the baseline)"
+    for form in strings typed-status objects bare; do
+      case "${form}" in
+        strings) mode="envelopes-${bundle}" label="manifests and status entries as JSON strings (what the controllers write)" ;;
+        typed-status) mode="envelopes-typed-status-${bundle}" label="manifests as strings, status entries as objects (before)" ;;
+        objects) mode="envelopes-objects-${bundle}" label="manifests and status entries as objects (the baseline)" ;;
+        bare) mode="envelopes-bare-${bundle}" label="manifests as strings, statuses without an entry per manifest" ;;
+      esac
       log "== ${COUNT} objects per member as Works of ${bundle} manifest(s), as ${form}"
       before="$(hub_ticks)"
       read -r _ requests wall < <("${TARGET}/examples/bench_load" "${mode}" bench-envelopes \

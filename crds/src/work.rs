@@ -222,6 +222,87 @@ pub mod manifests_json {
     }
 }
 
+/// Schema of `status.manifests`: each item a [`ManifestStatus`] as a JSON string, or (as the
+/// syncer wrote it before) as an object. As for `spec.manifests`, the hub checks no more of an
+/// item: each field of an entry cost the hub on every write of the Work, its spec's too (an
+/// entry of 10 fields × 50 manifests was a third of the hub's CPU for a Work, `hack/bench.sh
+/// envelopes`). Readers skip an entry they cannot read ([`entries_json`]).
+fn entries_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "x-kubernetes-list-type": "atomic",
+        "items": {
+            "description": "The observed state of one manifest's object in the member: a JSON \
+                string (or an object) of ordinal, identity (group, version, kind, resource, \
+                namespace, name), resourceVersion, generation, observedGeneration, status, \
+                applied, available, reason, message and lastTransitionTime.",
+            "x-kubernetes-preserve-unknown-fields": true,
+        },
+    })
+}
+
+/// How `status.manifests` is written and read: each entry written as its compact JSON, read
+/// from a string or an object. An entry that does not read as a [`ManifestStatus`] (written by
+/// hand, or by a member's agent that lies) is left out: it fails that entry, never the
+/// decoding of the Work (and of every Work of a watch), and no reader takes the absence of an
+/// entry for anything but "not reported".
+pub mod entries_json {
+    use serde::Deserialize;
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::ser::{Error as _, SerializeSeq, Serializer};
+
+    use super::ManifestStatus;
+
+    pub fn serialize<S: Serializer>(
+        entries: &[ManifestStatus],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(entries.len()))?;
+        for entry in entries {
+            let json = serde_json::to_string(entry).map_err(S::Error::custom)?;
+            seq.serialize_element(&json)?;
+        }
+        seq.end()
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Item {
+        Json(String),
+        Other(serde_json::Value),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<ManifestStatus>, D::Error> {
+        struct Items;
+        impl<'de> Visitor<'de> for Items {
+            type Value = Vec<ManifestStatus>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of manifest statuses, JSON strings or objects")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(100));
+                while let Some(item) = seq.next_element::<Item>()? {
+                    let read = match item {
+                        Item::Json(json) => serde_json::from_str(&json),
+                        Item::Other(value) => serde_json::from_value(value),
+                    };
+                    out.extend(read.ok());
+                }
+                Ok(out)
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+        }
+        deserializer.deserialize_any(Items)
+    }
+}
+
 /// What the syncer observed in the member.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -239,12 +320,13 @@ pub struct WorkStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// The observed state of each manifest's object in the member.
+    /// The observed state of each manifest's object in the member, each entry written as its
+    /// JSON (a string), as `spec.manifests` is.
     // Atomic: the syncer is its only writer and writes it whole, so ownership per entry is of
     // no use, and would have the hub keep (and merge on every status write) managed fields as
     // large as the list itself.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "entries_json")]
+    #[schemars(schema_with = "entries_schema")]
     pub manifests: Vec<ManifestStatus>,
 
     /// Objects this Work applied whose manifests it no longer has: the syncer deletes them from
@@ -437,6 +519,71 @@ mod tests {
             assert_eq!(bad.metadata.name, None);
         }
         assert_eq!(spec.manifests[3], deployment());
+    }
+
+    fn entry(ordinal: i32, name: &str) -> ManifestStatus {
+        ManifestStatus {
+            ordinal,
+            identity: ManifestIdentity {
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("shop".into()),
+                name: name.into(),
+                ..Default::default()
+            },
+            resource_version: Some("42".into()),
+            applied: ConditionStatus::True,
+            available: Some(ConditionStatus::True),
+            status: Some(json!({"observedGeneration": 3})),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_entries_are_written_as_json_strings_and_read_back_unchanged() {
+        let status = WorkStatus {
+            observed_generation: Some(3),
+            manifests: vec![entry(0, "a"), entry(1, "b")],
+            ..Default::default()
+        };
+        let value = serde_json::to_value(&status).expect("serializes");
+        let written = value["manifests"][1]
+            .as_str()
+            .expect("written as a JSON string");
+        let object: serde_json::Value = serde_json::from_str(written).expect("JSON");
+        assert_eq!(object["identity"]["name"], "b");
+        assert_eq!(object["applied"], "True");
+        let back: WorkStatus = serde_json::from_value(value).expect("deserializes");
+        assert_eq!(back, status);
+    }
+
+    #[test]
+    fn status_entries_written_as_objects_before_are_read_alike() {
+        let object = serde_json::to_value(entry(0, "a")).expect("serializes");
+        let status: WorkStatus = serde_json::from_value(json!({
+            "manifests": [object, serde_json::to_string(&entry(1, "b")).expect("JSON")],
+        }))
+        .expect("deserializes");
+        assert_eq!(status.manifests, vec![entry(0, "a"), entry(1, "b")]);
+    }
+
+    #[test]
+    fn a_status_entry_no_reader_can_hold_is_left_out_and_the_work_still_reads() {
+        // What a member's agent that lies, or a hand edit, may write: the hub checks no more of
+        // an entry than that it is there.
+        let beyond_int32 = json!({"ordinal": 4_294_967_296_u64,
+            "identity": {"version": "v1", "kind": "ConfigMap", "name": "x"}});
+        let work: Work = serde_json::from_value(json!({
+            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+            "metadata": {"name": "w", "namespace": "flotilla-cluster-member1"},
+            "spec": {"manifests": [serde_json::to_value(deployment()).expect("JSON")]},
+            "status": {"manifests": [
+                beyond_int32.clone(), beyond_int32.to_string(), "{not json", 7, [1],
+                {"ordinal": 0}, serde_json::to_string(&entry(0, "a")).expect("JSON"),
+            ]},
+        }))
+        .expect("bad entries do not fail the Work");
+        assert_eq!(work.status.expect("status").manifests, vec![entry(0, "a")]);
     }
 
     #[test]

@@ -10,10 +10,15 @@
 //! (`flotilla-cluster-<member>-b<B>`) as Works of B manifests each, then one status per Work as
 //! the syncer writes it (conditions and one entry per manifest), then both again with every
 //! object changed: what the hub pays per object when Works carry one object or many. Each
-//! manifest is a JSON string, as the splitter writes it; `envelopes-objects-<B>` writes them as
-//! objects instead (what the splitter wrote before), into `flotilla-cluster-<member>-o<B>`.
+//! manifest and status entry is a JSON string, as the controllers write them;
+//! `envelopes-typed-status-<B>` writes the status entries as objects (what the syncer wrote
+//! before), into `flotilla-cluster-<member>-t<B>`; `envelopes-objects-<B>` writes manifests and
+//! entries as objects (what both controllers wrote before that), into
+//! `flotilla-cluster-<member>-o<B>`; `envelopes-bare-<B>` writes statuses of conditions alone,
+//! without an entry per manifest (what the entries cost at all), into
+//! `flotilla-cluster-<member>-s<B>`.
 //!
-//! Usage: bench_load <direct|works|hub-only|envelopes-B|envelopes-objects-B> <namespace> <count> <concurrency>
+//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-]B> <namespace> <count> <concurrency>
 //!        <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
 //! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
 
@@ -46,23 +51,41 @@ fn versioned_configmap(namespace: &str, i: usize, version: usize) -> serde_json:
                     "payload": "x".repeat(256)}})
 }
 
+/// How `envelopes` writes its Works.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    /// Manifests and status entries (one per manifest) as JSON strings: what the controllers
+    /// write.
+    Strings,
+    /// Manifests as JSON strings, status entries as objects (what the syncer wrote before).
+    TypedStatus,
+    /// Manifests and status entries as objects (what both controllers wrote before that).
+    Objects,
+    /// As `Strings`, with statuses of conditions alone.
+    Bare,
+}
+
 /// `envelopes-<B>`: every member's `count` objects as Works of `bundle` manifests in a namespace
 /// of no member, each Work written and given a status, twice (the second time every object
-/// changed); each manifest as a JSON string, or as an object with `objects`. Returns the number
-/// of hub requests made.
+/// changed), in `form`. Returns the number of hub requests made.
 async fn envelopes(
     hub: &Client,
     members: &[(String, Client)],
     namespace: &str,
     count: usize,
-    (bundle, objects): (usize, bool),
+    (bundle, form): (usize, Form),
     concurrency: usize,
 ) -> Result<usize> {
     let params = PatchParams::apply("flotilla-bench").force();
     let mut works = Vec::new();
-    let form = if objects { "o" } else { "b" };
+    let prefix = match form {
+        Form::Strings => "b",
+        Form::TypedStatus => "t",
+        Form::Objects => "o",
+        Form::Bare => "s",
+    };
     for (member, _) in members {
-        let ns = flotilla_api::names::cluster_namespace(&format!("{member}-{form}{bundle}"));
+        let ns = flotilla_api::names::cluster_namespace(&format!("{member}-{prefix}{bundle}"));
         ensure_namespace(hub, &ns).await?;
         for first in (0..count).step_by(bundle) {
             works.push((ns.clone(), first, (first + bundle).min(count)));
@@ -78,14 +101,24 @@ async fn envelopes(
                         let api: Api<flotilla_api::Work> = Api::namespaced(hub, &ns);
                         let name = format!("bench-{first}");
                         if status {
+                            // As the syncer reports an applied, available ConfigMap.
                             let entries: Vec<_> = (first..end)
+                                .filter(|_| form != Form::Bare)
                                 .map(|i| json!({
                                     "ordinal": i - first,
-                                    "identity": {"group": "", "version": "v1", "kind": "ConfigMap",
+                                    "identity": {"version": "v1", "kind": "ConfigMap",
+                                                 "resource": "configmaps",
                                                  "namespace": namespace, "name": format!("bench-{i}")},
                                     "resourceVersion": (1000 + i + version).to_string(),
+                                    "applied": "True",
+                                    "available": "True",
+                                    "lastTransitionTime": "2026-12-01T00:00:00Z",
                                 }))
-                                .collect();
+                                .map(|e| match form {
+                                    Form::Strings => e.to_string().into(),
+                                    _ => e,
+                                })
+                                .collect::<Vec<serde_json::Value>>();
                             let condition = |type_: &str, status: &str, reason: &str| json!({
                                 "type": type_, "status": status, "reason": reason,
                                 "message": format!("{} manifests", end - first),
@@ -106,7 +139,7 @@ async fn envelopes(
                             // As the splitter writes them: each manifest as its JSON.
                             let manifests: Vec<_> = (first..end)
                                 .map(|i| versioned_configmap(namespace, i, version))
-                                .map(|m| if objects { m } else { m.to_string().into() })
+                                .map(|m| if form == Form::Objects { m } else { m.to_string().into() })
                                 .collect();
                             api.patch(&name, &params, &Patch::Apply(json!({
                                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
@@ -250,9 +283,14 @@ async fn main() -> Result<()> {
         }
         envelope if envelope.starts_with("envelopes-") => {
             let size = &envelope["envelopes-".len()..];
-            let (size, objects) = match size.strip_prefix("objects-") {
-                Some(size) => (size, true),
-                None => (size, false),
+            let (size, form) = if let Some(size) = size.strip_prefix("typed-status-") {
+                (size, Form::TypedStatus)
+            } else if let Some(size) = size.strip_prefix("objects-") {
+                (size, Form::Objects)
+            } else if let Some(size) = size.strip_prefix("bare-") {
+                (size, Form::Bare)
+            } else {
+                (size, Form::Strings)
             };
             let bundle: usize = size.parse()?;
             let requests = envelopes(
@@ -260,7 +298,7 @@ async fn main() -> Result<()> {
                 &member_clients,
                 namespace,
                 count,
-                (bundle.max(1), objects),
+                (bundle.max(1), form),
                 concurrency,
             )
             .await?;
@@ -268,7 +306,8 @@ async fn main() -> Result<()> {
             return Ok(());
         }
         other => bail!(
-            "unknown mode {other}: direct, works, hub-only, envelopes-<B> or envelopes-objects-<B>"
+            "unknown mode {other}: direct, works, hub-only, envelopes-<B>, \
+             envelopes-typed-status-<B>, envelopes-objects-<B> or envelopes-bare-<B>"
         ),
     }
     let written = started.elapsed();
