@@ -155,61 +155,21 @@ fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
 /// by hand fails that manifest, not the decoding of every Work of a watch.
 pub mod manifests_json {
     use kube::api::DynamicObject;
-    use serde::Deserialize;
-    use serde::de::{Deserializer, SeqAccess, Visitor};
-    use serde::ser::{Error as _, SerializeSeq, Serializer};
+    use serde::{Deserializer, Serializer};
 
     /// Writes each manifest as its compact JSON.
     pub fn serialize<S: Serializer>(
         manifests: &[DynamicObject],
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(manifests.len()))?;
-        for manifest in manifests {
-            let json = serde_json::to_string(manifest).map_err(S::Error::custom)?;
-            seq.serialize_element(&json)?;
-        }
-        seq.end()
-    }
-
-    /// One item of `spec.manifests`, as the hub serves it.
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Item {
-        Json(String),
-        /// An object, or anything else (which then reads as no manifest).
-        Other(serde_json::Value),
+        super::json_strings::serialize(manifests, serializer)
     }
 
     /// Reads each manifest from a JSON string or an object.
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Vec<DynamicObject>, D::Error> {
-        struct Items;
-        impl<'de> Visitor<'de> for Items {
-            type Value = Vec<DynamicObject>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a list of manifests, objects or JSON strings")
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(100));
-                while let Some(item) = seq.next_element::<Item>()? {
-                    let read = match item {
-                        Item::Json(json) => serde_json::from_str(&json),
-                        Item::Other(value) => serde_json::from_value(value),
-                    };
-                    out.push(read.unwrap_or_else(|_| unreadable()));
-                }
-                Ok(out)
-            }
-
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Vec::new())
-            }
-        }
-        deserializer.deserialize_any(Items)
+        super::json_strings::deserialize(deserializer, "manifests", || Some(unreadable()))
     }
 
     /// What a manifest that is no object reads as: no type, no name.
@@ -219,6 +179,71 @@ pub mod manifests_json {
             metadata: Default::default(),
             data: serde_json::Value::Object(Default::default()),
         }
+    }
+}
+
+/// Lists whose items are written as their compact JSON (a string each) and read from a string
+/// or an object, an item that does not read standing for what `unreadable` says (`None`: left
+/// out): one bad item fails that item, never the decoding of the object it is in.
+mod json_strings {
+    use serde::de::{DeserializeOwned, Deserializer, SeqAccess, Visitor};
+    use serde::ser::{Error as _, SerializeSeq, Serializer};
+    use serde::{Deserialize, Serialize};
+
+    pub fn serialize<S: Serializer, T: Serialize>(
+        items: &[T],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(items.len()))?;
+        for item in items {
+            let json = serde_json::to_string(item).map_err(S::Error::custom)?;
+            seq.serialize_element(&json)?;
+        }
+        seq.end()
+    }
+
+    /// One item as the hub serves it.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Item {
+        Json(String),
+        /// An object, or anything else (which then does not read).
+        Other(serde_json::Value),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+        deserializer: D,
+        what: &'static str,
+        unreadable: fn() -> Option<T>,
+    ) -> Result<Vec<T>, D::Error> {
+        struct Items<T> {
+            what: &'static str,
+            unreadable: fn() -> Option<T>,
+        }
+        impl<'de, T: DeserializeOwned> Visitor<'de> for Items<T> {
+            type Value = Vec<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a list of {}, JSON strings or objects", self.what)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(100));
+                while let Some(item) = seq.next_element::<Item>()? {
+                    let read = match item {
+                        Item::Json(json) => serde_json::from_str(&json),
+                        Item::Other(value) => serde_json::from_value(value),
+                    };
+                    out.extend(read.ok().or_else(self.unreadable));
+                }
+                Ok(out)
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+        }
+        deserializer.deserialize_any(Items { what, unreadable })
     }
 }
 
@@ -247,9 +272,7 @@ fn entries_schema(_: &mut SchemaGenerator) -> Schema {
 /// decoding of the Work (and of every Work of a watch), and no reader takes the absence of an
 /// entry for anything but "not reported".
 pub mod entries_json {
-    use serde::Deserialize;
-    use serde::de::{Deserializer, SeqAccess, Visitor};
-    use serde::ser::{Error as _, SerializeSeq, Serializer};
+    use serde::{Deserializer, Serializer};
 
     use super::ManifestStatus;
 
@@ -257,49 +280,13 @@ pub mod entries_json {
         entries: &[ManifestStatus],
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(entries.len()))?;
-        for entry in entries {
-            let json = serde_json::to_string(entry).map_err(S::Error::custom)?;
-            seq.serialize_element(&json)?;
-        }
-        seq.end()
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Item {
-        Json(String),
-        Other(serde_json::Value),
+        super::json_strings::serialize(entries, serializer)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Vec<ManifestStatus>, D::Error> {
-        struct Items;
-        impl<'de> Visitor<'de> for Items {
-            type Value = Vec<ManifestStatus>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a list of manifest statuses, JSON strings or objects")
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(100));
-                while let Some(item) = seq.next_element::<Item>()? {
-                    let read = match item {
-                        Item::Json(json) => serde_json::from_str(&json),
-                        Item::Other(value) => serde_json::from_value(value),
-                    };
-                    out.extend(read.ok());
-                }
-                Ok(out)
-            }
-
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Vec::new())
-            }
-        }
-        deserializer.deserialize_any(Items)
+        super::json_strings::deserialize(deserializer, "manifest statuses", || None)
     }
 }
 
