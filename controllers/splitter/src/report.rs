@@ -120,13 +120,11 @@ impl<'a> Current<'a> {
     /// when it needed no write. `None` when the hub refused the write (its Work is not as
     /// wanted) or has no such Work.
     pub fn work_of(&self, key: &CopyKey) -> Option<&'a Work> {
-        match self.held.get(key) {
-            Some((work, _)) => *work,
-            None => self.find_work_of(key),
-        }
+        self.held.get(key).and_then(|(work, _)| *work)
     }
 
-    /// [`Current::work_of`], looked up.
+    /// [`Current::work_of`], looked up (every copy the plan wants is in `held`; another has no
+    /// Work).
     fn find_work_of(&self, key: &CopyKey) -> Option<&'a Work> {
         let id = self.plan.copies.get(key)?;
         if let Some(w) = self.written.get(id) {
@@ -146,13 +144,7 @@ impl<'a> Current<'a> {
     /// Condition `type_` of a wanted copy, as its member reports it for the Work as wanted;
     /// `Unknown` until it does.
     fn condition(&self, key: &CopyKey, type_: &str) -> ConditionStatus {
-        let (work, entry) = match self.held.get(key) {
-            Some(held) => *held,
-            None => {
-                let work = self.find_work_of(key);
-                (work, work.and_then(|w| self.entry(w, &key.object)))
-            }
-        };
+        let (work, entry) = self.held.get(key).copied().unwrap_or_default();
         work.map_or(ConditionStatus::Unknown, |w| condition_now(w, entry, type_))
     }
 
