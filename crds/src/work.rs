@@ -249,9 +249,9 @@ mod json_strings {
 
 /// Schema of `status.manifests`: each item a [`ManifestStatus`] as a JSON string, or (as the
 /// syncer wrote it before) as an object. As for `spec.manifests`, the hub checks no more of an
-/// item: each field of an entry cost the hub on every write of the Work, its spec's too (an
-/// entry of 10 fields × 50 manifests was a third of the hub's CPU for a Work, `hack/bench.sh
-/// envelopes`). Readers skip an entry they cannot read ([`entries_json`]).
+/// item: each field of an entry cost the hub on every write of the Work, its spec's too (with
+/// 50 entries of about ten fields, 43% of the hub's CPU for a Work and its status writes,
+/// `hack/bench.sh envelopes`). Readers skip an entry they cannot read ([`entries_json`]).
 fn entries_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
