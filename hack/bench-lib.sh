@@ -12,7 +12,8 @@ heap() { # pid metric-prefix
     $1 == p "_allocator_allocated_bytes" {a = $2}
     $1 == p "_allocator_active_bytes" {c = $2}
     $1 == p "_allocator_resident_bytes" {r = $2}
-    END {printf "%.1f %.1f %.1f\n", a / 1048576, r / 1048576, c / 1048576}'
+    $1 == p "_allocator_metadata_bytes" {m = $2}
+    END {printf "%.1f %.1f %.1f %.1f\n", a / 1048576, r / 1048576, c / 1048576, m / 1048576}'
 }
 # CPU seconds (user + system) used so far by the processes of each component: where the time of
 # a phase goes on a machine whose cores every process shares.

@@ -73,8 +73,8 @@ a_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${ALONE}"; }
 
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
-read -r SPLITTER_HEAP_IDLE SPLITTER_RES_IDLE SPLITTER_ACT_IDLE < <(heap "${SPLITTER_PID}" flotilla_splitter)
-read -r SYNCER_HEAP_IDLE SYNCER_RES_IDLE SYNCER_ACT_IDLE < <(heap "${SYNCER_PID}" flotilla_syncer)
+read -r SPLITTER_HEAP_IDLE SPLITTER_RES_IDLE SPLITTER_ACT_IDLE SPLITTER_META_IDLE < <(heap "${SPLITTER_PID}" flotilla_splitter)
+read -r SYNCER_HEAP_IDLE SYNCER_RES_IDLE SYNCER_ACT_IDLE SYNCER_META_IDLE < <(heap "${SYNCER_PID}" flotilla_syncer)
 # The most file descriptors (nearly all connections: to the hub and the members) each controller
 # holds open during the hub's phases, sampled every 0.2 s.
 FDS="${RUN}/open-fds"
@@ -112,8 +112,8 @@ for phase in create edit; do
     sleep 10
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
     SYNCER_LOADED="$(rss "${SYNCER_PID}")"
-    read -r SPLITTER_HEAP SPLITTER_RES SPLITTER_ACT < <(heap "${SPLITTER_PID}" flotilla_splitter)
-    read -r SYNCER_HEAP SYNCER_RES SYNCER_ACT < <(heap "${SYNCER_PID}" flotilla_syncer)
+    read -r SPLITTER_HEAP SPLITTER_RES SPLITTER_ACT SPLITTER_META < <(heap "${SPLITTER_PID}" flotilla_splitter)
+    read -r SYNCER_HEAP SYNCER_RES SYNCER_ACT SYNCER_META < <(heap "${SYNCER_PID}" flotilla_syncer)
     STATUS_BYTES="$(k -n bench-user get placement user -o json | wc -c)"
     # The largest Work as the hub stores it, and how much of that is its managed fields.
     read -r WORK_BYTES WORK_MF_BYTES < <(k get works -A -o json --show-managed-fields | python3 -c '
@@ -165,10 +165,10 @@ echo "|---|---:|---:|---:|---:|"
 echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") | ${SPLITTER_FDS} |"
 echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") | ${SYNCER_FDS} |"
 echo
-echo "| controller | live heap idle, MiB | live heap with the copies placed, MiB | KiB per placed object × member | pages holding live objects (active) idle / placed, MiB | allocator resident idle / placed, MiB |"
-echo "|---|---:|---:|---:|---:|---:|"
-echo "| splitter | ${SPLITTER_HEAP_IDLE} | ${SPLITTER_HEAP} | $(kib_per_copy "${SPLITTER_HEAP}" "${SPLITTER_HEAP_IDLE}") | ${SPLITTER_ACT_IDLE} / ${SPLITTER_ACT} | ${SPLITTER_RES_IDLE} / ${SPLITTER_RES} |"
-echo "| syncer | ${SYNCER_HEAP_IDLE} | ${SYNCER_HEAP} | $(kib_per_copy "${SYNCER_HEAP}" "${SYNCER_HEAP_IDLE}") | ${SYNCER_ACT_IDLE} / ${SYNCER_ACT} | ${SYNCER_RES_IDLE} / ${SYNCER_RES} |"
+echo "| controller | live heap idle, MiB | live heap with the copies placed, MiB | KiB per placed object × member | pages holding live objects (active) idle / placed, MiB | allocator resident idle / placed, MiB | allocator metadata idle / placed, MiB |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| splitter | ${SPLITTER_HEAP_IDLE} | ${SPLITTER_HEAP} | $(kib_per_copy "${SPLITTER_HEAP}" "${SPLITTER_HEAP_IDLE}") | ${SPLITTER_ACT_IDLE} / ${SPLITTER_ACT} | ${SPLITTER_RES_IDLE} / ${SPLITTER_RES} | ${SPLITTER_META_IDLE} / ${SPLITTER_META} |"
+echo "| syncer | ${SYNCER_HEAP_IDLE} | ${SYNCER_HEAP} | $(kib_per_copy "${SYNCER_HEAP}" "${SYNCER_HEAP_IDLE}") | ${SYNCER_ACT_IDLE} / ${SYNCER_ACT} | ${SYNCER_RES_IDLE} / ${SYNCER_RES} | ${SYNCER_META_IDLE} / ${SYNCER_META} |"
 echo
 echo "| CPU seconds during the phase | direct (create+edit+delete) | direct with the syncer's labels and annotations | hub alone (create+edit+delete) | hub create | hub edit | hub delete |"
 echo "|---|---:|---:|---:|---:|---:|---:|"

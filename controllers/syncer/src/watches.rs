@@ -80,23 +80,95 @@ type ObjectKey = (Option<String>, String);
 /// in flight, not one entry per object.
 type OwnWrites = Mutex<HashMap<ObjectKey, Pending>>;
 
-/// What a member watch keeps of one object: a few strings, where its whole metadata took about
-/// five times the memory.
+/// What a member watch keeps of one object, in as few allocations as it can: one string for its
+/// UID, resourceVersion and manifest hash, and its Work's name shared with the other objects of
+/// that Work (the store holds one of these per object a syncer applied in the member; as three
+/// strings and a name of its own each took about twice the memory).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
-    uid: Option<Box<str>>,
-    /// Its resourceVersion, Work and manifest hash, as a write's answer is compared.
-    state: Written,
+    /// The UID, the resourceVersion and the manifest hash, one after the other (an empty one is
+    /// unset).
+    ids: Box<str>,
+    /// Where the resourceVersion and the hash start in `ids`.
+    rv_at: u32,
+    hash_at: u32,
+    /// The `flotilla.dev/work` annotation, shared (see [`Objects::intern`]).
+    work: Option<Arc<str>>,
     deleting: bool,
 }
 
 impl Seen {
-    fn of(o: &ObjectMeta) -> Self {
+    fn of(o: &ObjectMeta, work: Option<Arc<str>>) -> Self {
+        let m = &o.metadata;
+        let uid = m.uid.as_deref().unwrap_or_default();
+        let rv = m.resource_version.as_deref().unwrap_or_default();
+        let hash = crate::manifest::applied_hash(m.annotations.as_ref()).unwrap_or_default();
+        let offset = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
         Self {
-            uid: o.metadata.uid.as_deref().map(Box::from),
-            state: Written::of(o),
-            deleting: o.metadata.deletion_timestamp.is_some(),
+            ids: [uid, rv, hash].concat().into_boxed_str(),
+            rv_at: offset(uid.len()),
+            hash_at: offset(uid.len() + rv.len()),
+            work,
+            deleting: m.deletion_timestamp.is_some(),
         }
+    }
+
+    fn part(&self, from: u32, to: Option<u32>) -> &str {
+        let from = from as usize;
+        let to = to.map_or(self.ids.len(), |t| t as usize);
+        self.ids.get(from..to).unwrap_or_default()
+    }
+
+    fn uid(&self) -> Option<&str> {
+        Some(self.part(0, Some(self.rv_at))).filter(|u| !u.is_empty())
+    }
+
+    /// Empty when the object had none.
+    fn resource_version(&self) -> &str {
+        self.part(self.rv_at, Some(self.hash_at))
+    }
+
+    fn hash(&self) -> Option<&str> {
+        Some(self.part(self.hash_at, None)).filter(|h| !h.is_empty())
+    }
+
+    fn work(&self) -> Option<&str> {
+        self.work.as_deref()
+    }
+}
+
+/// Objects by namespace (`""` for those of no namespace) and name: the namespace is kept once,
+/// and an object is found without making its key.
+type ByName = HashMap<Box<str>, HashMap<Box<str>, Seen>>;
+
+fn get<'a>(objects: &'a ByName, namespace: Option<&str>, name: &str) -> Option<&'a Seen> {
+    objects.get(namespace.unwrap_or_default())?.get(name)
+}
+
+fn insert(objects: &mut ByName, o: &ObjectMeta, seen: Seen) {
+    let namespace = o.metadata.namespace.as_deref().unwrap_or_default();
+    let name = o.metadata.name.as_deref().unwrap_or_default();
+    match objects.get_mut(namespace) {
+        Some(names) => {
+            names.insert(Box::from(name), seen);
+        }
+        None => {
+            objects.insert(
+                Box::from(namespace),
+                HashMap::from([(Box::from(name), seen)]),
+            );
+        }
+    }
+}
+
+fn remove(objects: &mut ByName, o: &ObjectMeta) {
+    let namespace = o.metadata.namespace.as_deref().unwrap_or_default();
+    let Some(names) = objects.get_mut(namespace) else {
+        return;
+    };
+    names.remove(o.metadata.name.as_deref().unwrap_or_default());
+    if names.is_empty() {
+        objects.remove(namespace);
     }
 }
 
@@ -104,30 +176,33 @@ impl Seen {
 /// replaces them all once it is complete.
 #[derive(Default)]
 struct Objects {
-    live: HashMap<ObjectKey, Seen>,
-    relisting: Option<HashMap<ObjectKey, Seen>>,
+    live: ByName,
+    relisting: Option<ByName>,
     /// Whether a list has completed: `live` is then every managed object of the type, as of
     /// the watch's last event.
     listed: bool,
+    /// The Work names the objects hold, each once (see [`Objects::intern`]).
+    works: HashSet<Arc<str>>,
+    /// How many names `works` may hold before those no object holds any more are let go of.
+    prune_at: usize,
 }
 
 impl Objects {
     fn apply(&mut self, event: &watcher::Event<ObjectMeta>) {
         match event {
             watcher::Event::Apply(o) => {
-                self.live.insert(key_of(o), Seen::of(o));
+                let seen = self.seen(o);
+                insert(&mut self.live, o, seen);
             }
-            watcher::Event::Delete(o) => {
-                self.live.remove(&key_of(o));
-            }
-            watcher::Event::Init => self.relisting = Some(HashMap::new()),
+            watcher::Event::Delete(o) => remove(&mut self.live, o),
+            watcher::Event::Init => self.relisting = Some(ByName::new()),
             watcher::Event::InitApply(o) => {
-                self.relisting
-                    .get_or_insert_default()
-                    .insert(key_of(o), Seen::of(o));
+                let seen = self.seen(o);
+                insert(self.relisting.get_or_insert_default(), o, seen);
             }
             watcher::Event::InitDone => {
                 if let Some(mut listed) = self.relisting.take() {
+                    listed.values_mut().for_each(HashMap::shrink_to_fit);
                     listed.shrink_to_fit();
                     self.live = listed;
                 }
@@ -136,9 +211,39 @@ impl Objects {
         }
     }
 
-    /// Whether a list completed and `key` is not among the objects since.
-    fn listed_without(&self, key: &ObjectKey) -> bool {
-        self.listed && !self.live.contains_key(key)
+    fn seen(&mut self, o: &ObjectMeta) -> Seen {
+        let work = o
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::WORK))
+            .map(|w| self.intern(w));
+        Seen::of(o, work)
+    }
+
+    /// The Work name `work`, shared with the objects that hold it already: a Work names up to a
+    /// hundred objects. The names no object holds any more are let go of each time the set has
+    /// doubled since.
+    fn intern(&mut self, work: &str) -> Arc<str> {
+        if let Some(shared) = self.works.get(work) {
+            return shared.clone();
+        }
+        if self.works.len() >= self.prune_at {
+            self.works.retain(|w| Arc::strong_count(w) > 1);
+            self.prune_at = (2 * self.works.len()).max(64);
+        }
+        let shared: Arc<str> = Arc::from(work);
+        self.works.insert(shared.clone());
+        shared
+    }
+
+    fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Seen> {
+        get(&self.live, namespace, name)
+    }
+
+    /// Whether a list completed and `name` is not among the objects since.
+    fn listed_without(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.listed && self.get(namespace, name).is_none()
     }
 }
 
@@ -159,10 +264,7 @@ struct Running {
 impl Running {
     fn get(&self, namespace: Option<&str>, name: &str) -> Option<Seen> {
         let objects = self.store.lock().unwrap_or_else(|e| e.into_inner());
-        objects
-            .live
-            .get(&(namespace.map(str::to_string), name.to_string()))
-            .cloned()
+        objects.get(namespace, name).cloned()
     }
 }
 
@@ -176,16 +278,6 @@ impl Written {
                 .and_then(|a| a.get(annotations::WORK))
                 .cloned(),
             hash: crate::manifest::applied_hash(m.annotations.as_ref()).map(str::to_string),
-        })
-    }
-
-    /// What the watch has of an object, in the same terms (an object without a
-    /// resourceVersion matches nothing).
-    fn of(o: &ObjectMeta) -> Self {
-        Self::from_meta(&o.metadata).unwrap_or(Self {
-            resource_version: String::new(),
-            work: None,
-            hash: None,
         })
     }
 }
@@ -396,7 +488,7 @@ impl MemberWatches {
         work_ref: &str,
     ) -> bool {
         self.stored(cluster, resource, namespace, name)
-            .is_some_and(|o| o.state.work.as_deref() == Some(work_ref))
+            .is_some_and(|o| o.work() == Some(work_ref))
     }
 
     /// Whether the watch of this type has listed the member's managed objects of the type and
@@ -413,7 +505,7 @@ impl MemberWatches {
     ) -> bool {
         self.with_watch(cluster, resource, |running| {
             let objects = running.store.lock().unwrap_or_else(|e| e.into_inner());
-            objects.listed_without(&(namespace.map(str::to_string), name.to_string()))
+            objects.listed_without(namespace, name)
         })
         .unwrap_or(false)
     }
@@ -430,13 +522,10 @@ impl MemberWatches {
         work_ref: &str,
     ) -> Option<(String, String)> {
         let o = self.stored(cluster, resource, namespace, name)?;
-        if o.state.work.as_deref() != Some(work_ref)
-            || o.deleting
-            || o.state.resource_version.is_empty()
-        {
+        if o.work() != Some(work_ref) || o.deleting || o.resource_version().is_empty() {
             return None;
         }
-        Some((o.uid?.into(), o.state.resource_version))
+        Some((o.uid()?.to_string(), o.resource_version().to_string()))
     }
 
     /// Whether the watch of this type has `name` as this syncer last applied it for `work_ref`:
@@ -454,24 +543,20 @@ impl MemberWatches {
         hash: &str,
         resource_version: &str,
     ) -> Result<(), Stale> {
-        let compare = |w: &Written| {
-            if w.work.as_deref() != Some(work_ref) {
-                Err(Stale::OtherWork)
-            } else if w.hash.as_deref() != Some(hash) {
-                Err(Stale::ManifestChanged)
-            } else if w.resource_version != resource_version {
-                Err(Stale::ObjectChanged)
-            } else {
-                Ok(())
-            }
-        };
         let o = self
             .stored(cluster, resource, namespace, name)
             .ok_or(Stale::Unseen)?;
         if o.deleting {
-            return Err(Stale::Deleting);
+            Err(Stale::Deleting)
+        } else if o.work() != Some(work_ref) {
+            Err(Stale::OtherWork)
+        } else if o.hash() != Some(hash) {
+            Err(Stale::ManifestChanged)
+        } else if o.resource_version() != resource_version {
+            Err(Stale::ObjectChanged)
+        } else {
+            Ok(())
         }
-        compare(&o.state)
     }
 
     /// The syncer is about to write this object: until [`Self::wrote`], its watch events are
@@ -522,12 +607,12 @@ impl MemberWatches {
             let missed = changed_in_flight(&seen, answer.as_ref())
                 .then(|| {
                     let work = answer.as_ref().and_then(|a| a.work.clone());
-                    work.or_else(|| stored.as_ref().and_then(|o| o.state.work.clone()))
+                    work.or_else(|| stored.as_ref().and_then(|o| o.work().map(str::to_string)))
                 })
                 .flatten()
                 .and_then(|w| work_from(&w));
-            let stored = stored.map(|o| o.state.resource_version);
-            if let Some(pending) = after_answer(&seen, stored.as_deref(), answer) {
+            let stored = stored.as_ref().map(Seen::resource_version);
+            if let Some(pending) = after_answer(&seen, stored, answer) {
                 written.insert(key, pending);
             }
             if let Some(work) = missed {
@@ -810,23 +895,35 @@ mod tests {
     #[test]
     fn an_object_is_known_absent_only_once_a_list_completed_without_it() {
         let mut objects = Objects::default();
-        let key = (Some("shop".to_string()), "settings".to_string());
-        let other = (Some("shop".to_string()), "other".to_string());
-        assert!(!objects.listed_without(&key), "nothing listed yet");
+        let key = (Some("shop"), "settings");
+        let other = (Some("shop"), "other");
+        assert!(!objects.listed_without(key.0, key.1), "nothing listed yet");
         objects.apply(&watcher::Event::Init);
         objects.apply(&watcher::Event::InitApply(meta(
             Some("flotilla-cluster-m1/web"),
             "2",
         )));
-        assert!(!objects.listed_without(&other), "the list is not complete");
+        assert!(
+            !objects.listed_without(other.0, other.1),
+            "the list is not complete"
+        );
         objects.apply(&watcher::Event::InitDone);
-        assert!(!objects.listed_without(&key), "listed");
-        assert!(objects.listed_without(&other));
+        assert!(!objects.listed_without(key.0, key.1), "listed");
+        assert!(objects.listed_without(other.0, other.1));
+        assert!(
+            objects.listed_without(None, "settings"),
+            "another namespace is another object"
+        );
         // A relist under way leaves what the last complete one said.
         objects.apply(&watcher::Event::Init);
-        assert!(objects.listed_without(&other) && !objects.listed_without(&key));
+        assert!(objects.listed_without(other.0, other.1) && !objects.listed_without(key.0, key.1));
         objects.apply(&watcher::Event::Delete(meta(None, "3")));
-        assert!(objects.listed_without(&key), "deleted since");
+        assert!(objects.listed_without(key.0, key.1), "deleted since");
+        assert!(objects.live.is_empty(), "a namespace of no objects goes");
+    }
+
+    fn count(objects: &ByName) -> usize {
+        objects.values().map(HashMap::len).sum()
     }
 
     #[test]
@@ -839,10 +936,17 @@ mod tests {
             Some("flotilla-cluster-m1/web"),
             "2",
         )));
-        let key = (Some("shop".to_string()), "settings".to_string());
-        assert_eq!(objects.live[&key].state.resource_version, "2");
+        let seen = |objects: &Objects| objects.get(Some("shop"), "settings").cloned();
         assert_eq!(
-            objects.live[&key].state.work.as_deref(),
+            seen(&objects)
+                .map(|s| s.resource_version().to_string())
+                .as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            seen(&objects)
+                .and_then(|s| s.work().map(str::to_string))
+                .as_deref(),
             Some("flotilla-cluster-m1/web")
         );
         // While relisting, the watch's objects stay as they were.
@@ -851,14 +955,74 @@ mod tests {
             Some("flotilla-cluster-m1/web"),
             "5",
         )));
-        assert_eq!(objects.live.len(), 2);
-        assert_eq!(objects.live[&key].state.resource_version, "2");
+        assert_eq!(count(&objects.live), 2);
+        assert_eq!(
+            seen(&objects)
+                .map(|s| s.resource_version().to_string())
+                .as_deref(),
+            Some("2")
+        );
         // Then the relist is what there is: what it did not list is gone.
         objects.apply(&watcher::Event::InitDone);
-        assert_eq!(objects.live.len(), 1);
-        assert_eq!(objects.live[&key].state.resource_version, "5");
+        assert_eq!(count(&objects.live), 1);
+        assert_eq!(
+            seen(&objects)
+                .map(|s| s.resource_version().to_string())
+                .as_deref(),
+            Some("5")
+        );
         objects.apply(&watcher::Event::Delete(meta(None, "6")));
         assert!(objects.live.is_empty());
+    }
+
+    #[test]
+    fn an_object_is_kept_as_its_uid_resource_version_hash_and_shared_work_name() {
+        let mut objects = Objects::default();
+        let mut first = meta(Some("flotilla-cluster-m1/web"), "12");
+        first.metadata.uid = Some("0b5d5e0c-9f5a-4b7e-8d7e-2f0c0f1a2b3c".into());
+        first
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(annotations::MANIFEST_HASH.into(), "00ff".into());
+        let mut second = meta(Some("flotilla-cluster-m1/web"), "13");
+        second.metadata.name = Some("other".into());
+        objects.apply(&watcher::Event::Apply(first));
+        objects.apply(&watcher::Event::Apply(second));
+        let a = objects.get(Some("shop"), "settings").expect("kept").clone();
+        assert_eq!(a.uid(), Some("0b5d5e0c-9f5a-4b7e-8d7e-2f0c0f1a2b3c"));
+        assert_eq!(a.resource_version(), "12");
+        assert_eq!(a.hash(), Some("00ff"));
+        assert_eq!(a.work(), Some("flotilla-cluster-m1/web"));
+        assert!(!a.deleting);
+        // Neither UID nor hash: unset, not empty.
+        let b = objects.get(Some("shop"), "other").expect("kept").clone();
+        assert_eq!(
+            (b.uid(), b.resource_version(), b.hash()),
+            (None, "13", None)
+        );
+        // One name for the objects of one Work.
+        let (Some(wa), Some(wb)) = (&a.work, &b.work) else {
+            panic!("both name their Work")
+        };
+        assert!(Arc::ptr_eq(wa, wb));
+    }
+
+    #[test]
+    fn the_names_of_works_no_object_holds_are_let_go_of() {
+        let mut objects = Objects::default();
+        for i in 0..1000 {
+            let mut o = meta(Some(&format!("flotilla-cluster-m1/web-{i}")), "1");
+            o.metadata.name = Some(format!("o-{i}"));
+            objects.apply(&watcher::Event::Apply(o.clone()));
+            objects.apply(&watcher::Event::Delete(o));
+        }
+        assert!(objects.live.is_empty());
+        assert!(
+            objects.works.len() <= 64,
+            "{} names kept",
+            objects.works.len()
+        );
     }
 
     #[test]

@@ -267,11 +267,8 @@ pub async fn serve(
         move |w: &mut Work| {
             // Not read by the syncer, and much of a Work's size.
             w.metadata.managed_fields = None;
+            // Kept aside compactly, with its status entries.
             keep.take(w);
-            // A decoded list grows by doubling: a quarter of its places would stay empty.
-            if let Some(status) = &mut w.status {
-                status.manifests.shrink_to_fit();
-            }
         },
         move |r| last_seen.get(r).map(|w| (*w).clone()),
     )
