@@ -2,6 +2,7 @@
 //! placed object in memory: digests of Work specs and manifests, and the lean form of a Work
 //! the splitter's cache keeps.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use flotilla_api::{Work, WorkSpec, annotations};
@@ -20,6 +21,12 @@ pub const CACHED_SPEC_DIGEST: &str = "flotilla.dev/cached-spec-digest";
 /// each [`DIGEST_LEN`] hex digits, one after the other (one string per Work, not a map per
 /// manifest: the cache holds one entry per placed copy).
 pub const CACHED_MANIFEST_DIGESTS: &str = "flotilla.dev/cached-manifest-digests";
+
+/// Set only in the splitter's own cache: what a pass reads of the Work's manifests (see
+/// [`lean`] and [`manifests`]), as one compact JSON array of `[apiVersion, kind, namespace,
+/// name, data]`: one string per Work, where a `DynamicObject` per manifest took about 500 bytes
+/// each (its `ObjectMeta` alone, empty, is 360).
+pub const CACHED_MANIFESTS: &str = "flotilla.dev/cached-manifests";
 
 /// The length of a digest in hex digits.
 pub const DIGEST_LEN: usize = 16;
@@ -86,9 +93,9 @@ pub fn manifest_digest(m: &DynamicObject) -> String {
 }
 
 /// What the splitter's cache keeps of a Work: all but its manifests, of which it keeps what a
-/// pass reads (apiVersion, kind, name, namespace, `spec.replicas` and a digest of each), and
-/// the digest of the whole spec, so that a pass tells a Work that is as wanted without a second
-/// copy of every placed object in memory.
+/// pass reads (apiVersion, kind, name, namespace, `spec.replicas`; read with [`manifests`]) and a
+/// digest of each, and the digest of the whole spec, so that a pass tells a Work that is as
+/// wanted without a second copy of every placed object in memory.
 pub fn lean(work: &mut Work) {
     // Each manifest serialized once, for its own digest and the whole spec's.
     let json: Vec<String> = work
@@ -100,7 +107,8 @@ pub fn lean(work: &mut Work) {
     let whole = spec_digest_with(&work.spec, json.iter().map(String::as_str))
         .unwrap_or_else(|_| digest(&serde_json::to_vec(&work.spec).unwrap_or_default()));
     let mut digests = String::with_capacity(json.len() * DIGEST_LEN);
-    for (m, json) in work.spec.manifests.iter_mut().zip(&json) {
+    let mut kept: Vec<Lean<'_>> = Vec::with_capacity(json.len());
+    for (m, json) in work.spec.manifests.iter().zip(&json) {
         digests.push_str(&digest(json.as_bytes()));
         // A built-in kind keeps its share; another kind (its profile is not known here) every
         // integer of its spec, where its profile's replica path may be.
@@ -108,30 +116,32 @@ pub fn lean(work: &mut Work) {
             .types
             .as_ref()
             .and_then(|t| builtin(&t.api_version, &t.kind));
-        let lean_data = match kind {
+        let data = match kind {
             Some(kind) => {
                 let mut data = serde_json::json!({});
                 Share::of(kind, m).write(&mut data, kind);
                 data
             }
-            // (Nothing at all for a kind without integers there, such as a ConfigMap: an
-            // object of one key costs a map node in every cached copy.)
             None => match integers(&m.data["spec"], LEAN_INTEGERS) {
                 Value::Object(spec) if spec.is_empty() => serde_json::json!({}),
                 spec => serde_json::json!({ "spec": spec }),
             },
         };
-        m.metadata = kube::api::ObjectMeta {
-            name: m.metadata.name.take(),
-            namespace: m.metadata.namespace.take(),
-            ..Default::default()
-        };
-        m.data = lean_data;
+        let types = m.types.as_ref();
+        kept.push(Lean(
+            Cow::Borrowed(types.map_or("", |t| t.api_version.as_str())),
+            Cow::Borrowed(types.map_or("", |t| t.kind.as_str())),
+            m.metadata.namespace.as_deref().map(Cow::Borrowed),
+            m.metadata.name.as_deref().map(Cow::Borrowed),
+            data,
+        ));
     }
-    work.spec.manifests.shrink_to_fit();
+    let kept = serde_json::to_string(&kept).unwrap_or_default();
+    work.spec.manifests = Vec::new();
     let annotations = work.annotations_mut();
     annotations.insert(CACHED_SPEC_DIGEST.to_string(), whole);
     annotations.insert(CACHED_MANIFEST_DIGESTS.to_string(), digests);
+    annotations.insert(CACHED_MANIFESTS.to_string(), kept);
     // Of the member's report, what a pass reads: not the objects' resourceVersions or times.
     if let Some(status) = &mut work.status {
         for m in &mut status.manifests {
@@ -140,6 +150,63 @@ pub fn lean(work: &mut Work) {
             m.identity.resource = None;
         }
         status.manifests.shrink_to_fit();
+    }
+}
+
+/// A manifest as a lean Work keeps it: apiVersion, kind, namespace, name, and the data a pass
+/// reads.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Lean<'a>(
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Option<Cow<'a, str>>,
+    #[serde(borrow)] Option<Cow<'a, str>>,
+    Value,
+);
+
+/// The manifests of a Work: as a lean Work from the cache keeps them (their type, namespace,
+/// name and the data a pass reads, see [`lean`]), or those of a Work not from the cache.
+pub fn manifests(work: &Work) -> Cow<'_, [DynamicObject]> {
+    let Some(kept) = work.annotations().get(CACHED_MANIFESTS) else {
+        return Cow::Borrowed(&work.spec.manifests);
+    };
+    let kept: Vec<Lean<'_>> = serde_json::from_str(kept).unwrap_or_default();
+    Cow::Owned(
+        kept.into_iter()
+            .map(
+                |Lean(api_version, kind, namespace, name, data)| DynamicObject {
+                    types: (!api_version.is_empty() || !kind.is_empty()).then(|| {
+                        kube::api::TypeMeta {
+                            api_version: api_version.into_owned(),
+                            kind: kind.into_owned(),
+                        }
+                    }),
+                    metadata: kube::api::ObjectMeta {
+                        namespace: namespace.map(Cow::into_owned),
+                        name: name.map(Cow::into_owned),
+                        ..Default::default()
+                    },
+                    data,
+                },
+            )
+            .collect(),
+    )
+}
+
+/// `work` (a lean one from the cache) with no manifests at all: what a plan keeps of a Work it
+/// does not write.
+pub fn without_manifests(work: &mut Work) {
+    work.spec.manifests.clear();
+    if let Some(a) = work.metadata.annotations.as_mut() {
+        a.remove(CACHED_MANIFESTS);
+    }
+}
+
+/// How many manifests a Work has, lean or not (without decoding what a lean one keeps).
+pub fn manifest_count(work: &Work) -> usize {
+    match work.annotations().get(CACHED_MANIFEST_DIGESTS) {
+        Some(digests) if work.spec.manifests.is_empty() => digests.len() / DIGEST_LEN,
+        _ => work.spec.manifests.len(),
     }
 }
 
@@ -185,7 +252,7 @@ pub fn hub_manifest_digest(hub: &Work, i: usize) -> Option<String> {
         .and_then(|d| d.get(i * DIGEST_LEN..(i + 1) * DIGEST_LEN));
     match recorded {
         Some(d) => Some(d.to_string()),
-        None => hub.spec.manifests.get(i).map(manifest_digest),
+        None => manifests(hub).get(i).map(manifest_digest),
     }
 }
 

@@ -495,9 +495,7 @@ async fn held_back(
     };
     let mut out = BTreeMap::new();
     for lean in works {
-        let holds = lean
-            .spec
-            .manifests
+        let holds = crate::digest::manifests(lean)
             .iter()
             .any(|m| key_of(m).is_some_and(|k| verdicts.contains_key(&k)));
         let (Some(cluster), Some(ns)) = (lean.cluster_name(), lean.namespace()) else {

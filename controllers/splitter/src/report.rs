@@ -156,7 +156,7 @@ impl<'a> Current<'a> {
             let cluster = w.cluster_name().unwrap_or("?");
             if w.metadata.deletion_timestamp.is_some() {
                 let kind = w.annotations().get(annotations::SOURCE_KIND);
-                for m in &w.spec.manifests {
+                for m in crate::digest::manifests(w).iter() {
                     out.push(format!(
                         "{}/{} on {cluster}",
                         m.types

@@ -79,8 +79,7 @@ impl<'a> Holder<'a> {
             .get(labels::BUNDLE)
             .and_then(|i| i.parse::<u32>().ok());
         let copies = if index.is_some() {
-            work.spec
-                .manifests
+            crate::digest::manifests(work)
                 .iter()
                 .filter_map(|m| {
                     let t = m.types.as_ref()?;
@@ -99,7 +98,10 @@ impl<'a> Holder<'a> {
             );
             vec![(
                 CopyKey::new(object, cluster),
-                work.spec.manifests.first().map(share).unwrap_or_default(),
+                crate::digest::manifests(work)
+                    .first()
+                    .map(share)
+                    .unwrap_or_default(),
             )]
         };
         Some(Self {

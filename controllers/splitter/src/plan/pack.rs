@@ -197,7 +197,7 @@ fn assign(
                 }
             }
             let mut work = h.work.clone();
-            work.spec.manifests.clear();
+            crate::digest::without_manifests(&mut work);
             out.wanted.insert(id, work);
             continue;
         }
@@ -307,7 +307,7 @@ impl Writer<'_> {
             });
             if let Some(h) = live {
                 let mut kept = h.work.clone();
-                kept.spec.manifests.clear();
+                crate::digest::without_manifests(&mut kept);
                 out.wanted.insert(id, kept);
             }
             return Ok(());

@@ -20,8 +20,7 @@ pub(super) fn work_bytes(work: &Work) -> u64 {
         .get(annotations::COPY_BYTES)
         .and_then(|b| b.parse().ok())
         .unwrap_or_else(|| {
-            work.spec
-                .manifests
+            crate::digest::manifests(work)
                 .iter()
                 .map(|m| serde_json::to_vec(m).map_or(0, |v| v.len() as u64))
                 .sum()
@@ -74,7 +73,11 @@ pub(super) fn withhold_beyond_quota(
         return;
     }
     let namespace = obs.placement.namespace().unwrap_or_default();
-    let elsewhere: usize = obs.others.iter().map(|o| o.work.spec.manifests.len()).sum();
+    let elsewhere: usize = obs
+        .others
+        .iter()
+        .map(|o| crate::digest::manifest_count(&o.work))
+        .sum();
     let total = elsewhere.saturating_add(wanted.len());
     let here_bytes: u64 = wanted.values().map(|e| e.bytes() as u64).sum();
     let elsewhere_bytes = elsewhere_bytes(obs);

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::digest::{
-    CACHED_SPEC_DIGEST, hub_manifest_digest, lean, manifest_digest, spec_digest, spec_digest_with,
-    up_to_date,
+    CACHED_SPEC_DIGEST, hub_manifest_digest, lean, manifest_digest, manifests, spec_digest,
+    spec_digest_with, up_to_date,
 };
 use crate::keys::{key_of, member_namespace_labels, resource};
 use crate::observation::Other;
@@ -165,8 +165,7 @@ fn after(p: &Plan, before: &[Arc<Work>], applied: bool, available: bool) -> Vec<
 
 /// The names of the objects a Work holds, in order.
 fn held_names(w: &Work) -> Vec<String> {
-    w.spec
-        .manifests
+    manifests(w)
         .iter()
         .map(|m| m.metadata.name.clone().unwrap_or_default())
         .collect()
@@ -293,7 +292,8 @@ fn the_cache_keeps_of_a_work_its_digest_and_what_a_pass_reads() {
     .expect("plan");
     let wanted = p.wanted.values().next().expect("a Work");
     let cached = mk_work(wanted, true, true);
-    let m = &cached.spec.manifests[0];
+    let lean = manifests(&cached);
+    let m = &lean[0];
     assert_eq!(m.metadata.name.as_deref(), Some("web"));
     assert_eq!(
         m.data["spec"]["replicas"],
@@ -342,7 +342,11 @@ fn the_cache_keeps_no_map_per_copy_of_a_kind_without_a_share() {
     let mut cached = wanted.clone();
     cached.status = Some(status);
     lean(&mut cached);
-    for (i, m) in cached.spec.manifests.iter().enumerate() {
+    assert!(
+        cached.spec.manifests.is_empty(),
+        "no DynamicObject per copy"
+    );
+    for (i, m) in manifests(&cached).iter().enumerate() {
         assert_eq!(m.metadata.annotations, None, "{m:?}");
         assert_eq!(m.data, json!({}), "{m:?}");
         assert_eq!(
@@ -351,6 +355,21 @@ fn the_cache_keeps_no_map_per_copy_of_a_kind_without_a_share() {
         );
     }
     assert_eq!(hub_manifest_digest(&cached, 3), None);
+    // What a pass reads of each: its type, namespace and name, in order.
+    assert_eq!(held_names(&cached), ["c000", "c001", "c002"]);
+    let lean = manifests(&cached);
+    let types = lean[0].types.as_ref().expect("its type");
+    assert_eq!(
+        (types.api_version.as_str(), types.kind.as_str()),
+        ("v1", "ConfigMap")
+    );
+    assert_eq!(lean[0].metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(crate::digest::manifest_count(&cached), 3);
+    assert_eq!(crate::digest::manifest_count(wanted), 3);
+    // What a plan keeps of a Work it does not write names nothing.
+    let mut kept = cached.clone();
+    crate::digest::without_manifests(&mut kept);
+    assert!(manifests(&kept).is_empty());
     // A Work not from the cache: of its manifest.
     assert_eq!(
         hub_manifest_digest(wanted, 1),
@@ -1051,9 +1070,7 @@ fn after_sts(
         .map(|w| {
             let mut w = (*w).clone();
             let cluster = w.cluster_name().unwrap_or_default().to_string();
-            let asked: Vec<u64> = w
-                .spec
-                .manifests
+            let asked: Vec<u64> = manifests(&w)
                 .iter()
                 .map(|m| m.data["spec"]["replicas"].as_u64().unwrap_or(0))
                 .collect();
@@ -1441,7 +1458,7 @@ proptest! {
                     // manifest is the same, whatever else of that Work is written) and its
                     // member reports it available.
                     let as_wanted = |k: &CopyKey, id: &WorkId, h: &Work| {
-                        let theirs = h.spec.manifests.iter()
+                        let theirs = manifests(h).iter()
                             .position(|m| m.metadata.name.as_deref() == Some(k.object.name.as_str()))
                             .and_then(|i| hub_manifest_digest(h, i));
                         let ours = p.wanted[id].spec.manifests.iter()
@@ -1956,7 +1973,8 @@ fn a_custom_kind_with_a_profile_divides_at_its_path_and_its_works_carry_the_heal
 
     // The cache keeps the integers of a custom kind's spec, so the next pass knows each share.
     let cached = as_written(&first, true, true);
-    let m = &cached[0].spec.manifests[0];
+    let lean = manifests(&cached[0]);
+    let m = &lean[0];
     assert_eq!(
         m.data,
         json!({"spec": {"workers": {"count": m.data["spec"]["workers"]["count"]}}})
