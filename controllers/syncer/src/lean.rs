@@ -63,12 +63,12 @@ struct Kept {
     entries: Box<[u8]>,
 }
 
-/// An object a manifest names. The API version and kind are shared by the manifests of a Work
-/// of one type, as the splitter writes them.
+/// An object a manifest names. The API version, kind and namespace are shared by the
+/// manifests of a Work of one type, as the splitter writes them.
 struct Named {
     api_version: Arc<str>,
     kind: Arc<str>,
-    namespace: Option<Box<str>>,
+    namespace: Option<Arc<str>>,
     name: Box<str>,
 }
 
@@ -83,7 +83,11 @@ impl Named {
         Some(Self {
             api_version: share(&types.api_version, last.map(|l| &l.api_version)),
             kind: share(&types.kind, last.map(|l| &l.kind)),
-            namespace: m.metadata.namespace.as_deref().map(Box::from),
+            namespace: m
+                .metadata
+                .namespace
+                .as_deref()
+                .map(|ns| share(ns, last.and_then(|l| l.namespace.as_ref()))),
             name: Box::from(name),
         })
     }
@@ -363,7 +367,7 @@ mod tests {
     }
 
     #[test]
-    fn the_manifests_of_one_type_share_its_api_version_and_kind() {
+    fn the_manifests_of_one_type_share_its_api_version_kind_and_namespace() {
         let mut w = work(1, "one");
         let second = w.spec.manifests[0].clone();
         w.spec.manifests.push(second);
@@ -373,6 +377,10 @@ mod tests {
         let names = &by_uid.get("u-1").expect("kept").names;
         assert!(Arc::ptr_eq(&names[0].kind, &names[1].kind));
         assert!(Arc::ptr_eq(&names[0].api_version, &names[1].api_version));
+        let (Some(a), Some(b)) = (&names[0].namespace, &names[1].namespace) else {
+            panic!("namespaced")
+        };
+        assert!(Arc::ptr_eq(a, b));
     }
 
     #[test]
