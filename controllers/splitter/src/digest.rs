@@ -97,6 +97,9 @@ pub fn manifest_digest(m: &DynamicObject) -> String {
 /// digest of each, and the digest of the whole spec, so that a pass tells a Work that is as
 /// wanted without a second copy of every placed object in memory.
 pub fn lean(work: &mut Work) {
+    if is_lean(work) {
+        return;
+    }
     // Each manifest serialized once, for its own digest and the whole spec's.
     let json: Vec<String> = work
         .spec
@@ -136,12 +139,21 @@ pub fn lean(work: &mut Work) {
             data,
         ));
     }
-    let kept = serde_json::to_string(&kept).unwrap_or_default();
-    work.spec.manifests = Vec::new();
+    // (Serializing strings and JSON values does not fail; should it, the Work keeps its
+    // manifests whole rather than look empty.)
+    let kept = serde_json::to_string(&kept).ok();
     let annotations = work.annotations_mut();
     annotations.insert(CACHED_SPEC_DIGEST.to_string(), whole);
     annotations.insert(CACHED_MANIFEST_DIGESTS.to_string(), digests);
-    annotations.insert(CACHED_MANIFESTS.to_string(), kept);
+    match kept {
+        Some(kept) => {
+            annotations.insert(CACHED_MANIFESTS.to_string(), kept);
+            work.spec.manifests = Vec::new();
+        }
+        None => {
+            annotations.remove(CACHED_MANIFESTS);
+        }
+    }
     // Of the member's report, what a pass reads: not the objects' resourceVersions or times.
     if let Some(status) = &mut work.status {
         for m in &mut status.manifests {
@@ -167,10 +179,18 @@ struct Lean<'a>(
 /// The manifests of a Work: as a lean Work from the cache keeps them (their type, namespace,
 /// name and the data a pass reads, see [`lean`]), or those of a Work not from the cache.
 pub fn manifests(work: &Work) -> Cow<'_, [DynamicObject]> {
-    let Some(kept) = work.annotations().get(CACHED_MANIFESTS) else {
+    let Some(kept) = work
+        .annotations()
+        .get(CACHED_MANIFESTS)
+        .filter(|_| work.spec.manifests.is_empty())
+    else {
         return Cow::Borrowed(&work.spec.manifests);
     };
-    let kept: Vec<Lean<'_>> = serde_json::from_str(kept).unwrap_or_default();
+    // What `lean` wrote, so it reads back.
+    let kept: Vec<Lean<'_>> = serde_json::from_str(kept).unwrap_or_else(|e| {
+        tracing::error!(work = %work.name_any(), error = %e, "the cached manifests of a Work do not read back");
+        Vec::new()
+    });
     Cow::Owned(
         kept.into_iter()
             .map(
@@ -202,10 +222,16 @@ pub fn without_manifests(work: &mut Work) {
     }
 }
 
+/// Whether `work` is the cache's lean form of a Work: no manifests, what a pass reads of them
+/// kept aside (a Work the hub serves has at least one manifest).
+fn is_lean(work: &Work) -> bool {
+    work.spec.manifests.is_empty() && work.annotations().contains_key(CACHED_MANIFESTS)
+}
+
 /// How many manifests a Work has, lean or not (without decoding what a lean one keeps).
 pub fn manifest_count(work: &Work) -> usize {
     match work.annotations().get(CACHED_MANIFEST_DIGESTS) {
-        Some(digests) if work.spec.manifests.is_empty() => digests.len() / DIGEST_LEN,
+        Some(digests) if is_lean(work) => digests.len() / DIGEST_LEN,
         _ => work.spec.manifests.len(),
     }
 }

@@ -172,6 +172,9 @@ impl Manifests {
         let Ok(manifests) = serde_json::from_slice(&kept.json) else {
             return Whole::Missing;
         };
+        // The entries are taken as each event arrives, before the cache stores its object: for
+        // a moment they may be of a newer status than the cached Work's (the same generation's,
+        // and only ever newer, which is what a reconciliation wants).
         let entries = if kept.entries.is_empty() {
             Vec::new()
         } else {

@@ -357,19 +357,36 @@ fn the_cache_keeps_no_map_per_copy_of_a_kind_without_a_share() {
     assert_eq!(hub_manifest_digest(&cached, 3), None);
     // What a pass reads of each: its type, namespace and name, in order.
     assert_eq!(held_names(&cached), ["c000", "c001", "c002"]);
-    let lean = manifests(&cached);
-    let types = lean[0].types.as_ref().expect("its type");
+    let read = manifests(&cached);
+    let types = read[0].types.as_ref().expect("its type");
     assert_eq!(
         (types.api_version.as_str(), types.kind.as_str()),
         ("v1", "ConfigMap")
     );
-    assert_eq!(lean[0].metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(read[0].metadata.namespace.as_deref(), Some("shop"));
     assert_eq!(crate::digest::manifest_count(&cached), 3);
     assert_eq!(crate::digest::manifest_count(wanted), 3);
     // What a plan keeps of a Work it does not write names nothing.
     let mut kept = cached.clone();
     crate::digest::without_manifests(&mut kept);
     assert!(manifests(&kept).is_empty());
+    assert_eq!(crate::digest::manifest_count(&kept), 0);
+    // A lean Work made lean again stays as it was.
+    let mut again = cached.clone();
+    lean(&mut again);
+    assert_eq!(again, cached);
+    // A whole Work is read for its manifests, whatever its annotations say.
+    let mut forged = wanted.clone();
+    forged.annotations_mut().insert(
+        crate::digest::CACHED_MANIFESTS.into(),
+        r#"[["v1","ConfigMap","shop","other",{}]]"#.into(),
+    );
+    assert_eq!(held_names(&forged), ["c000", "c001", "c002"]);
+    lean(&mut forged);
+    assert_eq!(
+        (forged.metadata, forged.spec),
+        (cached.metadata.clone(), cached.spec.clone())
+    );
     // A Work not from the cache: of its manifest.
     assert_eq!(
         hub_manifest_digest(wanted, 1),
