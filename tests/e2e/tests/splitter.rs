@@ -13,7 +13,7 @@ use flotilla_e2e::api::ClusterScopedObjects;
 use flotilla_e2e::chart;
 use flotilla_e2e::fleet::{Fleet, SPLITTER_OUT, Second, deployment, hub_available};
 use flotilla_e2e::{ClusterInfo, Environment, ScratchMember, Seen, api, random_suffix, wait_for};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodTemplate, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -21,13 +21,30 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-/// Replicas of `web` per member, by member Cluster name.
+/// Replicas of Deployment `web` per member, by member Cluster name.
 async fn member_replicas(members: &[(String, Client)], ns: &str) -> Result<BTreeMap<String, i32>> {
+    replicas_in_members(members, ns, "web", |d: &Deployment| d.spec.replicas).await
+}
+
+/// Replicas of the workload `name` of kind `K` per member that has a copy, by member Cluster
+/// name.
+async fn replicas_in_members<K>(
+    members: &[(String, Client)],
+    ns: &str,
+    name: &str,
+    replicas: impl Fn(&K) -> Option<i32>,
+) -> Result<BTreeMap<String, i32>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let mut out = BTreeMap::new();
     for (cluster, client) in members {
-        let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        if let Some(d) = api.get_opt("web").await? {
-            out.insert(cluster.clone(), d.spec.replicas.unwrap_or(0));
+        let api: Api<K> = Api::namespaced(client.clone(), ns);
+        if let Some(copy) = api.get_opt(name).await? {
+            out.insert(cluster.clone(), replicas(&copy).unwrap_or(0));
         }
     }
     Ok(out)
@@ -3294,7 +3311,7 @@ async fn a_standalone_replicaset_is_divided_and_the_hub_counts_its_pods() -> Res
     ] {
         api::apply(hub, &object, false).await??;
     }
-    let api: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(hub.clone(), ns);
+    let api: Api<ReplicaSet> = Api::namespaced(hub.clone(), ns);
     wait_for(
         "the hub ReplicaSet 4 of 4 ready",
         Duration::from_secs(90),
@@ -3318,20 +3335,17 @@ async fn a_standalone_replicaset_is_divided_and_the_hub_counts_its_pods() -> Res
         "4 replicas divided 1 + 1 + 2 over the three members",
         Duration::from_secs(60),
         || async {
-            let mut shares = Vec::new();
-            for (name, client) in members {
-                let copy =
-                    Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(client.clone(), ns)
-                        .get_opt("cache")
-                        .await?;
-                shares.push((copy.and_then(|c| c.spec.replicas), name.clone()));
-            }
-            let mut counts: Vec<i32> = shares.iter().map(|(r, _)| r.unwrap_or(0)).collect();
+            let shares =
+                replicas_in_members(members, ns, "cache", |r: &ReplicaSet| r.spec.replicas).await?;
+            let mut counts: Vec<i32> = members
+                .iter()
+                .map(|(cluster, _)| shares.get(cluster).copied().unwrap_or(0))
+                .collect();
             counts.sort_unstable();
             Ok(if counts == [1, 1, 2] {
                 Seen::Done(())
             } else {
-                Seen::not_yet(format!("replicas per member (None: no copy): {shares:?}"))
+                Seen::not_yet(format!("replicas per member with a copy: {shares:?}"))
             })
         },
     )
