@@ -5,16 +5,18 @@
 rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 # A controller's live heap and what its allocator keeps resident, MiB, from its /metrics (the
 # one port it listens on): "allocated resident active".
+# The port a controller serves /metrics on (the one port it listens on).
+metrics_port() { ss -ltnpH 2>/dev/null | awk -v p="pid=$1," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}'; }
 heap() { # pid metric-prefix
-  local port
-  port="$(ss -ltnpH 2>/dev/null | awk -v p="pid=$1," 'index($0, p) {n = split($4, a, ":"); print a[n]; exit}')"
-  curl -sf "http://127.0.0.1:${port}/metrics" | awk -v p="$2" '
+  curl -sf "http://127.0.0.1:$(metrics_port "$1")/metrics" | awk -v p="$2" '
     $1 == p "_allocator_allocated_bytes" {a = $2}
     $1 == p "_allocator_active_bytes" {c = $2}
     $1 == p "_allocator_resident_bytes" {r = $2}
     $1 == p "_allocator_metadata_bytes" {m = $2}
     END {printf "%.1f %.1f %.1f %.1f\n", a / 1048576, r / 1048576, c / 1048576, m / 1048576}'
 }
+# The allocator's statistics per size class (jemalloc's stats_print) of a controller, into a file.
+allocator_stats() { curl -sf "http://127.0.0.1:$(metrics_port "$1")/debug/allocator" >"$2" || true; }
 # CPU seconds (user + system) used so far by the processes of each component: where the time of
 # a phase goes on a machine whose cores every process shares.
 TICKS="$(getconf CLK_TCK)"

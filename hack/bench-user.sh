@@ -114,6 +114,10 @@ for phase in create edit; do
     SYNCER_LOADED="$(rss "${SYNCER_PID}")"
     read -r SPLITTER_HEAP SPLITTER_RES SPLITTER_ACT SPLITTER_META < <(heap "${SPLITTER_PID}" flotilla_splitter)
     read -r SYNCER_HEAP SYNCER_RES SYNCER_ACT SYNCER_META < <(heap "${SYNCER_PID}" flotilla_syncer)
+    if [[ -n "${PROFILE_DIR}" ]]; then
+      allocator_stats "${SPLITTER_PID}" "${PROFILE_DIR}/splitter-allocator.txt"
+      allocator_stats "${SYNCER_PID}" "${PROFILE_DIR}/syncer-allocator.txt"
+    fi
     STATUS_BYTES="$(k -n bench-user get placement user -o json | wc -c)"
     # The largest Work as the hub stores it, and how much of that is its managed fields.
     read -r WORK_BYTES WORK_MF_BYTES < <(k get works -A -o json --show-managed-fields | python3 -c '

@@ -30,7 +30,9 @@
 #            phases are written to DIR/hub-<phase>.pprof and DIR/member-<phase>.pprof, the hub's
 #            over the first 10 s of the delete to DIR/hub-delete.pprof, and of the
 #            first member's over the direct create to DIR/member-direct.pprof (read them with
-#            `go tool pprof -top DIR/hub-create.pprof`).
+#            `go tool pprof -top DIR/hub-create.pprof`); the splitter's and the syncer's
+#            allocator statistics per size class with the copies placed to
+#            DIR/<controller>-allocator.txt (their /debug/allocator).
 #
 #   fleet    How the user's path grows with the fleet: for each size of --members (a list, default
 #            3,10,20), push members are added (`hack/clusters.sh add-member`, `kubectl flotilla

@@ -1,4 +1,4 @@
-//! The HTTP server: `/metrics`, `/healthz` and `/readyz`.
+//! The HTTP server: `/metrics` (and `/debug/allocator`), `/healthz` and `/readyz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -91,6 +91,21 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// The allocator's own statistics (jemalloc's `malloc_stats_print`: per size class, how many
+/// regions are in use and how full their slabs are), to find where a controller's memory goes.
+async fn allocator() -> impl IntoResponse {
+    let mut text = Vec::new();
+    let mut options = tikv_jemalloc_ctl::stats_print::Options::default();
+    options.skip_per_arena = true;
+    match tikv_jemalloc_ctl::stats_print::stats_print(&mut text, options) {
+        Ok(()) => (StatusCode::OK, String::from_utf8_lossy(&text).into_owned()),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reading the allocator's statistics: {e}\n"),
+        ),
+    }
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -113,6 +128,7 @@ fn routers(metrics_: Metrics, health: Health) -> (Router, Router) {
     };
     let metrics_router = Router::new()
         .route("/metrics", get(metrics))
+        .route("/debug/allocator", get(allocator))
         .with_state(state.clone());
     let health_router = Router::new()
         .route("/healthz", get(healthz))
@@ -226,5 +242,18 @@ mod tests {
         let (status, body) = get_path(router, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("# TYPE flotilla_test_leader gauge"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn the_allocator_statistics_are_served_per_size_class_on_the_metrics_address() {
+        let metrics = Metrics::new("test").expect("metrics");
+        let (router, health_router) = routers(metrics, Health::default());
+        let (status, body) = get_path(router, "/debug/allocator").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("jemalloc statistics"), "{body}");
+        assert!(body.contains("bins:"), "the size classes: {body}");
+        // Not on the health address, which may be exposed more widely.
+        let (status, _) = get_path(health_router, "/debug/allocator").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
     }
 }

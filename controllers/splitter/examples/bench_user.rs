@@ -44,7 +44,25 @@ fn configmap(namespace: &str, i: usize, version: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": format!("bench-{i}"), "namespace": namespace,
                         "labels": {"bench": "user"}},
-           "data": {"version": version, "payload": "x".repeat(256)}})
+           "data": {"version": version, "payload": payload(i, version)}})
+}
+
+/// 256 characters of data that differ per object and version, as a real ConfigMap's do: hex
+/// digits of a pseudo-random sequence (splitmix64), which no compressor shrinks below half, where
+/// the same character repeated would shrink to nothing and flatter a controller that compresses
+/// what it keeps.
+fn payload(i: usize, version: &str) -> String {
+    let mut state = version
+        .bytes()
+        .fold(i as u64, |h, b| h.rotate_left(8) ^ u64::from(b));
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    (0..16).map(|_| format!("{:016x}", next())).collect()
 }
 
 /// The ConfigMap as the syncer applies it in a member: with the labels and annotations that
