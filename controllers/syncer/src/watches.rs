@@ -81,15 +81,17 @@ type ObjectKey = (Option<String>, String);
 type OwnWrites = Mutex<HashMap<ObjectKey, Pending>>;
 
 /// What a member watch keeps of one object, in as few allocations as it can: one string for its
-/// UID, resourceVersion and manifest hash, and its Work's name shared with the other objects of
-/// that Work (the store holds one of these per object a syncer applied in the member; as three
-/// strings and a name of its own each took about twice the memory).
+/// name, UID, resourceVersion and manifest hash, and its Work's name shared with the other
+/// objects of that Work (the store holds one of these per object a syncer applied in the member;
+/// as four strings and a Work name of its own each took about twice the memory, and each small
+/// string, made among the short-lived ones of a burst, held a partly used page for every few).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
-    /// The UID, the resourceVersion and the manifest hash, one after the other (an empty one is
-    /// unset).
+    /// The name, the UID, the resourceVersion and the manifest hash, one after the other (an
+    /// empty one is unset).
     ids: Box<str>,
-    /// Where the resourceVersion and the hash start in `ids`.
+    /// Where the UID, the resourceVersion and the hash start in `ids`.
+    uid_at: u32,
     rv_at: u32,
     hash_at: u32,
     /// The `flotilla.dev/work` annotation, shared (see [`Objects::intern`]).
@@ -100,14 +102,16 @@ struct Seen {
 impl Seen {
     fn of(o: &ObjectMeta, work: Option<Arc<str>>) -> Self {
         let m = &o.metadata;
+        let name = m.name.as_deref().unwrap_or_default();
         let uid = m.uid.as_deref().unwrap_or_default();
         let rv = m.resource_version.as_deref().unwrap_or_default();
         let hash = crate::manifest::applied_hash(m.annotations.as_ref()).unwrap_or_default();
         let offset = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
         Self {
-            ids: [uid, rv, hash].concat().into_boxed_str(),
-            rv_at: offset(uid.len()),
-            hash_at: offset(uid.len() + rv.len()),
+            ids: [name, uid, rv, hash].concat().into_boxed_str(),
+            uid_at: offset(name.len()),
+            rv_at: offset(name.len() + uid.len()),
+            hash_at: offset(name.len() + uid.len() + rv.len()),
             work,
             deleting: m.deletion_timestamp.is_some(),
         }
@@ -119,8 +123,12 @@ impl Seen {
         self.ids.get(from..to).unwrap_or_default()
     }
 
+    fn name(&self) -> &str {
+        self.part(0, Some(self.uid_at))
+    }
+
     fn uid(&self) -> Option<&str> {
-        Some(self.part(0, Some(self.rv_at))).filter(|u| !u.is_empty())
+        Some(self.part(self.uid_at, Some(self.rv_at))).filter(|u| !u.is_empty())
     }
 
     /// Empty when the object had none.
@@ -137,26 +145,52 @@ impl Seen {
     }
 }
 
+/// A [`Seen`] in a set of one namespace's objects, found by its name (which it holds: the set
+/// needs no key of its own).
+#[derive(Debug)]
+struct ByItsName(Seen);
+
+impl PartialEq for ByItsName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl Eq for ByItsName {}
+
+impl std::hash::Hash for ByItsName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As the name is hashed, so that a lookup by name finds it.
+        self.0.name().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<str> for ByItsName {
+    fn borrow(&self) -> &str {
+        self.0.name()
+    }
+}
+
 /// Objects by namespace (`""` for those of no namespace) and name: the namespace is kept once,
 /// and an object is found without making its key.
-type ByName = HashMap<Box<str>, HashMap<Box<str>, Seen>>;
+type ByName = HashMap<Box<str>, HashSet<ByItsName>>;
 
 fn get<'a>(objects: &'a ByName, namespace: Option<&str>, name: &str) -> Option<&'a Seen> {
-    objects.get(namespace.unwrap_or_default())?.get(name)
+    objects
+        .get(namespace.unwrap_or_default())?
+        .get(name)
+        .map(|s| &s.0)
 }
 
 fn insert(objects: &mut ByName, o: &ObjectMeta, seen: Seen) {
     let namespace = o.metadata.namespace.as_deref().unwrap_or_default();
-    let name = o.metadata.name.as_deref().unwrap_or_default();
     match objects.get_mut(namespace) {
         Some(names) => {
-            names.insert(Box::from(name), seen);
+            // `replace`: an object seen before is kept as it is now.
+            names.replace(ByItsName(seen));
         }
         None => {
-            objects.insert(
-                Box::from(namespace),
-                HashMap::from([(Box::from(name), seen)]),
-            );
+            objects.insert(Box::from(namespace), HashSet::from([ByItsName(seen)]));
         }
     }
 }
@@ -202,7 +236,7 @@ impl Objects {
             }
             watcher::Event::InitDone => {
                 if let Some(mut listed) = self.relisting.take() {
-                    listed.values_mut().for_each(HashMap::shrink_to_fit);
+                    listed.values_mut().for_each(HashSet::shrink_to_fit);
                     listed.shrink_to_fit();
                     self.live = listed;
                 }
@@ -923,7 +957,7 @@ mod tests {
     }
 
     fn count(objects: &ByName) -> usize {
-        objects.values().map(HashMap::len).sum()
+        objects.values().map(HashSet::len).sum()
     }
 
     #[test]
@@ -1006,6 +1040,16 @@ mod tests {
             panic!("both name their Work")
         };
         assert!(Arc::ptr_eq(wa, wb));
+        // The name is held in the same string, and is what the object is found by.
+        assert_eq!(a.name(), "settings");
+        assert!(a.ids.starts_with("settings0b5d5e0c"), "{}", a.ids);
+        // A later event of the object replaces what was kept of it.
+        let mut again = meta(Some("flotilla-cluster-m1/web"), "14");
+        again.metadata.name = Some("other".into());
+        objects.apply(&watcher::Event::Apply(again));
+        let b = objects.get(Some("shop"), "other").expect("kept");
+        assert_eq!(b.resource_version(), "14");
+        assert_eq!(count(&objects.live), 2);
     }
 
     #[test]
