@@ -3,6 +3,9 @@
 # hack/bench-user.sh and hack/bench-fleet.sh; they read RUN, KUBECTL and HUB from hack/bench.sh).
 
 rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+# The anonymous part of the RSS, MiB: without the pages of the binary's code and data, of which
+# the first burst of work brings in more (once, whatever the number of copies).
+rss_anon() { awk '/^RssAnon:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 # A controller's live heap and what its allocator keeps resident, MiB, from its /metrics (the
 # one port it listens on): "allocated resident active".
 # The port a controller serves /metrics on (the one port it listens on).

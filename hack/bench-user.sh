@@ -73,6 +73,8 @@ a_time() { awk -v p="$1" '$1 == "phase" && $2 == p {print $3}' <<<"${ALONE}"; }
 
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
+SPLITTER_IDLE_ANON="$(rss_anon "${SPLITTER_PID}")"
+SYNCER_IDLE_ANON="$(rss_anon "${SYNCER_PID}")"
 read -r SPLITTER_HEAP_IDLE SPLITTER_RES_IDLE SPLITTER_ACT_IDLE SPLITTER_META_IDLE < <(heap "${SPLITTER_PID}" flotilla_splitter)
 read -r SYNCER_HEAP_IDLE SYNCER_RES_IDLE SYNCER_ACT_IDLE SYNCER_META_IDLE < <(heap "${SYNCER_PID}" flotilla_syncer)
 # The most file descriptors (nearly all connections: to the hub and the members) each controller
@@ -112,6 +114,8 @@ for phase in create edit; do
     sleep 10
     SPLITTER_LOADED="$(rss "${SPLITTER_PID}")"
     SYNCER_LOADED="$(rss "${SYNCER_PID}")"
+    SPLITTER_LOADED_ANON="$(rss_anon "${SPLITTER_PID}")"
+    SYNCER_LOADED_ANON="$(rss_anon "${SYNCER_PID}")"
     read -r SPLITTER_HEAP SPLITTER_RES SPLITTER_ACT SPLITTER_META < <(heap "${SPLITTER_PID}" flotilla_splitter)
     read -r SYNCER_HEAP SYNCER_RES SYNCER_ACT SYNCER_META < <(heap "${SYNCER_PID}" flotilla_syncer)
     if [[ -n "${PROFILE_DIR}" ]]; then
@@ -164,10 +168,10 @@ echo "| p50 | ${P50} | ${S50} |"
 echo "| p99 | ${P99} | ${S99} |"
 echo "| max | ${PMAX} | ${SMAX} |"
 echo
-echo "| controller | RSS idle, MiB | RSS with ${COUNT} × ${MEMBERS} copies placed, MiB | KiB per placed object × member | open file descriptors at most (hub phases) |"
-echo "|---|---:|---:|---:|---:|"
-echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") | ${SPLITTER_FDS} |"
-echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") | ${SYNCER_FDS} |"
+echo "| controller | RSS idle, MiB | RSS with ${COUNT} × ${MEMBERS} copies placed, MiB | KiB per placed object × member | anonymous RSS idle / placed, MiB | KiB per placed object × member (anonymous) | open file descriptors at most (hub phases) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| splitter | ${SPLITTER_IDLE} | ${SPLITTER_LOADED} | $(kib_per_copy "${SPLITTER_LOADED}" "${SPLITTER_IDLE}") | ${SPLITTER_IDLE_ANON} / ${SPLITTER_LOADED_ANON} | $(kib_per_copy "${SPLITTER_LOADED_ANON}" "${SPLITTER_IDLE_ANON}") | ${SPLITTER_FDS} |"
+echo "| syncer | ${SYNCER_IDLE} | ${SYNCER_LOADED} | $(kib_per_copy "${SYNCER_LOADED}" "${SYNCER_IDLE}") | ${SYNCER_IDLE_ANON} / ${SYNCER_LOADED_ANON} | $(kib_per_copy "${SYNCER_LOADED_ANON}" "${SYNCER_IDLE_ANON}") | ${SYNCER_FDS} |"
 echo
 echo "| controller | live heap idle, MiB | live heap with the copies placed, MiB | KiB per placed object × member | pages holding live objects (active) idle / placed, MiB | allocator resident idle / placed, MiB | allocator metadata idle / placed, MiB |"
 echo "|---|---:|---:|---:|---:|---:|---:|"

@@ -23,8 +23,9 @@
 #            every copy; the hub's API requests per object, the hub's and the members' requests
 #            by verb; single edits (write to last member, p50/p99: 50 on a settled fleet, 50 each
 #            0.2 s after the previous one); the splitter's and the
-#            syncer's RSS and live heap (their allocator's metrics) per placed object × member,
-#            and most open file descriptors; each
+#            syncer's RSS (all of it, and its anonymous part: without the binary's pages, which
+#            the first burst brings in once) and live heap (their allocator's metrics) per
+#            placed object × member, and most open file descriptors; each
 #            component's CPU seconds per phase. With --profile DIR, CPU profiles of the hub's
 #            and the first member's apiserver over the first 20 s of the hub's create and edit
 #            phases are written to DIR/hub-<phase>.pprof and DIR/member-<phase>.pprof, the hub's
