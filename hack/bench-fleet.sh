@@ -96,6 +96,7 @@ per_edit() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", (b - a) * 1000 / 100
 
 ROWS=()
 EDIT_ROWS=()
+EDIT_REQUEST_ROWS=()
 current="${#MEMBER_LIST[@]}"
 SPLITTER_IDLE="$(rss "${SPLITTER_PID}")"
 SYNCER_IDLE="$(rss "${SYNCER_PID}")"
@@ -139,11 +140,15 @@ for size in "${FLEET_SIZES[@]}"; do
   log "== ${size} members: 50 single edits"
   cpu_before="$(cpu_snapshot)"
   requests_before="$(hub_requests)"
+  by_before="$(hub_requests_by)"
   read -r _ p50 p99 _ s50 s99 _ < <(user hub-single)
   requests_after="$(hub_requests)"
+  EDIT_REQUESTS="$(requests_between "${by_before}" "$(hub_requests_by)" | head -n 12 \
+    | awk -v s="${size}" '{printf "| %s | %s %s | %.1f |\n", s, $2, $3, $1 / 100}')"
   read -r -a b <<<"${cpu_before}"
   read -r -a e <<<"$(cpu_snapshot)"
   # What one edit costs each component: CPU milliseconds and hub requests per edit.
+  EDIT_REQUEST_ROWS+=("${EDIT_REQUESTS}")
   EDIT_ROWS+=("| ${size} | $(per_edit "${b[0]}" "${e[0]}") | $(per_edit "${b[1]}" "${e[1]}") | $(per_edit "${b[2]}" "${e[2]}") | $(per_edit "${b[3]}" "${e[3]}") | $(per_edit "${b[4]}" "${e[4]}") | $(awk -v n="$((requests_after - requests_before))" 'BEGIN {printf "%.1f", n / 100}') |")
   read -r -a b <<<"${cpu_before_place}"
   log "== ${size} members: deleting the ConfigMaps"
@@ -168,3 +173,7 @@ echo
 echo "| members | hub apiserver CPU, ms | etcd CPU, ms | members' apiservers CPU, ms | splitter CPU, ms | syncers' CPU, ms | hub requests |"
 echo "|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${EDIT_ROWS[@]}"
+echo
+echo "| members | hub requests per single edit (most frequent) | per edit |"
+echo "|---:|---|---:|"
+printf '%s\n' "${EDIT_REQUEST_ROWS[@]}"

@@ -65,3 +65,21 @@ cpu_snapshot() {
   for m in "${MEMBER_LIST[@]}"; do members+=("$(pid_of "${m%%=*}.apiserver")"); done
   echo "$(cpu_of "$(pid_of hub.apiserver)") $(cpu_of "$(pid_of etcd)") $(cpu_of "${members[@]}") $(cpu_of "${SPLITTER_PID}") $(cpu_of "${SYNCER_PID}" "${EXTRA_CONTROLLER_PIDS[@]}")"
 }
+# Every request the hub's apiserver has served so far, by verb, resource and subresource:
+# "verb resource[/subresource] count" lines.
+hub_requests_by() { requests_by "${HUB}"; }
+requests_by() { # kubeconfig
+  "${KUBECTL}" --kubeconfig "$1" get --raw /metrics | awk '/^apiserver_request_total\{/ {
+      verb = res = sub_ = ""
+      if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
+      if (match($0, /resource="[^"]*"/)) res = substr($0, RSTART + 10, RLENGTH - 11)
+      if (match($0, /subresource="[^"]*"/)) sub_ = substr($0, RSTART + 13, RLENGTH - 14)
+      key = verb " " (res == "" ? "-" : res) (sub_ == "" ? "" : "/" sub_)
+      n[key] += $NF
+    } END { for (k in n) print k, n[k] }'
+}
+# Requests of each verb and resource between two hub_requests_by snapshots, most first.
+requests_between() { # before after
+  awk 'NR == FNR {b[$1 " " $2] = $3; next} {d = $3 - b[$1 " " $2]; if (d > 0) print d, $1, $2}' \
+    <(echo "$1") <(echo "$2") | sort -rn
+}

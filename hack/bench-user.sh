@@ -16,28 +16,11 @@ cpu_phase() { # phase before after
     CPU[$1,${COMPONENTS[$i]}]="$(awk -v x="${a[$i]}" -v y="${b[$i]}" 'BEGIN {printf "%.1f", x - y}')"
   done
 }
-# The same, by verb, resource and subresource: "verb resource[/subresource] count" lines.
-hub_requests_by() { requests_by "${HUB}"; }
-# The same, summed over every member's apiserver.
+# Requests by verb and resource (as hub_requests_by), summed over every member's apiserver.
 member_requests_by() {
   local m
   for m in "${MEMBER_LIST[@]}"; do requests_by "${m#*=}"; done \
     | awk '{n[$1 " " $2] += $3} END {for (k in n) print k, n[k]}'
-}
-requests_by() { # kubeconfig
-  "${KUBECTL}" --kubeconfig "$1" get --raw /metrics | awk '/^apiserver_request_total\{/ {
-      verb = res = sub_ = ""
-      if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
-      if (match($0, /resource="[^"]*"/)) res = substr($0, RSTART + 10, RLENGTH - 11)
-      if (match($0, /subresource="[^"]*"/)) sub_ = substr($0, RSTART + 13, RLENGTH - 14)
-      key = verb " " (res == "" ? "-" : res) (sub_ == "" ? "" : "/" sub_)
-      n[key] += $NF
-    } END { for (k in n) print k, n[k] }'
-}
-# Requests of each verb and resource between two hub_requests_by snapshots, most first.
-requests_between() { # before after
-  awk 'NR == FNR {b[$1 " " $2] = $3; next} {d = $3 - b[$1 " " $2]; if (d > 0) print d, $1, $2}' \
-    <(echo "$1") <(echo "$2") | sort -rn
 }
 user() { "${TARGET}/examples/bench_user" "$1" "$2" "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}"; }
 per_object() { awk -v a="$1" -v b="$2" -v n="${COUNT}" 'BEGIN {printf "%.1f", (b - a) / n}'; }

@@ -17,12 +17,19 @@
 //! at least one item), and [`crate::manifest::prepare`] refuses it: taken for a Work of no
 //! manifests, it would have every object it applied removed from the member.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use flotilla_api::{ManifestIdentity, Work};
-use kube::ResourceExt;
+use flotilla_api::work::{entries_json, manifests_json};
+use flotilla_api::{ManifestIdentity, ManifestStatus, Work, WorkSpec, WorkStatus};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 
 use crate::manifest::same_object;
 
@@ -67,6 +74,14 @@ struct Kept {
     /// generation: a status reports on the generation it names); nothing when it has none.
     entries: Packed,
 }
+
+/// Kept manifests read back: each an object, or a JSON string as the hub serves it.
+#[derive(Deserialize)]
+struct KeptManifests(#[serde(deserialize_with = "manifests_json::deserialize")] Vec<DynamicObject>);
+
+/// Kept status entries read back, as [`KeptManifests`].
+#[derive(Deserialize)]
+struct KeptEntries(#[serde(deserialize_with = "entries_json::deserialize")] Vec<ManifestStatus>);
 
 /// A JSON document, LZ4-compressed (its length first); empty for none.
 #[derive(Default)]
@@ -115,35 +130,82 @@ struct Type {
     namespace: Option<Box<str>>,
 }
 
+/// What one manifest names, as read from it.
+struct Id<'a> {
+    api_version: Cow<'a, str>,
+    kind: Cow<'a, str>,
+    namespace: Option<Cow<'a, str>>,
+    name: Cow<'a, str>,
+}
+
+impl<'a> Id<'a> {
+    /// What a decoded manifest names; `None` without a type or a name.
+    fn of_object(m: &'a DynamicObject) -> Option<Self> {
+        let types = m.types.as_ref()?;
+        Some(Self {
+            api_version: Cow::Borrowed(&types.api_version),
+            kind: Cow::Borrowed(&types.kind),
+            namespace: m.metadata.namespace.as_deref().map(Cow::Borrowed),
+            name: Cow::Borrowed(m.metadata.name.as_deref().filter(|n| !n.is_empty())?),
+        })
+    }
+
+    /// What a manifest as the hub serves it names (a JSON string, or an object), read without
+    /// decoding the rest of it; `None` when it does not say.
+    fn of_item(item: &'a Value) -> Option<Self> {
+        #[derive(Deserialize)]
+        struct Item<'a> {
+            #[serde(rename = "apiVersion", borrow)]
+            api_version: Cow<'a, str>,
+            #[serde(borrow)]
+            kind: Cow<'a, str>,
+            #[serde(borrow)]
+            metadata: Meta<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Meta<'a> {
+            #[serde(borrow, default)]
+            name: Option<Cow<'a, str>>,
+            #[serde(borrow, default)]
+            namespace: Option<Cow<'a, str>>,
+        }
+        let item: Item<'a> = match item {
+            Value::String(json) => serde_json::from_str(json).ok()?,
+            Value::Object(_) => Item::deserialize(item).ok()?,
+            _ => return None,
+        };
+        Some(Self {
+            api_version: item.api_version,
+            kind: item.kind,
+            namespace: item.metadata.namespace,
+            name: item.metadata.name.filter(|n| !n.is_empty())?,
+        })
+    }
+}
+
 impl NameList {
-    fn of(manifests: &[DynamicObject]) -> Self {
+    fn of<'a>(ids: impl ExactSizeIterator<Item = Option<Id<'a>>>) -> Self {
         let mut names = String::new();
-        let mut ends = Vec::with_capacity(manifests.len());
+        let mut ends = Vec::with_capacity(ids.len());
         let mut runs: Vec<(u32, Type)> = Vec::new();
-        for m in manifests {
-            let (Some(types), Some(name)) = (
-                m.types.as_ref(),
-                m.metadata.name.as_deref().filter(|n| !n.is_empty()),
-            ) else {
-                continue;
-            };
-            let namespace = m.metadata.namespace.as_deref();
+        for id in ids.flatten() {
+            let namespace = id.namespace.as_deref();
             let same = runs.last().is_some_and(|(_, t)| {
-                *t.api_version == types.api_version
-                    && *t.kind == types.kind
+                *t.api_version == *id.api_version
+                    && *t.kind == *id.kind
                     && t.namespace.as_deref() == namespace
             });
             if !same {
                 runs.push((
                     offset(ends.len()),
                     Type {
-                        api_version: Box::from(types.api_version.as_str()),
-                        kind: Box::from(types.kind.as_str()),
+                        api_version: Box::from(&*id.api_version),
+                        kind: Box::from(&*id.kind),
                         namespace: namespace.map(Box::from),
                     },
                 ));
             }
-            names.push_str(name);
+            names.push_str(&id.name);
             ends.push(offset(names.len()));
         }
         Self {
@@ -194,6 +256,130 @@ fn offset(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
+/// A Work as the syncer's watch decodes it: the Work but for its manifests and status entries,
+/// which stay as the hub serves them (JSON strings, or objects as written before) until
+/// [`Manifests::take_incoming`] keeps them aside. Decoding every manifest and entry of every
+/// Work event into objects only to write them out again for the cache took most of the
+/// syncer's work per event, and most of the short-lived allocations among which the cache's
+/// long-lived ones were made (and held partly used pages once the others were freed).
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    work: Work,
+    /// `spec.manifests` as served; `None` for a Work the cache had already (lean).
+    manifests: Option<Vec<Value>>,
+    /// `status.manifests` as served.
+    entries: Vec<Value>,
+}
+
+impl Incoming {
+    /// A Work from the cache, which keeps what it was given.
+    pub fn cached(work: Work) -> Self {
+        Self {
+            work,
+            manifests: None,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The Work, with whatever of its manifests and entries was not kept aside.
+    pub fn into_work(self) -> Work {
+        let mut work = self.work;
+        if let Some(manifests) = self.manifests.filter(|m| !m.is_empty()) {
+            work.spec.manifests =
+                manifests_json::deserialize(Value::Array(manifests)).unwrap_or_default();
+        }
+        if !self.entries.is_empty()
+            && let Some(status) = &mut work.status
+        {
+            status.manifests =
+                entries_json::deserialize(Value::Array(self.entries)).unwrap_or_default();
+        }
+        work
+    }
+
+    /// A watch event of Works as the cache takes it.
+    pub fn into_work_event(event: Event<Self>) -> Event<Work> {
+        match event {
+            Event::Apply(i) => Event::Apply(i.into_work()),
+            Event::Delete(i) => Event::Delete(i.into_work()),
+            Event::Init => Event::Init,
+            Event::InitApply(i) => Event::InitApply(i.into_work()),
+            Event::InitDone => Event::InitDone,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Incoming {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        struct Served {
+            metadata: ObjectMeta,
+            spec: Part,
+            #[serde(default)]
+            status: Option<Part>,
+        }
+        /// `spec` or `status`: its `manifests` as served, and its other fields.
+        #[derive(Deserialize)]
+        struct Part {
+            #[serde(default)]
+            manifests: Option<Vec<Value>>,
+            #[serde(flatten)]
+            rest: serde_json::Map<String, Value>,
+        }
+        let served = Served::deserialize(deserializer)?;
+        let mut spec = served.spec.rest;
+        spec.insert("manifests".into(), Value::Array(Vec::new()));
+        let spec: WorkSpec =
+            serde_json::from_value(Value::Object(spec)).map_err(D::Error::custom)?;
+        let (status, entries) = match served.status {
+            Some(part) => {
+                let status: WorkStatus =
+                    serde_json::from_value(Value::Object(part.rest)).map_err(D::Error::custom)?;
+                (Some(status), part.manifests.unwrap_or_default())
+            }
+            None => (None, Vec::new()),
+        };
+        let mut work = Work::new("", spec);
+        work.metadata = served.metadata;
+        work.status = status;
+        Ok(Self {
+            work,
+            manifests: Some(served.spec.manifests.unwrap_or_default()),
+            entries,
+        })
+    }
+}
+
+impl Resource for Incoming {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Work::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        Work::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        Work::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Work::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.work.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.work.metadata
+    }
+}
+
 impl Manifests {
     /// For every Work the watch brings, before the cache has it: keeps its manifests, what
     /// they name and its status entries, and leaves it lean.
@@ -220,7 +406,7 @@ impl Manifests {
             Some(kept) if kept.generation == work.metadata.generation => kept.entries = entries,
             _ => {
                 let json = Packed::of(&work.spec.manifests).unwrap_or_default();
-                let names = NameList::of(&work.spec.manifests);
+                let names = NameList::of(work.spec.manifests.iter().map(Id::of_object));
                 by_uid.insert(
                     uid,
                     Kept {
@@ -236,6 +422,41 @@ impl Manifests {
         work.spec.manifests = Vec::new();
     }
 
+    /// For every Work the watch brings, before the cache has it: keeps its manifests (as
+    /// served), what they name and its status entries (as served), and leaves it lean — as
+    /// [`Manifests::take`] does with a decoded Work, without decoding them. A status event (most
+    /// events of a Work) reads no manifest at all.
+    pub fn take_incoming(&self, incoming: &mut Incoming) {
+        let Some(uid) = incoming.work.uid() else {
+            return;
+        };
+        if incoming.manifests.as_ref().is_none_or(Vec::is_empty) {
+            // The cache's own Work, or one of no manifests (which is left whole).
+            return;
+        }
+        let entries = std::mem::take(&mut incoming.entries);
+        let entries = if entries.is_empty() {
+            Packed::default()
+        } else {
+            Packed::of(&entries).unwrap_or_default()
+        };
+        let manifests = incoming.manifests.take().unwrap_or_default();
+        let generation = incoming.work.metadata.generation;
+        let mut by_uid = self.lock();
+        match by_uid.get_mut(&uid) {
+            Some(kept) if kept.generation == generation => kept.entries = entries,
+            _ => {
+                let kept = Kept {
+                    generation,
+                    json: Packed::of(&manifests).unwrap_or_default(),
+                    names: NameList::of(manifests.iter().map(Id::of_item)),
+                    entries,
+                };
+                by_uid.insert(uid, kept);
+            }
+        }
+    }
+
     /// `work` (from the cache) with its manifests, if those kept are of its generation.
     pub fn whole(&self, work: &Work) -> Whole {
         if !is_lean(work) {
@@ -248,7 +469,7 @@ impl Manifests {
         if kept.generation != work.metadata.generation {
             return Whole::Newer;
         }
-        let Some(manifests) = kept.json.read() else {
+        let Some(KeptManifests(manifests)) = kept.json.read() else {
             return Whole::Missing;
         };
         // The entries are taken as each event arrives, before the cache stores its object: for
@@ -257,7 +478,7 @@ impl Manifests {
         let entries = if kept.entries.is_empty() {
             Vec::new()
         } else {
-            let Some(entries) = kept.entries.read() else {
+            let Some(KeptEntries(entries)) = kept.entries.read() else {
                 return Whole::Missing;
             };
             entries
@@ -587,5 +808,155 @@ mod tests {
         manifests.lock().get_mut("u-1").expect("kept").json =
             Packed(Box::from(&b"\x05\0\0\0garbage"[..]));
         assert_eq!(manifests.whole(&cached), Whole::Missing);
+    }
+
+    /// `work` as the hub serves it, decoded as the syncer's watch decodes it.
+    fn served(work: &Work) -> Incoming {
+        let json = serde_json::to_vec(work).expect("json");
+        let guarded: kube::core::DeserializeGuard<Incoming> =
+            serde_json::from_slice(&json).expect("decodes");
+        guarded.0.expect("a Work")
+    }
+
+    fn with_entries(mut w: Work, n: i32) -> Work {
+        let entry = with_entry(w.clone(), "7")
+            .status
+            .expect("a status")
+            .manifests[0]
+            .clone();
+        w.status = Some(flotilla_api::WorkStatus {
+            observed_generation: w.metadata.generation,
+            manifests: (0..n)
+                .map(|i| {
+                    let mut e = entry.clone();
+                    e.ordinal = i;
+                    e
+                })
+                .collect(),
+            ..Default::default()
+        });
+        w
+    }
+
+    #[test]
+    fn a_work_as_served_is_kept_without_decoding_its_manifests_and_is_whole_again() {
+        let original = with_entries(work(1, "one"), 1);
+        let mut incoming = served(&original);
+        let manifests = Manifests::default();
+        manifests.take_incoming(&mut incoming);
+        let cached = incoming.into_work();
+        assert!(is_lean(&cached));
+        assert!(
+            cached
+                .status
+                .as_ref()
+                .expect("a status")
+                .manifests
+                .is_empty()
+        );
+        assert_eq!(
+            manifests.whole(&cached),
+            Whole::Found(Box::new(original.clone()))
+        );
+        assert_eq!(manifests.names(&cached), Names::Known(vec![id("a")]));
+        // The same as a Work decoded whole and taken.
+        let decoded = Manifests::default();
+        let mut taken = original.clone();
+        decoded.take(&mut taken);
+        assert_eq!(taken, cached);
+        assert_eq!(decoded.whole(&taken), manifests.whole(&cached));
+        // A status event of the same generation brings new entries, and no manifest is read.
+        let newer = with_entries(work(1, "one"), 2);
+        let mut incoming = served(&newer);
+        incoming.manifests = Some(vec![Value::String("not read".into())]);
+        manifests.take_incoming(&mut incoming);
+        let cached = incoming.into_work();
+        let Whole::Found(whole) = manifests.whole(&cached) else {
+            panic!("whole")
+        };
+        assert_eq!(whole.spec.manifests, original.spec.manifests);
+        assert_eq!(whole.status.expect("a status").manifests.len(), 2);
+    }
+
+    #[test]
+    fn manifests_and_entries_written_as_objects_are_kept_and_read_alike() {
+        let original = with_entries(work(1, "one"), 1);
+        let mut json = serde_json::to_value(&original).expect("json");
+        // As written before they were JSON strings.
+        for list in ["/spec/manifests", "/status/manifests"] {
+            let items = json.pointer_mut(list).expect("a list");
+            let objects: Vec<Value> = items
+                .as_array()
+                .expect("an array")
+                .iter()
+                .map(|s| serde_json::from_str(s.as_str().expect("a string")).expect("json"))
+                .collect();
+            *items = Value::Array(objects);
+        }
+        let guarded: kube::core::DeserializeGuard<Incoming> =
+            serde_json::from_value(json).expect("decodes");
+        let mut incoming = guarded.0.expect("a Work");
+        let manifests = Manifests::default();
+        manifests.take_incoming(&mut incoming);
+        let cached = incoming.into_work();
+        assert_eq!(manifests.whole(&cached), Whole::Found(Box::new(original)));
+        assert_eq!(manifests.names(&cached), Names::Known(vec![id("a")]));
+    }
+
+    #[test]
+    fn an_unreadable_manifest_is_kept_as_the_hub_serves_it_and_named_by_nothing() {
+        let mut original = work(1, "one");
+        let mut json = serde_json::to_value(&original).expect("json");
+        json["spec"]["manifests"]
+            .as_array_mut()
+            .expect("an array")
+            .push(json!(42));
+        json["spec"]["manifests"]
+            .as_array_mut()
+            .expect("an array")
+            .push(json!(
+                "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {}}"
+            ));
+        // What the Work decoded whole holds: a stand-in for the unreadable one.
+        let whole: Work = serde_json::from_value(json.clone()).expect("a Work");
+        original.spec.manifests = whole.spec.manifests.clone();
+        let guarded: kube::core::DeserializeGuard<Incoming> =
+            serde_json::from_value(json).expect("decodes");
+        let mut incoming = guarded.0.expect("a Work");
+        let manifests = Manifests::default();
+        manifests.take_incoming(&mut incoming);
+        let cached = incoming.into_work();
+        assert_eq!(manifests.whole(&cached), Whole::Found(Box::new(original)));
+        assert_eq!(
+            manifests.names(&cached),
+            Names::Known(vec![id("a")]),
+            "neither the number nor the object of no name names anything"
+        );
+    }
+
+    #[test]
+    fn a_work_that_does_not_decode_whole_does_not_decode_as_served_either() {
+        let mut json = serde_json::to_value(work(1, "one")).expect("json");
+        json["spec"]["deletePolicy"] = json!("Sometimes");
+        assert!(serde_json::from_value::<Work>(json.clone()).is_err());
+        let guarded: kube::core::DeserializeGuard<Incoming> =
+            serde_json::from_value(json).expect("the guard holds the error");
+        let error = guarded.0.expect_err("refused");
+        assert!(error.error.contains("Sometimes"), "{}", error.error);
+        assert_eq!(error.metadata.name.as_deref(), Some("w"));
+    }
+
+    #[test]
+    fn a_cached_work_given_again_keeps_what_is_kept() {
+        let original = with_entries(work(1, "one"), 1);
+        let mut incoming = served(&original);
+        let manifests = Manifests::default();
+        manifests.take_incoming(&mut incoming);
+        let cached = incoming.into_work();
+        // The watch's fallback for a Work that no longer decodes: the cache's copy.
+        let mut again = Incoming::cached(cached.clone());
+        manifests.take_incoming(&mut again);
+        assert_eq!(again.into_work(), cached);
+        assert_eq!(manifests.whole(&cached), Whole::Found(Box::new(original)));
     }
 }

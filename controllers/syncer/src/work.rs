@@ -32,7 +32,7 @@ use crate::apply::{
     describe,
 };
 use crate::data::HubData;
-use crate::lean::{Manifests, Names, Whole};
+use crate::lean::{Incoming, Manifests, Names, Whole};
 use crate::manifest::same_object;
 use crate::metrics::{SyncerMetrics, Tracking};
 use crate::own_status::{OwnStatus, resource_version_in};
@@ -259,19 +259,30 @@ pub async fn serve(
     let written = own_status.clone();
     let seen = tracking.clone();
     // Each Work decodes on its own: one whose status an agent wrote with a value the syncer
-    // cannot read stands as it was last seen, and the others go on.
+    // cannot read stands as it was last seen, and the others go on. Its manifests and status
+    // entries are not decoded: they are kept aside as the hub serves them.
     let last_seen = works.clone();
+    let incoming: Api<Incoming> = match hub.works.namespace() {
+        Some(ns) => Api::namespaced(hub.client.clone(), ns),
+        None => Api::all(hub.client.clone()),
+    };
     let work_events = flotilla_runtime::guard::watcher(
-        flotilla_runtime::guard::namespaced(hub.works.clone()),
+        flotilla_runtime::guard::namespaced(incoming),
         watcher::Config::default(),
-        move |w: &mut Work| {
+        move |w: &mut Incoming| {
             // Not read by the syncer, and much of a Work's size.
-            w.metadata.managed_fields = None;
+            w.meta_mut().managed_fields = None;
             // Kept aside compactly, with its status entries.
-            keep.take(w);
+            keep.take_incoming(w);
         },
-        move |r| last_seen.get(r).map(|w| (*w).clone()),
+        move |r| {
+            let cached = ObjectRef::<Work>::new(&r.name).within(r.namespace.as_deref()?);
+            last_seen
+                .get(&cached)
+                .map(|w| Incoming::cached((*w).clone()))
+        },
     )
+    .map_ok(Incoming::into_work_event)
     .default_backoff()
     .reflect(writer)
     .applied_objects()
