@@ -205,7 +205,7 @@ impl Reconciler for Registration {
             }
             NamespaceStep::Make => ensure_namespace(client, cluster, true).await?,
             NamespaceStep::Mark => ensure_namespace(client, cluster, false).await?,
-            NamespaceStep::Leave | NamespaceStep::Taken(_) => {}
+            NamespaceStep::Leave | NamespaceStep::Marked | NamespaceStep::Taken(_) => {}
         }
         match plan.agent_access {
             Access::Grant => {

@@ -69,9 +69,12 @@ pub enum NamespaceStep {
     Leave,
     /// Missing: made, marked with the Cluster's UID.
     Make,
-    /// The Cluster's: its mark and label are applied (a namespace from before marks gets its
-    /// mark).
+    /// The Cluster's, without its mark or its label: they are applied (a namespace from before
+    /// marks gets its mark).
     Mark,
+    /// The Cluster's, marked and labelled: nothing to write (every pass of every Cluster wrote
+    /// the same namespace again: a request the hub processes in full, per member per probe).
+    Marked,
     /// Being deleted (a Cluster of this name was removed): the pass waits for it to go.
     Terminating,
     /// Someone else's: never used (why).
@@ -272,7 +275,15 @@ fn namespace_step(
     match namespace {
         None => NamespaceStep::Make,
         Some(ns) if ns.metadata.deletion_timestamp.is_some() => NamespaceStep::Terminating,
-        Some(ns) if is_clusters_namespace(ns, cluster, joined_before) => NamespaceStep::Mark,
+        Some(ns) if is_clusters_namespace(ns, cluster, joined_before) => {
+            let marked = cluster_uid_mark(ns).is_some()
+                && ns.labels().get(labels::CLUSTER) == Some(&cluster.name_any());
+            if marked {
+                NamespaceStep::Marked
+            } else {
+                NamespaceStep::Mark
+            }
+        }
         Some(ns) => NamespaceStep::Taken(match cluster_uid_mark(ns) {
             Some(other) => format!(
                 "namespace {name} was made for another Cluster of this name (UID {other}) and is \

@@ -162,7 +162,7 @@ fn a_healthy_push_member_joins_is_ready_and_reports_what_it_is() {
     );
     assert_eq!(
         (p.namespace, p.syncer_access),
-        (NamespaceStep::Mark, Access::Leave)
+        (NamespaceStep::Marked, Access::Leave)
     );
 }
 
@@ -221,7 +221,7 @@ fn an_accepted_pull_member_gets_its_access_and_is_ready_while_its_agent_renews()
     let mut seen = observed(None, ours());
     seen.lease_renewed = Some(now() - Duration::from_secs(5));
     let p = plan(&cluster(pull(true)), &seen, &settings());
-    assert_eq!(p.namespace, NamespaceStep::Mark);
+    assert_eq!(p.namespace, NamespaceStep::Marked);
     assert_eq!(p.agent_access, Access::Grant);
     // A pull member's syncer reads with the agent's rights: the hub syncer's grant goes.
     assert_eq!(p.syncer_access, Access::Revoke);
@@ -232,6 +232,36 @@ fn an_accepted_pull_member_gets_its_access_and_is_ready_while_its_agent_renews()
     auto.auto_accept = true;
     let p = plan(&cluster(pull(false)), &seen, &auto);
     assert_eq!(p.agent_access, Access::Grant);
+}
+
+#[test]
+fn the_clusters_namespace_is_written_only_when_its_mark_or_label_is_missing() {
+    let c = cluster(ClusterSpec::default());
+    let step = |ns: Namespace, joined: bool| {
+        let mut c = c.clone();
+        if joined {
+            c = with_condition(c, conditions::JOINED, "True", reasons::JOINED);
+        }
+        plan(&c, &observed(Some(healthy("k1")), Some(ns)), &settings()).namespace
+    };
+    assert_eq!(
+        step(namespace(Some("east"), Some("u1")), false),
+        NamespaceStep::Marked
+    );
+    // Its label taken off: put back.
+    assert_eq!(
+        step(namespace(None, Some("u1")), false),
+        NamespaceStep::Mark
+    );
+    assert_eq!(
+        step(namespace(Some("west"), Some("u1")), false),
+        NamespaceStep::Mark
+    );
+    // From before namespaces were marked: marked now.
+    assert_eq!(
+        step(namespace(Some("east"), None), true),
+        NamespaceStep::Mark
+    );
 }
 
 #[test]
