@@ -99,7 +99,9 @@ fn main() {
         status_only[0].len()
     );
     println!();
-    println!("| event | decoded whole, then kept lean (before), µs | decoded as served (now), µs | ratio |");
+    println!(
+        "| event | decoded whole, then kept lean (before), µs | decoded as served (now), µs | ratio |"
+    );
     println!("|---|---:|---:|---:|");
     for (what, bytes) in [
         ("status only (same generation)", &status_only),
