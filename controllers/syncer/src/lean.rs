@@ -10,8 +10,11 @@
 //! of their keys, labels and annotations, and its entries nearly everything but names and
 //! resourceVersions, so they take a fraction of their size; a reconciliation decompresses them
 //! in microseconds, where decoding the JSON takes far longer.
-//! A reconciliation that applies a Work gets it whole again with [`Manifests::whole`], for the
-//! generation it reconciles; what a cached Work names is read with [`Manifests::names`].
+//! The watch does not even decode them: it reads each Work as [`Incoming`], its manifests and
+//! entries left as the JSON strings the hub serves, and [`Manifests::take_incoming`] keeps them
+//! as they are. A reconciliation that applies a Work gets it whole again with
+//! [`Manifests::whole`], for the generation it reconciles; what a cached Work names is read with
+//! [`Manifests::names`].
 //!
 //! A lean Work has no manifests at all, which no Work the hub serves has (`spec.manifests` has
 //! at least one item), and [`crate::manifest::prepare`] refuses it: taken for a Work of no
@@ -381,8 +384,8 @@ impl Resource for Incoming {
 }
 
 impl Manifests {
-    /// For every Work the watch brings, before the cache has it: keeps its manifests, what
-    /// they name and its status entries, and leaves it lean.
+    /// Keeps a decoded Work's manifests, what they name and its status entries, and leaves it
+    /// lean (what [`Manifests::take_incoming`] does with a Work as the watch brings it).
     pub fn take(&self, work: &mut Work) {
         let Some(uid) = work.uid() else {
             return;
