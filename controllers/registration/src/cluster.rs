@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action};
 use kube::{Api, Resource, ResourceExt};
 use prometheus::{HistogramOpts, HistogramVec, IntGaugeVec, Opts};
@@ -268,9 +269,13 @@ pub async fn run(
     clusters: SharedCache<Cluster>,
 ) -> anyhow::Result<()> {
     let state = Arc::new(Registration::new(ctx.clone(), args.clone())?);
-    let controller = clusters
-        .controller()
-        .with_config(controller::Config::default().concurrency(16));
+    let controller = controller::Controller::for_stream(
+        clusters
+            .applied()
+            .predicate_filter(inputs, Default::default()),
+        clusters.store(),
+    )
+    .with_config(controller::Config::default().concurrency(16));
     let store = controller.store();
 
     // Readiness once the cache is synced, then the clusters-by-condition gauge.
@@ -307,6 +312,31 @@ pub async fn run(
 
     drive(controller, state).await;
     Ok(())
+}
+
+/// What of a Cluster makes registration look at it again before its next probe: its spec,
+/// labels, annotations, finalizers and deletion, and what a pull member's agent reports of it
+/// (its version and capacity). Not the rest of its status — registration's own write of it after
+/// every probe (its heartbeat) and the negotiator's — each of which started a second probe of the
+/// member and a second status write right after the first.
+fn inputs(cluster: &Cluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        cluster.metadata.generation,
+        cluster.metadata.deletion_timestamp.is_some(),
+        cluster.finalizers(),
+        cluster.labels(),
+        cluster.annotations(),
+    )
+        .hash(&mut h);
+    if let Some(status) = &cluster.status {
+        status.kubernetes_version.hash(&mut h);
+        for (k, v) in &status.allocatable {
+            (k, &v.0).hash(&mut h);
+        }
+    }
+    Some(h.finish())
 }
 
 /// The outcome of probing a push-mode member.
@@ -629,4 +659,55 @@ async fn cleanup(cluster: &Cluster, state: &Registration) -> Result<Cleanup, Err
     }
     // The namespace is going: looked at again in moments, the finalizer kept meanwhile.
     Ok(Cleanup::Pending(NAMESPACE_WAIT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_api::{ClusterSpec, ClusterStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn registrations_own_status_write_and_the_negotiators_start_no_pass() {
+        let mut cluster = Cluster::new("east", ClusterSpec::default());
+        cluster.metadata.generation = Some(1);
+        cluster.status = Some(ClusterStatus {
+            kubernetes_version: Some("v1.37.2".into()),
+            ..ClusterStatus::default()
+        });
+        let before = inputs(&cluster);
+        // A probe's status: a new heartbeat and conditions; the negotiator's compatibility.
+        let mut written = cluster.clone();
+        written.status = Some(
+            serde_json::from_value(json!({
+                "kubernetesVersion": "v1.37.2",
+                "lastHeartbeatTime": "2026-12-07T12:00:00Z",
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Probed",
+                                "message": "", "lastTransitionTime": "2026-12-07T12:00:00Z"}],
+                "resources": [{"group": "apps", "version": "v1", "resource": "deployments",
+                               "compatibility": "Compatible"}]
+            }))
+            .expect("a status"),
+        );
+        assert_eq!(inputs(&written), before);
+        // What starts one: the spec, labels, deletion, and what a pull member's agent reports.
+        let mut edited = cluster.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(inputs(&edited), before);
+        let mut labelled = cluster.clone();
+        labelled.labels_mut().insert("region".into(), "eu".into());
+        assert_ne!(inputs(&labelled), before);
+        let mut reported = cluster.clone();
+        let status = reported.status.as_mut().expect("a status");
+        status.kubernetes_version = Some("v1.37.3".into());
+        assert_ne!(inputs(&reported), before);
+        let mut grown = cluster.clone();
+        grown
+            .status
+            .as_mut()
+            .expect("a status")
+            .allocatable
+            .insert("cpu".into(), Quantity("8".into()));
+        assert_ne!(inputs(&grown), before);
+    }
 }
