@@ -45,7 +45,10 @@
 #            members and the Placement agree, the single edits, CPU seconds of the hub's
 #            apiserver, etcd, the members' apiservers (also per member: they share the two cores
 #            here) and the controllers (also per placed copy), the controllers' RSS, the hub's
-#            requests, its Works (count and bytes) and its keys in etcd (count and bytes).
+#            requests, its Works (count and bytes) and its keys in etcd (count and bytes). Then,
+#            per size, what one single edit costs: each component's CPU milliseconds, with the
+#            fleet's load at rest over the same seconds and without it (the load measured over
+#            10 s idle), the hub's requests per edit, and its most frequent ones.
 #
 #   envelopes
 #            What the hub pays per object for Works of 1, 10, 50 and 100 manifests: N objects
