@@ -99,6 +99,15 @@ impl Packed {
         ))
     }
 
+    /// A list as [`Packed::of`], nothing for an empty one (or one that cannot be serialized).
+    fn list<T: serde::Serialize>(items: &[T]) -> Self {
+        if items.is_empty() {
+            Self::default()
+        } else {
+            Self::of(&items).unwrap_or_default()
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -398,31 +407,16 @@ impl Manifests {
             .as_mut()
             .map(|s| std::mem::take(&mut s.manifests))
             .unwrap_or_default();
-        let entries = if entries.is_empty() {
-            Packed::default()
-        } else {
-            Packed::of(&entries).unwrap_or_default()
-        };
-        // Most events of a Work are of its status: the manifests of its generation are kept.
-        let mut by_uid = self.lock();
-        match by_uid.get_mut(&uid) {
-            Some(kept) if kept.generation == work.metadata.generation => kept.entries = entries,
-            _ => {
-                let json = Packed::of(&work.spec.manifests).unwrap_or_default();
-                let names = NameList::of(work.spec.manifests.iter().map(Id::of_object));
-                by_uid.insert(
-                    uid,
-                    Kept {
-                        generation: work.metadata.generation,
-                        json,
-                        names,
-                        entries,
-                    },
-                );
-            }
-        }
-        drop(by_uid);
-        work.spec.manifests = Vec::new();
+        let manifests = std::mem::take(&mut work.spec.manifests);
+        self.keep(
+            uid,
+            work.metadata.generation,
+            Packed::list(&entries),
+            || {
+                let names = NameList::of(manifests.iter().map(Id::of_object));
+                (Packed::list(&manifests), names)
+            },
+        );
     }
 
     /// For every Work the watch brings, before the cache has it: keeps its manifests (as
@@ -433,26 +427,36 @@ impl Manifests {
         let Some(uid) = incoming.work.uid() else {
             return;
         };
-        if incoming.manifests.as_ref().is_none_or(Vec::is_empty) {
+        let Some(manifests) = incoming.manifests.take_if(|m| !m.is_empty()) else {
             // The cache's own Work, or one of no manifests (which is left whole).
             return;
-        }
-        let entries = std::mem::take(&mut incoming.entries);
-        let entries = if entries.is_empty() {
-            Packed::default()
-        } else {
-            Packed::of(&entries).unwrap_or_default()
         };
-        let manifests = incoming.manifests.take().unwrap_or_default();
-        let generation = incoming.work.metadata.generation;
+        let entries = Packed::list(&std::mem::take(&mut incoming.entries));
+        self.keep(uid, incoming.work.metadata.generation, entries, || {
+            let names = NameList::of(manifests.iter().map(Id::of_item));
+            (Packed::list(&manifests), names)
+        });
+    }
+
+    /// Keeps `entries` as the status entries of Work `uid`, and its manifests of `generation`
+    /// (packed, with what they name, by `manifests`) unless those are kept already: most events
+    /// of a Work are of its status.
+    fn keep(
+        &self,
+        uid: String,
+        generation: Option<i64>,
+        entries: Packed,
+        manifests: impl FnOnce() -> (Packed, NameList),
+    ) {
         let mut by_uid = self.lock();
         match by_uid.get_mut(&uid) {
             Some(kept) if kept.generation == generation => kept.entries = entries,
             _ => {
+                let (json, names) = manifests();
                 let kept = Kept {
                     generation,
-                    json: Packed::of(&manifests).unwrap_or_default(),
-                    names: NameList::of(manifests.iter().map(Id::of_item)),
+                    json,
+                    names,
                     entries,
                 };
                 by_uid.insert(uid, kept);
