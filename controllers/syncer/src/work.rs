@@ -24,7 +24,6 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 
 use crate::SyncerArgs;
 use crate::apply::{
@@ -751,25 +750,13 @@ async fn write_status(
         writes.with_label_values(&[cluster, "unchanged"]).inc();
         return Ok(false);
     }
-    // Fields left out are no longer the syncer's, and go: an empty `removing` is not kept.
-    let mut status = json!({ "conditions": new.conditions, "manifests": new.manifests });
-    if let Some(generation) = new.observed_generation {
-        status["observedGeneration"] = json!(generation);
-    }
-    if !new.removing.is_empty() {
-        status["removing"] = json!(new.removing);
-    }
     // The hub answers with the whole Work (every manifest): it is not read, so not decoded.
     let request = kube::core::Request::new(Work::url_path(&(), work.namespace().as_deref()))
         .patch_subresource(
             "status",
             &work.name_any(),
             &PatchParams::apply(field_managers::SYNCER).force(),
-            &Patch::Apply(json!({
-                "apiVersion": Work::api_version(&()),
-                "kind": Work::kind(&()),
-                "status": status,
-            })),
+            &Patch::Apply(crate::own_status::status_patch(&new).map_err(kube::Error::SerdeError)?),
         )
         .map_err(kube::Error::BuildRequest)?;
     let answer = state.hub.client.request_text(request).await?;
