@@ -57,14 +57,17 @@
 #            object changed; the hub apiserver's CPU seconds, requests and wall time for each size,
 #            with the manifests and status entries as JSON strings (as the controllers write
 #            them) and, side by side, with the status entries as objects (as before), with both
-#            as objects (the baseline), and with statuses of conditions alone (no entry per
-#            manifest: what the entries cost at all).
+#            as objects (the baseline), with statuses of conditions alone (no entry per
+#            manifest: what the entries cost at all), and as the first, each Work created and
+#            then written with JSON merge patches instead of server-side apply. --bundles and
+#            --forms (strings, typed-status, objects, bare, merge) choose which of them run.
 #
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
 #        hack/bench.sh user [--members M] [--count N] [--concurrency C] [--profile DIR]
 #        hack/bench.sh fleet [--members M1,M2,...] [--count N] [--concurrency C]
 #        hack/bench.sh envelopes [--members M] [--count N] [--concurrency C]
+#                                [--bundles B1,B2,...] [--forms F1,F2,...]
 # Environment: FLOTILLA_BENCH_LOGS=DIR keeps the controllers' logs in DIR.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -85,6 +88,8 @@ REPLICAS=30
 # shellcheck disable=SC2034
 RUNS=5
 PROFILE_DIR=""
+BUNDLES=1,10,50,100
+FORMS=strings,typed-status,objects,bare,merge
 # shellcheck disable=SC2034
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -93,6 +98,8 @@ while [[ $# -gt 0 ]]; do
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --replicas) REPLICAS="$2"; shift 2 ;;
     --runs) RUNS="$2"; shift 2 ;;
+    --bundles) BUNDLES="$2"; shift 2 ;;
+    --forms) FORMS="$2"; shift 2 ;;
     --profile) PROFILE_DIR="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1'" ;;
@@ -196,13 +203,18 @@ if [[ "${WHAT}" == envelopes ]]; then
   echo
   echo "| manifests per Work (${COUNT} objects × ${MEMBERS} members, written and given a status twice) | written as | Works | hub requests | hub apiserver CPU, s | hub CPU per object × member, ms | wall, s |"
   echo "|---:|---|---:|---:|---:|---:|---:|"
-  for bundle in 1 10 50 100; do
-    for form in strings typed-status objects bare; do
+  IFS=',' read -r -a bundles <<<"${BUNDLES}"
+  IFS=',' read -r -a forms <<<"${FORMS}"
+  for bundle in "${bundles[@]}"; do
+    [[ "${bundle}" =~ ^[1-9][0-9]*$ ]] || die "--bundles: '${bundle}' is not a number of manifests"
+    for form in "${forms[@]}"; do
       case "${form}" in
         strings) mode="envelopes-${bundle}" label="manifests and status entries as JSON strings (what the controllers write)" ;;
         typed-status) mode="envelopes-typed-status-${bundle}" label="manifests as strings, status entries as objects (before)" ;;
         objects) mode="envelopes-objects-${bundle}" label="manifests and status entries as objects (the baseline)" ;;
         bare) mode="envelopes-bare-${bundle}" label="manifests as strings, statuses without an entry per manifest" ;;
+        merge) mode="envelopes-merge-${bundle}" label="as JSON strings, created, then JSON merge patches instead of server-side apply" ;;
+        *) die "--forms: '${form}' is none of strings, typed-status, objects, bare, merge" ;;
       esac
       log "== ${COUNT} objects per member as Works of ${bundle} manifest(s), as ${form}"
       before="$(hub_ticks)"

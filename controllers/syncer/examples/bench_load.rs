@@ -16,9 +16,11 @@
 //! entries as objects (what both controllers wrote before that), into
 //! `flotilla-cluster-<member>-o<B>`; `envelopes-bare-<B>` writes statuses of conditions alone,
 //! without an entry per manifest (what the entries cost at all), into
-//! `flotilla-cluster-<member>-s<B>`.
+//! `flotilla-cluster-<member>-s<B>`; `envelopes-merge-<B>` writes what `envelopes-<B>` does,
+//! creating each Work and then sending its spec and status as JSON merge patches instead of
+//! server-side apply patches, into `flotilla-cluster-<member>-m<B>`.
 //!
-//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-]B> <namespace> <count> <concurrency>
+//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-|merge-]B> <namespace> <count> <concurrency>
 //!        <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
 //! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
 
@@ -63,6 +65,10 @@ enum Form {
     Objects,
     /// As `Strings`, with statuses of conditions alone.
     Bare,
+    /// As `Strings`, written as the hub's own JSON: a new Work created, then its spec and its
+    /// status sent as JSON merge patches instead of server-side apply patches (which the
+    /// apiserver reads as YAML and tracks field by field).
+    Merge,
 }
 
 /// `envelopes-<B>`: every member's `count` objects as Works of `bundle` manifests in a namespace
@@ -83,6 +89,7 @@ async fn envelopes(
         Form::TypedStatus => "t",
         Form::Objects => "o",
         Form::Bare => "s",
+        Form::Merge => "m",
     };
     for (member, _) in members {
         let ns = flotilla_api::names::cluster_namespace(&format!("{member}-{prefix}{bundle}"));
@@ -115,7 +122,7 @@ async fn envelopes(
                                     "lastTransitionTime": "2026-12-01T00:00:00Z",
                                 }))
                                 .map(|e| match form {
-                                    Form::Strings => e.to_string().into(),
+                                    Form::Strings | Form::Merge => e.to_string().into(),
                                     _ => e,
                                 })
                                 .collect::<Vec<serde_json::Value>>();
@@ -125,7 +132,7 @@ async fn envelopes(
                                 "lastTransitionTime": "2026-12-01T00:00:00Z",
                                 "observedGeneration": version + 1,
                             });
-                            api.patch_status(&name, &params, &Patch::Apply(json!({
+                            let status = json!({
                                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
                                 "status": {
                                     "conditions": [condition("Applied", "True", "Applied"),
@@ -133,20 +140,36 @@ async fn envelopes(
                                                    condition("Degraded", "False", "Healthy")],
                                     "manifests": entries,
                                 },
-                            })))
-                            .await
+                            });
+                            if form == Form::Merge {
+                                let merge = PatchParams::default();
+                                api.patch_status(&name, &merge, &Patch::Merge(status)).await
+                            } else {
+                                api.patch_status(&name, &params, &Patch::Apply(status)).await
+                            }
                         } else {
                             // As the splitter writes them: each manifest as its JSON.
                             let manifests: Vec<_> = (first..end)
                                 .map(|i| versioned_configmap(namespace, i, version))
                                 .map(|m| if form == Form::Objects { m } else { m.to_string().into() })
                                 .collect();
-                            api.patch(&name, &params, &Patch::Apply(json!({
+                            let work = json!({
                                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
                                 "metadata": {"name": name},
                                 "spec": {"manifests": manifests},
-                            })))
-                            .await
+                            });
+                            match (form, version) {
+                                (Form::Merge, 0) => {
+                                    let work = serde_json::from_value(work)
+                                        .map_err(kube::Error::SerdeError)?;
+                                    api.create(&PostParams::default(), &work).await
+                                }
+                                (Form::Merge, _) => {
+                                    let merge = PatchParams::default();
+                                    api.patch(&name, &merge, &Patch::Merge(work)).await
+                                }
+                                _ => api.patch(&name, &params, &Patch::Apply(work)).await,
+                            }
                         }
                     }
                 })
@@ -289,6 +312,8 @@ async fn main() -> Result<()> {
                 (size, Form::Objects)
             } else if let Some(size) = size.strip_prefix("bare-") {
                 (size, Form::Bare)
+            } else if let Some(size) = size.strip_prefix("merge-") {
+                (size, Form::Merge)
             } else {
                 (size, Form::Strings)
             };
@@ -307,7 +332,8 @@ async fn main() -> Result<()> {
         }
         other => bail!(
             "unknown mode {other}: direct, works, hub-only, envelopes-<B>, \
-             envelopes-typed-status-<B>, envelopes-objects-<B> or envelopes-bare-<B>"
+             envelopes-typed-status-<B>, envelopes-objects-<B>, envelopes-bare-<B> or \
+             envelopes-merge-<B>"
         ),
     }
     let written = started.elapsed();
