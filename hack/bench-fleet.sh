@@ -153,7 +153,7 @@ for size in "${FLEET_SIZES[@]}"; do
   requests_before="$(hub_requests)"
   by_before="$(hub_requests_by)"
   edits_start="$(date +%s.%N)"
-  read -r _ p50 p99 _ s50 s99 _ < <(user hub-single)
+  read -r _ p50 p99 _ s50 s99 _ w50 w99 < <(user hub-single)
   edits_s="$(awk -v a="${edits_start}" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')"
   requests_after="$(hub_requests)"
   EDIT_REQUESTS="$(requests_between "${by_before}" "$(hub_requests_by)" | head -n 12 \
@@ -173,7 +173,7 @@ for size in "${FLEET_SIZES[@]}"; do
   copies=$((COUNT * size))
   members_cpu="$(sub "${b[2]}" "${a[2]}")"
   controllers_cpu="$(awk -v s="$(sub "${b[3]}" "${a[3]}")" -v y="$(sub "${b[4]}" "${a[4]}")" 'BEGIN {printf "%.1f", s + y}')"
-  ROWS+=("| ${size} | ${members_s} | ${placement_s} | ${p50} | ${p99} | ${s50} / ${s99} | $(sub "${b[0]}" "${a[0]}") | $(sub "${b[1]}" "${a[1]}") | ${members_cpu} ($(awk -v c="${members_cpu}" -v n="${size}" 'BEGIN {printf "%.2f", c / n}')) | ${controllers_cpu} ($(awk -v c="${controllers_cpu}" -v n="${copies}" 'BEGIN {printf "%.2f", c * 1000 / n}')) | ${splitter_rss} / ${syncer_rss} / ${pull_rss} | ${place_requests} | ${works} / $(kib "${works_bytes}") | ${keys} / $(kib "${etcd_bytes}") |")
+  ROWS+=("| ${size} | ${members_s} | ${placement_s} | ${p50} | ${p99} | ${w50} / ${w99} | ${s50} / ${s99} | $(sub "${b[0]}" "${a[0]}") | $(sub "${b[1]}" "${a[1]}") | ${members_cpu} ($(awk -v c="${members_cpu}" -v n="${size}" 'BEGIN {printf "%.2f", c / n}')) | ${controllers_cpu} ($(awk -v c="${controllers_cpu}" -v n="${copies}" 'BEGIN {printf "%.2f", c * 1000 / n}')) | ${splitter_rss} / ${syncer_rss} / ${pull_rss} | ${place_requests} | ${works} / $(kib "${works_bytes}") | ${keys} / $(kib "${etcd_bytes}") |")
 done
 
 echo
@@ -181,8 +181,8 @@ echo "Placing ${COUNT} ConfigMaps on every member (one Placement), then 50 singl
 echo "Idle RSS: splitter ${SPLITTER_IDLE} MiB, syncer ${SYNCER_IDLE} MiB, ${PULL}'s pull syncer ${PULL_SYNCER_IDLE} MiB. One member of each size (${PULL}) is a pull member."
 echo "Single edits: each on a settled fleet (1 s after the previous one reached every member), and each 0.2 s after the previous one (while the passes reporting it still run)."
 echo
-echo "| members | placed: members agree, s | Placement reports every copy, s | single edit p50, s | p99, s | edits 0.2 s apart p50 / p99, s | hub apiserver CPU, s | etcd CPU, s | members' apiservers CPU, s (per member) | controllers' CPU, s (ms per copy) | RSS splitter / syncer / pull syncer with the copies placed, MiB | hub requests | Works / KiB | hub keys in etcd / KiB |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| members | placed: members agree, s | Placement reports every copy, s | single edit p50, s | p99, s | of which until every member's Work had it (the splitter's share), p50 / p99, s | edits 0.2 s apart p50 / p99, s | hub apiserver CPU, s | etcd CPU, s | members' apiservers CPU, s (per member) | controllers' CPU, s (ms per copy) | RSS splitter / syncer / pull syncer with the copies placed, MiB | hub requests | Works / KiB | hub keys in etcd / KiB |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "What one single edit costs, per edit (100 edits), CPU ms with the fleet's load at rest over the same seconds (and without it):"

@@ -116,7 +116,7 @@ print(size(w), size(w["metadata"].get("managedFields", [])))')
   fi
 done
 log "== hub: single edits of one ConfigMap among ${COUNT}"
-read -r _ P50 P99 PMAX S50 S99 SMAX < <(user hub-single bench-user)
+read -r _ P50 P99 PMAX S50 S99 SMAX W50 W99 < <(user hub-single bench-user)
 log "== hub: delete ${COUNT} ConfigMaps"
 before="$(hub_requests)"
 by_before="$(hub_requests_by)"
@@ -150,6 +150,7 @@ echo "|---|---:|---:|"
 echo "| p50 | ${P50} | ${S50} |"
 echo "| p99 | ${P99} | ${S99} |"
 echo "| max | ${PMAX} | ${SMAX} |"
+echo "| of which until every member's Work on the hub had it (the splitter's share), p50 / p99 | ${W50} / ${W99} | – |"
 echo
 echo "| controller | RSS idle, MiB | RSS with ${COUNT} × ${MEMBERS} copies placed, MiB | KiB per placed object × member | anonymous RSS idle / placed, MiB | KiB per placed object × member (anonymous) | open file descriptors at most (hub phases) |"
 echo "|---|---:|---:|---:|---:|---:|---:|"

@@ -22,7 +22,8 @@
 #            placed nowhere: seconds until every member agrees and until the Placement reports
 #            every copy; the hub's API requests per object, the hub's and the members' requests
 #            by verb; single edits (write to last member, p50/p99: 50 on a settled fleet, 50 each
-#            0.2 s after the previous one); the splitter's and the
+#            0.2 s after the previous one; of the settled ones also until every member's Work on
+#            the hub had the edit, the splitter's share); the splitter's and the
 #            syncer's RSS (all of it, and its anonymous part: without the binary's pages, which
 #            the first burst brings in once) and live heap (their allocator's metrics) per
 #            placed object × member, and most open file descriptors; each
@@ -42,7 +43,8 @@
 #            placed on every member under one Placement, single edits of one of them are timed
 #            (write to last member, p50/p99: 50 on a settled fleet, 50 each 0.2 s after the
 #            previous one), and they are deleted again. One row per size: seconds until the
-#            members and the Placement agree, the single edits, CPU seconds of the hub's
+#            members and the Placement agree, the single edits (and the splitter's share of the
+#            settled ones: until every member's Work had the edit), CPU seconds of the hub's
 #            apiserver, etcd, the members' apiservers (also per member: they share the two cores
 #            here) and the controllers (also per placed copy), the controllers' RSS, the hub's
 #            requests, its Works (count and bytes) and its keys in etcd (count and bytes). Then,

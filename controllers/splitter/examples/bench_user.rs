@@ -13,9 +13,11 @@
 //! the hub (so that the caller can read memory and API metrics between phases), where the
 //! namespace must exist with Placement `user` selecting ConfigMaps labelled `bench=user`.
 //! Prints `phase <name> <seconds until the members agree> <seconds until the Placement agrees>`
-//! per phase, and for `hub-single` `single <p50> <p99> <max> <p50> <p99> <max>` (seconds; the
-//! objects must exist): 50 single edits each on a settled fleet, then 50 each 200 ms after the
-//! previous one reached every member.
+//! per phase, and for `hub-single` `single <p50> <p99> <max> <p50> <p99> <max> <p50> <p99>`
+//! (seconds; the objects must exist): 50 single edits each on a settled fleet, then 50 each
+//! 200 ms after the previous one reached every member; last, of the settled edits, the time
+//! until the hub had the edit in every member's Work (the splitter's share, seen by a watch of
+//! the Works, as the syncers see them).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use flotilla_api::Placement;
+use flotilla_api::{Placement, Work, labels};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -165,6 +167,54 @@ fn track(client: &Client, namespace: &str) -> Seen {
                     versions.remove(&c.name_any());
                 }
                 Err(e) => eprintln!("watch of the bench ConfigMaps failed: {e}"),
+            }
+        }
+    });
+    seen
+}
+
+/// What a watch of the hub's Works of Placement `user` has seen: by Work namespace (one per
+/// member), the `version` of bench-0 in the Work that carries it.
+#[derive(Clone, Default)]
+struct WorksSeen {
+    versions: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl WorksSeen {
+    /// Whether `members` Works carry bench-0 at `version`.
+    fn all_have(&self, members: usize, version: &str) -> bool {
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions.values().filter(|v| *v == version).count() >= members
+    }
+}
+
+/// Starts watching the Works of Placement `user` in every namespace of the hub.
+fn track_works(hub: &Client) -> WorksSeen {
+    let seen = WorksSeen::default();
+    let api: Api<Work> = Api::all(hub.clone());
+    let config = watcher::Config::default().labels(&format!("{}=user", labels::PLACEMENT));
+    let events = watcher(api, config).default_backoff();
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            let work = match event {
+                Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) => w,
+                Ok(_) => continue,
+                Err(e) => {
+                    eprintln!("watch of the Works failed: {e}");
+                    continue;
+                }
+            };
+            let version = work
+                .spec
+                .manifests
+                .iter()
+                .find(|m| m.metadata.name.as_deref() == Some("bench-0"))
+                .and_then(|m| m.data["data"]["version"].as_str().map(str::to_string));
+            if let (Some(version), Some(ns)) = (version, work.namespace()) {
+                let mut versions = into.versions.lock().unwrap_or_else(|e| e.into_inner());
+                versions.insert(ns, version);
             }
         }
     });
@@ -319,9 +369,18 @@ async fn main() -> Result<()> {
         .map(|(_, c)| track(c, namespace))
         .collect();
     watches_listed(&watched).await?;
-    let settled = single_edits(&hub, namespace, &watched, "s", SETTLE).await?;
-    let streamed = single_edits(&hub, namespace, &watched, "t", Duration::from_millis(200)).await?;
-    println!("single {settled} {streamed}");
+    let works = track_works(&hub);
+    let (settled, on_hub) = single_edits(&hub, namespace, &watched, &works, "s", SETTLE).await?;
+    let (streamed, _) = single_edits(
+        &hub,
+        namespace,
+        &watched,
+        &works,
+        "t",
+        Duration::from_millis(200),
+    )
+    .await?;
+    println!("single {settled} {streamed} {on_hub}");
     Ok(())
 }
 
@@ -329,18 +388,26 @@ async fn main() -> Result<()> {
 /// take well under this.
 const SETTLE: Duration = Duration::from_secs(1);
 
+/// The `q` quantile of `sorted` (not empty).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
 /// 50 edits of bench-0, each timed from the hub write until every member's watch has it, `gap`
-/// after the previous one reached every member: `<p50> <p99> <max>` in seconds.
+/// after the previous one reached every member: `<p50> <p99> <max>` in seconds; and `<p50>
+/// <p99>` of the time until every member's Work on the hub had it (`works`).
 async fn single_edits(
     hub: &Client,
     namespace: &str,
     watched: &[Seen],
+    works: &WorksSeen,
     tag: &str,
     gap: Duration,
-) -> Result<String> {
+) -> Result<(String, String)> {
     let api: Api<ConfigMap> = Api::namespaced(hub.clone(), namespace);
     let params = PatchParams::apply("flotilla-bench").force();
     let mut times = Vec::new();
+    let mut on_hub = Vec::new();
     for edit in 1..=50 {
         let version = format!("{tag}{edit}");
         let started = Instant::now();
@@ -352,21 +419,33 @@ async fn single_edits(
         .await?;
         // Followed with each member's watch (polling the members one after the other would add
         // a round of GETs to every measurement, more the more members there are).
+        let mut works_done = None;
         while !watched.iter().all(|m| m.has("bench-0", &version)) {
             if started.elapsed() > Duration::from_secs(120) {
                 bail!("single edit {edit} did not reach every member within 120 s");
             }
+            if works_done.is_none() && works.all_have(watched.len(), &version) {
+                works_done = Some(started.elapsed().as_secs_f64());
+            }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         times.push(started.elapsed().as_secs_f64());
+        // Seen in the members before the watch of the Works had them all: not later than that.
+        on_hub.push(works_done.unwrap_or(started.elapsed().as_secs_f64()));
         tokio::time::sleep(gap).await;
     }
+    on_hub.sort_by(f64::total_cmp);
+    let on_hub = format!(
+        "{:.3} {:.3}",
+        quantile(&on_hub, 0.5),
+        quantile(&on_hub, 0.99)
+    );
     times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
-    Ok(format!(
+    let members = format!(
         "{:.3} {:.3} {:.3}",
-        at(0.5),
-        at(0.99),
+        quantile(&times, 0.5),
+        quantile(&times, 0.99),
         times[times.len() - 1]
-    ))
+    );
+    Ok((members, on_hub))
 }
