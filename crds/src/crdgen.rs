@@ -366,6 +366,31 @@ mod tests {
         );
     }
 
+    /// The lists of a Placement's and a ClusterPlacement's status, but their conditions, are
+    /// atomic: the splitter alone writes the status, whole, and a list map would have the hub
+    /// keep and merge managed fields per entry on every status write.
+    #[test]
+    fn placement_status_lists_but_conditions_are_atomic() {
+        for crd in [Placement::crd(), ClusterPlacement::crd()] {
+            let name = file_name(&crd);
+            let mut lists = 0;
+            walk("", &schema_of(&crd), &mut |path, node| {
+                if !path.starts_with(".status") || node["type"] != "array" {
+                    return;
+                }
+                lists += 1;
+                let expected = if path.ends_with(".conditions") {
+                    "map"
+                } else {
+                    "atomic"
+                };
+                let list_type = node["x-kubernetes-list-type"].as_str().unwrap_or("atomic");
+                assert_eq!(list_type, expected, "{name} {path}");
+            });
+            assert!(lists >= 5, "{name}: {lists} lists in the status");
+        }
+    }
+
     /// Lists of conditions are maps keyed by type, so each controller can own its conditions
     /// under server-side apply.
     #[test]

@@ -369,11 +369,11 @@ pub struct PlacementStatus {
 
     /// Per member: how many copies it has, how many of them are applied and available, and the
     /// replicas of divided workloads it runs.
+    // Atomic, as every list of the status but its conditions: the splitter is the only writer of
+    // a Placement's status and writes it whole, so ownership per entry is of no use, and would
+    // have the hub keep (and merge on every status write) managed fields per entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["cluster"]
-    ))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub clusters: Vec<ClusterSummary>,
 
     /// Decisions of selected objects, at most 100 members' worth in all (an object on three
@@ -381,10 +381,7 @@ pub struct PlacementStatus {
     /// yet applied or available, placed by another Placement) first, then the others by name.
     /// The status stays small for any number of objects; see `omittedDecisions`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["apiVersion", "kind", "name"]
-    ))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub decisions: Vec<ObjectDecision>,
 
     /// How many selected objects have a decision not listed in `decisions`.
@@ -487,19 +484,13 @@ pub struct ObjectDecision {
 
     /// The clusters the object goes to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["cluster"]
-    ))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub clusters: Vec<ClusterDecision>,
 
     /// Selected clusters the object does not go to, each with the reason (e.g. not Ready,
     /// cordoned, an untolerated taint, or fields the member's API lacks, with their paths).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["cluster"]
-    ))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub excluded: Vec<ClusterExclusion>,
 
     /// Set when a more specific Placement selects the object: its name. This Placement then
