@@ -182,14 +182,17 @@ mod tests {
             observed_generation: Some(3),
             ..Default::default()
         };
-        let patch = status_patch(&status).unwrap();
-        let entries = patch["status"]["manifests"].as_array().unwrap();
+        let patch = status_patch(&status).expect("a status serializes");
+        let entries = patch["status"]["manifests"]
+            .as_array()
+            .expect("a list of entries");
         assert_eq!(entries.len(), 2);
         assert!(
             entries.iter().all(serde_json::Value::is_string),
             "{entries:?}"
         );
-        let read: WorkStatus = serde_json::from_value(patch["status"].clone()).unwrap();
+        let read: WorkStatus =
+            serde_json::from_value(patch["status"].clone()).expect("the status reads back");
         assert_eq!(read, status);
     }
 }
