@@ -104,6 +104,7 @@ fn splitter(
         namespaces: caches.namespaces,
         records: caches.records,
         profiles: caches.profiles,
+        inventory: caches.inventory,
         pod_security: crate::pod_security::PodSecurity {
             default: args.default_pod_security_level,
             check_namespace_prefix: args.pod_security_check_namespace_prefix.clone(),

@@ -14,6 +14,7 @@
 //! | [`compatibility`] | pure: whether a member's API can take one object (per-object check) |
 //! | [`pod_security`] | pure: the Pod Security dry run of a workload's pod template, and its verdicts |
 //! | [`coverage`] | pure: the objects of a namespace that no Placement places, and why |
+//! | [`inventory`] | the hub's objects of every namespaced kind, watched, as the report of what is not placed reads them |
 //! | [`bindings`] | pure: whether a placed RoleBinding or ClusterRoleBinding grants no more in a member than on the hub |
 //! | [`external_ips`] | pure: whether a placed Service may keep its `spec.externalIPs` |
 //! | [`eligibility`] | pure: which members a Placement may use, and why not the others |
@@ -39,6 +40,7 @@ pub mod eligibility;
 pub mod execute;
 pub mod external_ips;
 pub mod history;
+pub mod inventory;
 pub mod keys;
 pub mod observation;
 pub mod observe;

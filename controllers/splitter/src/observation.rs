@@ -133,6 +133,17 @@ impl Unreadable {
     /// Why the splitter cannot `doing` (e.g. "list statefulsets in namespace shop").
     pub fn new(api_version: &str, kind: &str, doing: &str, e: &kube::Error) -> Self {
         let forbidden = matches!(e, kube::Error::Api(s) if s.code == 403);
+        Self::failed(api_version, kind, doing, forbidden, e)
+    }
+
+    /// Why the splitter cannot `doing`: `e`, which is the hub's Forbidden when `forbidden`.
+    pub fn failed(
+        api_version: &str,
+        kind: &str,
+        doing: &str,
+        forbidden: bool,
+        e: &dyn std::fmt::Display,
+    ) -> Self {
         let message = if forbidden {
             format!(
                 "{api_version} {kind}: the splitter may not {doing} ({e}); grant it get, list and \

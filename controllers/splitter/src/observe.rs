@@ -186,7 +186,7 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
         None => BTreeMap::new(),
     };
     let (rest_of_namespace, rest_unreadable) = match &scope {
-        Some(ns) => rest_of_namespace(state, ns, &types).await,
+        Some(ns) => state.inventory.rest_of_namespace(ns, &types),
         None => (Vec::new(), Vec::new()),
     };
     let bindings = bindings(state, &placement, &types, &referenced).await;
@@ -519,44 +519,6 @@ async fn held_back(
         }
     }
     out
-}
-
-/// The objects of namespace `ns` of the table's namespaced kinds that this pass did not list
-/// (`listed`), for the report of what no Placement places, and the kinds that could not be
-/// listed.
-async fn rest_of_namespace(
-    state: &Splitter,
-    ns: &str,
-    listed: &[Listed],
-) -> (Vec<Listed>, Vec<Unreadable>) {
-    let lists = table::defaults(true)
-        .map(|k| resource(k.group, k.version, k.kind, k.plural))
-        .filter(|ar| !listed.iter().any(|l| l.resource == *ar))
-        .map(|ar| async move {
-            let api: Api<DynamicObject> = Api::namespaced_with(state.ctx.client.clone(), ns, &ar);
-            // From the hub apiserver's cache as it is (a report, read on every pass of every
-            // Placement: a consistent list costs the hub's etcd a request each), all at once
-            // (one after the other, the fifteen lists made every pass wait for as many round
-            // trips).
-            let list = api.list(&ListParams::default().match_any()).await;
-            (ar, list)
-        });
-    let (mut rest, mut unreadable) = (Vec::new(), Vec::new());
-    for (ar, list) in futures::future::join_all(lists).await {
-        match list {
-            Ok(list) => rest.push(Listed {
-                resource: ar,
-                objects: list.items,
-            }),
-            Err(e) => unreadable.push(Unreadable::new(
-                &ar.api_version,
-                &ar.kind,
-                &format!("list {} in namespace {ns}", ar.plural),
-                &e,
-            )),
-        }
-    }
-    (rest, unreadable)
 }
 
 /// The listed objects of `api_version`/`kind` that `selectors` select.

@@ -70,6 +70,9 @@ pub struct Splitter {
     pub(crate) records: Store<ReplicaSet>,
     /// The WorkloadProfiles of custom kinds (only accepted ones are used).
     pub(crate) profiles: Store<WorkloadProfile>,
+    /// The hub's objects of every namespaced kind, as the report of what is not placed reads
+    /// them.
+    pub(crate) inventory: crate::inventory::Inventory,
     /// How pod templates are judged, and the hub's Pod Security verdicts on those of placed
     /// workloads.
     pub(crate) pod_security: crate::pod_security::PodSecurity,

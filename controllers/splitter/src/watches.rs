@@ -28,6 +28,7 @@ use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::Notify;
 
+use crate::inventory::Inventory;
 use crate::recent::RecentWrites;
 use crate::state::{Scope, placements_in};
 
@@ -45,6 +46,8 @@ pub(crate) struct Caches {
     pub records: Store<ReplicaSet>,
     pub profiles: Store<WorkloadProfile>,
     pub imports: Store<ApiResourceImport>,
+    /// The hub's objects of every namespaced kind, for the report of what is not placed.
+    pub inventory: Inventory,
     /// The splitter's own recent Work writes, as the Work cache saw them.
     pub recent: Arc<RecentWrites>,
     /// Wakes the releaser of deleted Placements' Works (see [`crate::release`]).
@@ -158,6 +161,18 @@ impl Caches {
             ),
         );
         let (imports, import_events) = imports(client);
+        // The report of a namespace's objects that no Placement places: a change of what it
+        // reads starts a report pass of the namespace's Placements.
+        let inventory = if scope.placements() {
+            let (every, triggers) = (placements.clone(), triggers.clone());
+            Inventory::start(ctx, scope.namespace(), move |ns: &str| {
+                for p in placements_in(&every, Some(ns.to_string())) {
+                    let _ = triggers.unbounded_send((p, Urgency::Later));
+                }
+            })
+        } else {
+            Inventory::default()
+        };
         let caches = Self {
             clusters,
             works,
@@ -166,6 +181,7 @@ impl Caches {
             records,
             profiles,
             imports,
+            inventory,
             recent,
             release_wake,
         };
@@ -175,8 +191,10 @@ impl Caches {
     /// Waits until every cache has listed everything. Nothing is placed before: an empty cache
     /// of Works would look like "no copy yet", of Secrets like Secrets to write again, of
     /// records like Deployments to number anew, of profiles like custom kinds to copy whole,
-    /// of every Cluster like deleted Clusters.
+    /// of every Cluster like deleted Clusters. (The inventory, read only by the report: until
+    /// each kind listed or failed, so that a start does not report every kind unreadable.)
     pub async fn synced(&self) {
+        self.inventory.settled().await;
         wait_until_synced(&self.clusters.all).await;
         wait_until_synced(&self.works).await;
         wait_until_synced(&self.data_secrets).await;
