@@ -485,6 +485,10 @@ async fn held_back(
         .flat_map(|m| m.iter())
         .filter(|(_, v)| **v != Verdict::Allowed)
         .collect();
+    // Nothing held back (the common case): no Work's manifests to read.
+    if verdicts.is_empty() {
+        return BTreeMap::new();
+    }
     let key_of = |m: &DynamicObject| {
         let t = m.types.as_ref()?;
         Some(ObjectKey::new(
