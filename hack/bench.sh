@@ -62,7 +62,7 @@
 #            as objects (the baseline), with statuses of conditions alone (no entry per
 #            manifest: what the entries cost at all), and as the first, each Work created and
 #            then written with JSON merge patches instead of server-side apply. --bundles and
-#            --forms (strings, typed-status, objects, bare, merge) choose which of them run.
+#            --forms (strings, typed-status, objects, bare, merge, update) choose which of them run.
 #
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
@@ -216,7 +216,8 @@ if [[ "${WHAT}" == envelopes ]]; then
         objects) mode="envelopes-objects-${bundle}" label="manifests and status entries as objects (the baseline)" ;;
         bare) mode="envelopes-bare-${bundle}" label="manifests as strings, statuses without an entry per manifest" ;;
         merge) mode="envelopes-merge-${bundle}" label="as JSON strings, created, then JSON merge patches instead of server-side apply" ;;
-        *) die "--forms: '${form}' is none of strings, typed-status, objects, bare, merge" ;;
+        update) mode="envelopes-update-${bundle}" label="as JSON strings, created, then replaced whole (PUT) instead of server-side apply" ;;
+        *) die "--forms: '${form}' is none of strings, typed-status, objects, bare, merge, update" ;;
       esac
       log "== ${COUNT} objects per member as Works of ${bundle} manifest(s), as ${form}"
       before="$(hub_ticks)"

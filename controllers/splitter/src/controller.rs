@@ -53,7 +53,8 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
     // the plan keeps a gone object's copies for `GONE_GRACE`.)
     let controller = Controller::for_stream(placement_events, placements.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrency));
-    let placed = placed_objects(&ctx.client, scope, &placements, import_events);
+    let watermarks = Arc::default();
+    let placed = placed_objects(&ctx.client, scope, &placements, import_events, &watermarks);
     let controller = controller.reconcile_on(pace(
         futures::stream::select(triggered, placed),
         Pacing {
@@ -80,7 +81,7 @@ pub async fn run(ctx: Context, scope: Scope<'_>, args: &crate::SplitterArgs) -> 
         }
         .run(),
     );
-    let splitter = splitter(ctx, scope, args, caches, placements, triggers);
+    let splitter = splitter(ctx, scope, args, caches, placements, triggers, watermarks);
     drive(controller, Arc::new(splitter)).await;
     Ok(())
 }
@@ -93,6 +94,7 @@ fn splitter(
     caches: Caches,
     placements: kube::runtime::reflector::Store<Placement>,
     triggers: Triggers,
+    watermarks: Arc<crate::watermarks::Watermarks>,
 ) -> Splitter {
     Splitter {
         ctx,
@@ -126,6 +128,7 @@ fn splitter(
             .filter(|n| !n.is_empty())
             .collect(),
         triggers,
+        watermarks,
     }
 }
 

@@ -5,6 +5,7 @@
 //! | [`controller`] | the Placement (and ClusterPlacement) controller: each pass observes, plans, executes and reports |
 //! | [`observe`] | what a pass reads: caches, and a fresh list of the selected objects |
 //! | [`plan`] | pure: the Works to write and delete (and those kept, and why), the decisions |
+//! | [`watermarks`] | the newest state seen of each type: a pass lists from the apiserver's cache, never older |
 //! | [`recent`] | read-your-writes: the Works a pass wrote, until the cache has them |
 //! | [`release`] | the Works of deleted Placements, released after `--orphaned-work-grace` |
 //! | [`execute`] | the plan's writes (only what differs) and deletions (with preconditions) |
@@ -57,6 +58,7 @@ pub mod services;
 pub mod specificity;
 pub mod state;
 pub mod watches;
+pub mod watermarks;
 pub mod works;
 
 use clap::Args;

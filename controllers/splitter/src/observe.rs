@@ -1,7 +1,9 @@
 //! Observation: everything one pass of a Placement reads, gathered before any decision. Clusters,
 //! Placements, Works and imports come from the controller's caches; the selected objects are
-//! listed fresh (a copy is only ever deleted on what the hub says now, never on a stale cache),
-//! and a type that cannot be resolved or read now is reported as unreadable, never as empty.
+//! listed from the hub (a copy is only ever deleted on what the hub says, never on a cache of the
+//! splitter's own), never older than the newest state of their type seen before (the change
+//! that started the pass included: see [`crate::watermarks`]), and a type that cannot be
+//! resolved or read now is reported as unreadable, never as empty.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -98,11 +100,26 @@ pub async fn observe(state: &Splitter, placement: Arc<Placement>) -> Observation
             Some(ns) => Api::namespaced_with(state.ctx.client.clone(), ns, &ar),
             None => Api::all_with(state.ctx.client.clone(), &ar),
         };
-        match api.list(&ListParams::default()).await {
-            Ok(list) => types.push(Listed {
-                resource: ar,
-                objects: list.items,
-            }),
+        // Not older than the newest state seen of the type (the change that started this pass
+        // included), from the apiserver's cache; consistently if that cannot be served.
+        let marked = state.watermarks.list_params(&ar.group, &ar.kind);
+        let list = match api.list(&marked).await {
+            Err(e) if marked.resource_version.is_some() => {
+                tracing::debug!(kind = %ar.kind, error = %e,
+                    "listing not older than the newest state seen failed; listing consistently");
+                api.list(&ListParams::default()).await
+            }
+            list => list,
+        };
+        match list {
+            Ok(list) => {
+                let rv = list.metadata.resource_version.as_deref();
+                state.watermarks.saw(&ar.group, &ar.kind, rv);
+                types.push(Listed {
+                    resource: ar,
+                    objects: list.items,
+                });
+            }
             // Unknown is not absent: this type's copies stay as they are, the others go on.
             Err(e) => unreadable.push(Unreadable::new(
                 &ar.api_version,

@@ -96,6 +96,8 @@ pub struct Splitter {
     pub(crate) hub_identity_namespaces: BTreeSet<String>,
     /// Starts passes of Placements from the watches of custom types.
     pub(crate) triggers: crate::watches::Triggers,
+    /// The newest state of each type seen by its watches and lists: how a pass lists it.
+    pub(crate) watermarks: Arc<crate::watermarks::Watermarks>,
 }
 
 /// An object announced as placed nowhere: apiVersion, kind, name and reason.
@@ -166,7 +168,8 @@ impl Splitter {
             .touched_objects();
         let (placements, triggers) = (self.placements.clone(), self.triggers.clone());
         let shutdown = self.ctx.shutdown.clone();
-        let kind = ar.kind.clone();
+        let (kind, group, watermarks) =
+            (ar.kind.clone(), ar.group.clone(), self.watermarks.clone());
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             loop {
@@ -174,6 +177,7 @@ impl Splitter {
                     _ = shutdown.cancelled() => break,
                     next = events.next() => match next {
                         Some(Ok(object)) => {
+                            watermarks.saw(&group, &kind, object.metadata.resource_version.as_deref());
                             for p in placements_in(&placements, object.namespace()) {
                                 if triggers.unbounded_send((p, Urgency::Now)).is_err() {
                                     return;

@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 use crate::inventory::Inventory;
 use crate::recent::RecentWrites;
 use crate::state::{Scope, placements_in};
+use crate::watermarks::Watermarks;
 
 /// Passes of Placements to start, from the caches' changes, and how soon (see
 /// [`flotilla_runtime::gather::pace`]): a change of what a Placement places is acted on at once,
@@ -337,6 +338,7 @@ pub(crate) fn placed_objects(
     scope: Scope<'_>,
     placements: &Store<Placement>,
     import_events: ImportEvents,
+    watermarks: &Arc<Watermarks>,
 ) -> BoxStream<'static, (ObjectRef<Placement>, Urgency)> {
     let namespace = scope.namespace();
     let namespaced = scope.placements();
@@ -358,12 +360,18 @@ pub(crate) fn placed_objects(
             )
         });
     let placed = if namespaced {
+        let marks = watermarks.clone();
         let deployments = spec_changes_and_deletions(
             watcher(
                 scoped::<Deployment>(client, namespace),
                 watcher::Config::default(),
             )
-            .default_backoff(),
+            .default_backoff()
+            .inspect_ok(move |event| {
+                if let watcher::Event::Apply(d) | watcher::Event::Delete(d) = event {
+                    marks.saw("apps", "Deployment", d.resource_version().as_deref());
+                }
+            }),
         )
         .map_ok(|d| d.namespace());
         futures::stream::select_all([
@@ -372,19 +380,27 @@ pub(crate) fn placed_objects(
                 client,
                 namespace,
                 Default::default(),
+                watermarks,
             )),
             // Not the Works' data Secrets: the data-secret cache has them (each Secret comes
             // through one watch).
-            namespace_of(object_changes::<Secret>(client, namespace, not_work_data())),
+            namespace_of(object_changes::<Secret>(
+                client,
+                namespace,
+                not_work_data(),
+                watermarks,
+            )),
             namespace_of(object_changes::<Service>(
                 client,
                 namespace,
                 Default::default(),
+                watermarks,
             )),
             namespace_of(object_changes::<ServiceAccount>(
                 client,
                 namespace,
                 Default::default(),
+                watermarks,
             )),
         ])
         .boxed()
@@ -445,11 +461,13 @@ fn as_placements(event: watcher::Event<ClusterPlacement>) -> watcher::Event<Plac
 
 /// Every change of an object of `K` (created, changed, deleted) in `namespace` (`None`: every
 /// namespace), from a metadata-only watch: what the splitter places must reach the members in
-/// about a second, not at the next resync.
+/// about a second, not at the next resync. Each change's resourceVersion is noted in
+/// `watermarks` before it starts a pass.
 fn object_changes<K>(
     client: &kube::Client,
     namespace: Option<&str>,
     config: watcher::Config,
+    watermarks: &Arc<Watermarks>,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -463,9 +481,17 @@ where
         None => Api::all(client.clone()),
         Some(ns) => Api::namespaced(client.clone(), ns),
     };
+    let marks = watermarks.clone();
     watcher(api, config)
         .default_backoff()
         .touched_objects()
+        .inspect_ok(move |o| {
+            marks.saw(
+                &K::group(&()),
+                &K::kind(&()),
+                o.metadata.resource_version.as_deref(),
+            );
+        })
         .predicate_filter(predicates::resource_version, Default::default())
 }
 

@@ -18,12 +18,16 @@
 //! without an entry per manifest (what the entries cost at all), into
 //! `flotilla-cluster-<member>-s<B>`; `envelopes-merge-<B>` writes what `envelopes-<B>` does,
 //! creating each Work and then sending its spec and status as JSON merge patches instead of
-//! server-side apply patches, into `flotilla-cluster-<member>-m<B>`.
+//! server-side apply patches, into `flotilla-cluster-<member>-m<B>`; `envelopes-update-<B>`
+//! creates each Work and then replaces its spec and its status whole (PUT, with the
+//! resourceVersion of the last write), into `flotilla-cluster-<member>-u<B>`.
 //!
-//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-|merge-]B> <namespace> <count> <concurrency>
+//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-|merge-|update-]B> <namespace> <count> <concurrency>
 //!        <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
 //! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
 
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -69,6 +73,9 @@ enum Form {
     /// status sent as JSON merge patches instead of server-side apply patches (which the
     /// apiserver reads as YAML and tracks field by field).
     Merge,
+    /// As `Merge`, with the spec and the status replaced whole (PUT, with the resourceVersion
+    /// of the Work's last write) instead of merge patches: no patch to read or merge.
+    Update,
 }
 
 /// `envelopes-<B>`: every member's `count` objects as Works of `bundle` manifests in a namespace
@@ -90,7 +97,11 @@ async fn envelopes(
         Form::Objects => "o",
         Form::Bare => "s",
         Form::Merge => "m",
+        Form::Update => "u",
     };
+    // For `Update`: each Work as its last write returned it, by namespace and name.
+    let last: Mutex<HashMap<(String, String), flotilla_api::Work>> = Default::default();
+    let last = &last;
     for (member, _) in members {
         let ns = flotilla_api::names::cluster_namespace(&format!("{member}-{prefix}{bundle}"));
         ensure_namespace(hub, &ns).await?;
@@ -122,7 +133,7 @@ async fn envelopes(
                                     "lastTransitionTime": "2026-12-01T00:00:00Z",
                                 }))
                                 .map(|e| match form {
-                                    Form::Strings | Form::Merge => e.to_string().into(),
+                                    Form::Strings | Form::Merge | Form::Update => e.to_string().into(),
                                     _ => e,
                                 })
                                 .collect::<Vec<serde_json::Value>>();
@@ -141,11 +152,20 @@ async fn envelopes(
                                     "manifests": entries,
                                 },
                             });
-                            if form == Form::Merge {
+                            if form == Form::Update {
+                                let key = (ns.clone(), name.clone());
+                                let mut work = lock(last).get(&key).cloned().context("no Work written")?;
+                                work.status = Some(serde_json::from_value(status["status"].clone())?);
+                                let written = api
+                                    .replace_status(&name, &PostParams::default(), &work)
+                                    .await?;
+                                lock(last).insert(key, written.clone());
+                                Ok(written)
+                            } else if form == Form::Merge {
                                 let merge = PatchParams::default();
-                                api.patch_status(&name, &merge, &Patch::Merge(status)).await
+                                Ok(api.patch_status(&name, &merge, &Patch::Merge(status)).await?)
                             } else {
-                                api.patch_status(&name, &params, &Patch::Apply(status)).await
+                                Ok(api.patch_status(&name, &params, &Patch::Apply(status)).await?)
                             }
                         } else {
                             // As the splitter writes them: each manifest as its JSON.
@@ -158,18 +178,29 @@ async fn envelopes(
                                 "metadata": {"name": name},
                                 "spec": {"manifests": manifests},
                             });
-                            match (form, version) {
-                                (Form::Merge, 0) => {
+                            let key = (ns.clone(), name.clone());
+                            let written = match (form, version) {
+                                (Form::Merge | Form::Update, 0) => {
                                     let work = serde_json::from_value(work)
                                         .map_err(kube::Error::SerdeError)?;
-                                    api.create(&PostParams::default(), &work).await
+                                    api.create(&PostParams::default(), &work).await?
                                 }
                                 (Form::Merge, _) => {
                                     let merge = PatchParams::default();
-                                    api.patch(&name, &merge, &Patch::Merge(work)).await
+                                    api.patch(&name, &merge, &Patch::Merge(work)).await?
                                 }
-                                _ => api.patch(&name, &params, &Patch::Apply(work)).await,
+                                (Form::Update, _) => {
+                                    let mut now = lock(last).get(&key).cloned().context("no Work written")?;
+                                    let new: flotilla_api::Work = serde_json::from_value(work)?;
+                                    now.spec = new.spec;
+                                    api.replace(&name, &PostParams::default(), &now).await?
+                                }
+                                _ => api.patch(&name, &params, &Patch::Apply(work)).await?,
+                            };
+                            if form == Form::Update {
+                                lock(last).insert(key, written.clone());
                             }
+                            anyhow::Ok(written)
                         }
                     }
                 })
@@ -180,6 +211,10 @@ async fn envelopes(
         }
     }
     Ok(requests)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
@@ -314,6 +349,8 @@ async fn main() -> Result<()> {
                 (size, Form::Bare)
             } else if let Some(size) = size.strip_prefix("merge-") {
                 (size, Form::Merge)
+            } else if let Some(size) = size.strip_prefix("update-") {
+                (size, Form::Update)
             } else {
                 (size, Form::Strings)
             };
@@ -332,8 +369,8 @@ async fn main() -> Result<()> {
         }
         other => bail!(
             "unknown mode {other}: direct, works, hub-only, envelopes-<B>, \
-             envelopes-typed-status-<B>, envelopes-objects-<B>, envelopes-bare-<B> or \
-             envelopes-merge-<B>"
+             envelopes-typed-status-<B>, envelopes-objects-<B>, envelopes-bare-<B>, \
+             envelopes-merge-<B> or envelopes-update-<B>"
         ),
     }
     let written = started.elapsed();
