@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 
 /// How long placing may take.
 const WAIT: Duration = Duration::from_secs(90);
+/// How long a report of a change the splitter watches may take (its report passes start within
+/// about a second; its resync, every 60 s, must not be what finds it).
+const REPORT_WAIT: Duration = Duration::from_secs(20);
 
 /// What one team applies to its namespace: the same names in every namespace.
 fn objects(ns: &str) -> Vec<Value> {
@@ -326,6 +329,38 @@ async fn an_object_no_placement_places_is_reported_on_the_placement_and_on_the_o
             Seen::not_yet(format!("{a:?} / {b:?}"))
         })
     })
+    .await
+    .map_err(|e| e.context(fleet.splitter.log()))?;
+
+    // An object of a kind no Placement selects is reported without any other change to start
+    // a pass: the splitter watches every kind of the table for the report, and a change there
+    // starts a report pass within about a second.
+    api::apply(
+        hub,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "reader", "namespace": ns},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+        false,
+    )
+    .await??;
+    // Well within the splitter's resync (60 s), which would find it anyway.
+    wait_for(
+        "the Role to be reported placed nowhere",
+        REPORT_WAIT,
+        || async {
+            let (status, reason, message) = all_placed(hub, ns, "settings").await?;
+            Ok(
+                if status == "False"
+                    && reason == reasons::NOT_PLACED
+                    && message.contains("Role reader")
+                {
+                    Seen::Done(())
+                } else {
+                    Seen::not_yet(format!("{status} {reason}: {message}"))
+                },
+            )
+        },
+    )
     .await
     .map_err(|e| e.context(fleet.splitter.log()))?;
     Ok(())
