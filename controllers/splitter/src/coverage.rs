@@ -143,6 +143,20 @@ fn made_by(object: &DynamicObject) -> String {
     "the hub's Kubernetes made it for itself; each member has its own".into()
 }
 
+/// Kind, name and reason of each object left out, in order (for tests).
+#[cfg(test)]
+pub(crate) fn summary(out: &[LeftOut]) -> Vec<(&str, &str, &str)> {
+    out.iter()
+        .map(|l| {
+            (
+                l.entry.kind.as_str(),
+                l.entry.name.as_str(),
+                l.entry.reason.as_str(),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,18 +236,8 @@ mod tests {
             &BTreeMap::new(),
             &[&unreadable],
         );
-        let seen: Vec<(&str, &str, &str)> = out
-            .iter()
-            .map(|l| {
-                (
-                    l.entry.kind.as_str(),
-                    l.entry.name.as_str(),
-                    l.entry.reason.as_str(),
-                )
-            })
-            .collect();
         assert_eq!(
-            seen,
+            summary(&out),
             [
                 ("ConfigMap", "owned", reasons::MADE_BY_THE_HUB),
                 ("ConfigMap", "settings", reasons::NOT_SELECTED),

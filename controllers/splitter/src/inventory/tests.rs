@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::coverage::left_out;
+use crate::coverage::{left_out, summary};
 
 fn meta(ns: &str, name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
     ObjectMeta {
@@ -216,18 +216,8 @@ fn the_report_reads_a_namespace_of_the_kinds_the_pass_did_not_list() {
     let (rest, _) = inventory.rest_of_namespace("shop", &[]);
     let listed: Vec<&Listed> = rest.iter().collect();
     let out = left_out(&listed, &[], &BTreeMap::new(), &[]);
-    let reasons: Vec<(&str, &str, &str)> = out
-        .iter()
-        .map(|l| {
-            (
-                l.entry.kind.as_str(),
-                l.entry.name.as_str(),
-                l.entry.reason.as_str(),
-            )
-        })
-        .collect();
     assert_eq!(
-        reasons,
+        summary(&out),
         [
             ("ConfigMap", "owned", reasons::MADE_BY_THE_HUB),
             ("ConfigMap", "settings", reasons::NOT_SELECTED),
