@@ -276,16 +276,7 @@ type Events = futures::stream::BoxStream<'static, Result<watcher::Event<Item>, w
 fn metadata(client: &kube::Client, namespace: Option<&str>, ar: &ApiResource) -> Events {
     let api = api::<PartialObjectMeta<DynamicObject>>(client, namespace, ar);
     watcher(api, watcher::Config::default())
-        .map(|event| {
-            event.map(|e| {
-                lean(
-                    e,
-                    |o| Entry::of(&o.metadata, None),
-                    |o| o.name_any(),
-                    |o| o.namespace(),
-                )
-            })
-        })
+        .map(|event| event.map(|e| lean(e, |_| None)))
         .boxed()
 }
 
@@ -296,27 +287,20 @@ fn secrets(client: &kube::Client, namespace: Option<&str>, ar: &ApiResource) -> 
     let config =
         watcher::Config::default().labels(&format!("!{}", flotilla_api::labels::WORK_DATA));
     watcher(api, config)
-        .map(|event| {
-            event.map(|e| {
-                lean(
-                    e,
-                    |o| Entry::of(&o.metadata, o.data.get("type").and_then(|t| t.as_str())),
-                    |o| o.name_any(),
-                    |o| o.namespace(),
-                )
-            })
-        })
+        .map(|event| event.map(|e| lean(e, |o| o.data.get("type").and_then(|t| t.as_str()))))
         .boxed()
 }
 
-/// A watch event of `K` as the report reads it.
-fn lean<K>(
+/// A watch event of `K` as the report reads it (`secret_type`: what it reads of a Secret's
+/// type).
+fn lean<K: kube::Resource>(
     event: watcher::Event<K>,
-    entry: impl Fn(&K) -> Option<Entry>,
-    name: impl Fn(&K) -> String,
-    namespace: impl Fn(&K) -> Option<String>,
+    secret_type: impl Fn(&K) -> Option<&str>,
 ) -> watcher::Event<Item> {
-    let item = |o: &K| (namespace(o).unwrap_or_default(), name(o), entry(o));
+    let item = |o: &K| {
+        let entry = Entry::of(o.meta(), secret_type(o));
+        (o.namespace().unwrap_or_default(), o.name_any(), entry)
+    };
     match event {
         watcher::Event::Apply(o) => watcher::Event::Apply(item(&o)),
         watcher::Event::Delete(o) => watcher::Event::Delete(item(&o)),
