@@ -2684,20 +2684,23 @@ async fn kubectl_rollout_history_and_undo_work_against_the_hub() -> Result<()> {
     let said = kubectl(vec!["rollout", "undo", "deployment/web"]).await?;
     ensure!(said.contains("rolled back"), "{said}");
     rolled_out().await?;
-    wait_for(
+    let back = wait_for(
         "every member to run the first image again",
         Duration::from_secs(60),
         || async {
+            // Every member's image (`None`: no copy there), so that a wait that times out says
+            // which member lacks what.
             let mut images = BTreeMap::new();
             for (cluster, client) in members {
                 let d = Api::<Deployment>::namespaced(client.clone(), ns)
-                    .get("web")
+                    .get_opt("web")
                     .await?;
-                let image = d
-                    .spec
-                    .template
-                    .spec
-                    .and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
+                let image = d.and_then(|d| {
+                    d.spec
+                        .template
+                        .spec
+                        .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
+                });
                 images.insert(cluster.clone(), image);
             }
             Ok(
@@ -2712,7 +2715,21 @@ async fn kubectl_rollout_history_and_undo_work_against_the_hub() -> Result<()> {
             )
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = back {
+        // What the Placement decided, and the splitter's log, for a copy that is missing.
+        let status = match Api::<Placement>::namespaced(hub.clone(), ns)
+            .get("spread")
+            .await
+        {
+            Ok(p) => serde_json::to_string_pretty(&p.status)?,
+            Err(e) => format!("the Placement could not be read: {e}"),
+        };
+        return Err(e.context(format!(
+            "Placement spread: {status}\n{}",
+            fleet.splitter.log()
+        )));
+    }
     let history = wait_for(
         "the first template to come back as revision 3",
         Duration::from_secs(30),
