@@ -265,7 +265,7 @@ pub fn placement_status(
         let summary = per_cluster
             .entry(key.cluster.as_str())
             .or_insert_with(|| ClusterSummary {
-                cluster: key.cluster.clone(),
+                cluster: key.cluster.to_string(),
                 ..Default::default()
             });
         summary.placed += 1;

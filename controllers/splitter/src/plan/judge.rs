@@ -273,7 +273,7 @@ fn facts(
     let cluster = match obs.clusters.iter().find(|c| c.name_any() == key.cluster) {
         Some(c) if c.metadata.deletion_timestamp.is_some() => ClusterFact::Deleting,
         Some(_) => ClusterFact::Present,
-        None if obs.elsewhere.contains(&key.cluster) => ClusterFact::Elsewhere,
+        None if obs.elsewhere.contains(key.cluster.as_str()) => ClusterFact::Elsewhere,
         None => ClusterFact::Gone,
     };
     let type_unreadable = obs
@@ -367,8 +367,8 @@ fn rendered_as_it_is(
     };
     let mut object = (*object).clone();
     object.types = Some(kube::api::TypeMeta {
-        api_version: api_version.clone(),
-        kind: kind.clone(),
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
     });
     Entry::new(member_manifest(interpreter, &object, share)).map(Some)
 }

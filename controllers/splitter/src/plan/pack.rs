@@ -153,8 +153,9 @@ fn shelves<'h>(
     let mut placed: BTreeSet<&CopyKey> = BTreeSet::new();
     for shelf in shelves.values() {
         for h in shelf.works.values() {
+            let frozen = frozen.contains(&key_of(h.work));
             for (key, _) in &h.copies {
-                if frozen.contains(&key_of(h.work)) || entries.contains_key(key) {
+                if frozen || entries.contains_key(key) {
                     placed.insert(key);
                 }
             }

@@ -263,7 +263,7 @@ impl<'o> Placer<'_, 'o> {
             ObjectDecision {
                 api_version: ar.api_version.clone(),
                 kind: ar.kind.clone(),
-                name: key.name.clone(),
+                name: key.name.to_string(),
                 overridden_by: Some(verdict.winner),
                 ..Default::default()
             },
@@ -290,7 +290,7 @@ impl<'o> Placer<'_, 'o> {
             .previous
             .range::<&CopyKey, _>(&first..)
             .take_while(|(k, _)| k.object == *key)
-            .map(|(k, s)| (k.cluster.clone(), *s))
+            .map(|(k, s)| (k.cluster.to_string(), *s))
             .collect();
         let mut shares = Shares::default();
         shares.division = match divides {

@@ -114,7 +114,7 @@ pub(super) fn withhold_beyond_quota(
         if let Some((_, decision)) = out.decisions.iter_mut().find(|(k, _)| *k == key.object) {
             decision.clusters.retain(|c| c.cluster != key.cluster);
             decision.excluded.push(ClusterExclusion {
-                cluster: key.cluster.clone(),
+                cluster: key.cluster.to_string(),
                 reason: reasons::COPY_QUOTA_EXCEEDED.to_string(),
                 message: Some(short.clone()),
             });

@@ -1118,7 +1118,7 @@ fn ranges(p: &Plan) -> String {
         .expect("divided by ordinals");
     let mut out: Vec<String> = Vec::new();
     for (key, id) in &p.copies {
-        let range = layout.ranges[&key.cluster];
+        let range = layout.ranges[key.cluster.as_str()];
         if p.writes.contains(id) {
             let m = p.wanted[id]
                 .spec
@@ -1449,8 +1449,8 @@ proptest! {
         let hub = |id: &WorkId| works.iter().find(|w| key_of(w) == *id);
         // A copy leaves its member only for a reason that proves it unwanted.
         for (copy, why) in &p.removals {
-            let cluster = &copy.cluster;
-            let name = &copy.object.name;
+            let cluster = copy.cluster.as_str();
+            let name = copy.object.name.as_str();
             prop_assert!(!s.unreadable, "removed {name} while its type is unreadable");
             let cluster_state = clusters.iter().find(|c| c.name_any() == *cluster);
             prop_assert!(!elsewhere.contains(cluster), "removed {name} outside the selector");
@@ -1894,7 +1894,7 @@ fn an_indexed_job_or_a_cronjob_runs_on_one_member_and_moves_when_it_fails() {
         p.copies
             .keys()
             .filter(|k| k.object.name == name)
-            .map(|k| k.cluster.clone())
+            .map(|k| k.cluster.to_string())
             .collect()
     };
     assert_eq!(on(&first, "render").len(), 1);
