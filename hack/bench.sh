@@ -64,12 +64,19 @@
 #            then written with JSON merge patches instead of server-side apply. --bundles and
 #            --forms (strings, typed-status, objects, bare, merge, update) choose which of them run.
 #
+#   plan     The splitter's plan alone, without I/O or an environment: the CPU time of the pass
+#            of a single edit (one of N ConfigMaps, default 200, edited on a settled fleet) for
+#            each fleet size of --members (default 3,10,20), mean / p50 / p99 of R passes
+#            (--runs, default 200), and per placed copy. Run it at two commits to compare them
+#            (`controllers/splitter/examples/bench_plan.rs`).
+#
 # Usage: hack/bench.sh syncer [--members M] [--count N] [--concurrency C]
 #        hack/bench.sh splitter [--members M] [--replicas D] [--runs R]
 #        hack/bench.sh user [--members M] [--count N] [--concurrency C] [--profile DIR]
 #        hack/bench.sh fleet [--members M1,M2,...] [--count N] [--concurrency C]
 #        hack/bench.sh envelopes [--members M] [--count N] [--concurrency C]
 #                                [--bundles B1,B2,...] [--forms F1,F2,...]
+#        hack/bench.sh plan [--members M1,M2,...] [--count N] [--runs R]
 # Environment: FLOTILLA_BENCH_LOGS=DIR keeps the controllers' logs in DIR.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -78,17 +85,18 @@ cd "${REPO_ROOT}"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 WHAT="${1:-}"; shift || true
 [[ "${WHAT}" =~ ^(-h|--help)$ ]] && { usage; exit 0; }
-[[ "${WHAT}" =~ ^(syncer|splitter|user|fleet|envelopes)$ ]] \
-  || die "usage: hack/bench.sh syncer|splitter|user|fleet|envelopes [options] (see --help)"
+[[ "${WHAT}" =~ ^(syncer|splitter|user|fleet|envelopes|plan)$ ]] \
+  || die "usage: hack/bench.sh syncer|splitter|user|fleet|envelopes|plan [options] (see --help)"
 MEMBERS=3
 COUNT=1000
-[[ "${WHAT}" == fleet ]] && MEMBERS=3,10,20 COUNT=200
+[[ "${WHAT}" =~ ^(fleet|plan)$ ]] && MEMBERS=3,10,20 COUNT=200
 CONCURRENCY=32
 # REPLICAS and RUNS are read by the sourced hack/bench-splitter.sh.
 # shellcheck disable=SC2034
 REPLICAS=30
 # shellcheck disable=SC2034
 RUNS=5
+[[ "${WHAT}" == plan ]] && RUNS=200
 PROFILE_DIR=""
 BUNDLES=1,10,50,100
 FORMS=strings,typed-status,objects,bare,merge
@@ -107,6 +115,16 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown argument '$1'" ;;
   esac
 done
+
+if [[ "${WHAT}" == plan ]]; then
+  [[ "${MEMBERS}" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--members: '${MEMBERS}' is not a list of fleet sizes (e.g. 3,10,20)"
+  [[ "${COUNT}" =~ ^[1-9][0-9]*$ ]] || die "--count: '${COUNT}' is not a number of objects"
+  [[ "${RUNS}" =~ ^[1-9][0-9]*$ ]] || die "--runs: '${RUNS}' is not a number of passes"
+  log "== building (release)"
+  cargo build --release -q -p flotilla-splitter --example bench_plan
+  "${CARGO_TARGET_DIR:-${REPO_ROOT}/target}/release/examples/bench_plan" "${COUNT}" "${MEMBERS}" "${RUNS}"
+  exit 0
+fi
 
 # The fleet benchmark grows the fleet through a list of sizes, starting from the first.
 FLEET_SIZES=()

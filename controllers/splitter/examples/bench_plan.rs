@@ -23,6 +23,10 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
+/// The controllers' allocator, so that the plan's allocations cost what they cost the splitter.
+#[global_allocator]
+static GLOBAL: flotilla_runtime::allocator::Jemalloc = flotilla_runtime::allocator::Jemalloc;
+
 const NOW: &str = "2026-06-01T12:00:00Z";
 
 fn cluster(name: &str) -> Result<Arc<Cluster>> {
