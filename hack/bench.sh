@@ -61,8 +61,12 @@
 #            them) and, side by side, with the status entries as objects (as before), with both
 #            as objects (the baseline), with statuses of conditions alone (no entry per
 #            manifest: what the entries cost at all), and as the first, each Work created and
-#            then written with JSON merge patches instead of server-side apply. --bundles and
-#            --forms (strings, typed-status, objects, bare, merge, update) choose which of them run.
+#            then written with JSON merge patches instead of server-side apply, or replaced whole
+#            (update); and a stand-in for a shared envelope (each bundle's manifests written once,
+#            as a Work of a namespace of its own, with per member a Work without manifests that
+#            names it and holds the member's status: shared, its members' Works rewritten when the
+#            envelope changes; shared-unpinned, written once). --bundles and --forms (strings,
+#            typed-status, objects, bare, merge, update, shared, shared-unpinned) choose which run.
 #
 #   plan     The splitter's plan alone, without I/O or an environment: the CPU time of the pass
 #            of a single edit (one of N ConfigMaps, default 200, edited on a settled fleet) for
@@ -235,7 +239,9 @@ if [[ "${WHAT}" == envelopes ]]; then
         bare) mode="envelopes-bare-${bundle}" label="manifests as strings, statuses without an entry per manifest" ;;
         merge) mode="envelopes-merge-${bundle}" label="as JSON strings, created, then JSON merge patches instead of server-side apply" ;;
         update) mode="envelopes-update-${bundle}" label="as JSON strings, created, then replaced whole (PUT) instead of server-side apply" ;;
-        *) die "--forms: '${form}' is none of strings, typed-status, objects, bare, merge, update" ;;
+        shared) mode="envelopes-shared-${bundle}" label="a shared envelope (stand-in): the manifests once, each member's Work naming it and its version, with the member's status" ;;
+        shared-unpinned) mode="envelopes-shared-unpinned-${bundle}" label="a shared envelope (stand-in), the members' Works written once: a change writes the envelope and the statuses" ;;
+        *) die "--forms: '${form}' is none of strings, typed-status, objects, bare, merge, update, shared, shared-unpinned" ;;
       esac
       log "== ${COUNT} objects per member as Works of ${bundle} manifest(s), as ${form}"
       before="$(hub_ticks)"
@@ -243,7 +249,10 @@ if [[ "${WHAT}" == envelopes ]]; then
         "${COUNT}" "${CONCURRENCY}" "${HUB}" "${MEMBERS_ARG}")
       cpu="$(awk -v a="${before}" -v b="$(hub_ticks)" -v hz="${TICKS}" 'BEGIN {printf "%.1f", (b - a) / hz}')"
       per="$(awk -v c="${cpu}" -v n="$((COUNT * MEMBERS))" 'BEGIN {printf "%.2f", c * 1000 / n}')"
-      echo "| ${bundle} | ${label} | $((requests / 4)) | ${requests} | ${cpu} | ${per} | ${wall} |"
+      works="$((requests / 4))"
+      # Shared: a member's Work per bundle, and the bundle's envelope.
+      [[ "${form}" == shared* ]] && works="$(( (COUNT + bundle - 1) / bundle * (MEMBERS + 1) ))"
+      echo "| ${bundle} | ${label} | ${works} | ${requests} | ${cpu} | ${per} | ${wall} |"
     done
   done
   exit 0

@@ -21,8 +21,13 @@
 //! server-side apply patches, into `flotilla-cluster-<member>-m<B>`; `envelopes-update-<B>`
 //! creates each Work and then replaces its spec and its status whole (PUT, with the
 //! resourceVersion of the last write), into `flotilla-cluster-<member>-u<B>`.
+//! `envelopes-shared-<B>` stands in for a shared envelope: each bundle's manifests written once,
+//! as a Work in `flotilla-cluster-envelopes-e<B>`, and per member a Work without manifests that
+//! names it and its version (rewritten when it changes) with the member's status of every
+//! manifest, into `flotilla-cluster-<member>-e<B>`; `envelopes-shared-unpinned-<B>` writes the
+//! members' Works once (a change rewrites the envelope and the statuses), into `-f<B>`.
 //!
-//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-|merge-|update-]B> <namespace> <count> <concurrency>
+//! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-|merge-|update-|shared-|shared-unpinned-]B> <namespace> <count> <concurrency>
 //!        <hub-kubeconfig> <member>=<kubeconfig>[,<member>=<kubeconfig>...]
 //! For `works`, member names are the Cluster names (Works go to `flotilla-cluster-<member>`).
 
@@ -76,6 +81,14 @@ enum Form {
     /// As `Merge`, with the spec and the status replaced whole (PUT, with the resourceVersion
     /// of the Work's last write) instead of merge patches: no patch to read or merge.
     Update,
+    /// A stand-in for a shared envelope: the manifests of a bundle written once, as a Work of
+    /// a namespace of its own, and per member a Work without manifests that names it (and the
+    /// version it holds, in an annotation: rewritten whenever the envelope changes), with the
+    /// member's status of every manifest as `Strings` writes it.
+    Shared,
+    /// As `Shared`, with the members' Works written once: a change rewrites the envelope and
+    /// the statuses only.
+    SharedUnpinned,
 }
 
 /// `envelopes-<B>`: every member's `count` objects as Works of `bundle` manifests in a namespace
@@ -98,7 +111,21 @@ async fn envelopes(
         Form::Bare => "s",
         Form::Merge => "m",
         Form::Update => "u",
+        Form::Shared => "e",
+        Form::SharedUnpinned => "f",
     };
+    let shared = matches!(form, Form::Shared | Form::SharedUnpinned);
+    // The shared envelopes, one per bundle, in a namespace of their own.
+    let envelope_ns =
+        flotilla_api::names::cluster_namespace(&format!("envelopes-{prefix}{bundle}"));
+    let envelope_ns = envelope_ns.as_str();
+    let mut envelopes = Vec::new();
+    if shared {
+        ensure_namespace(hub, envelope_ns).await?;
+        for first in (0..count).step_by(bundle) {
+            envelopes.push((first, (first + bundle).min(count)));
+        }
+    }
     // For `Update`: each Work as its last write returned it, by namespace and name.
     let last: Mutex<HashMap<(String, String), flotilla_api::Work>> = Default::default();
     let last = &last;
@@ -111,7 +138,39 @@ async fn envelopes(
     }
     let mut requests = 0;
     for version in 0..2 {
+        if shared {
+            // The envelopes first, as a splitter would write them before the Works naming them.
+            let api: Api<flotilla_api::Work> = Api::namespaced(hub.clone(), envelope_ns);
+            stream::iter(envelopes.iter().copied())
+                .map(|(first, end)| {
+                    let (api, params) = (api.clone(), params.clone());
+                    async move {
+                        let manifests: Vec<serde_json::Value> = (first..end)
+                            .map(|i| {
+                                versioned_configmap(namespace, i, version)
+                                    .to_string()
+                                    .into()
+                            })
+                            .collect();
+                        let envelope = json!({
+                            "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
+                            "metadata": {"name": format!("bench-{first}")},
+                            "spec": {"manifests": manifests},
+                        });
+                        api.patch(&format!("bench-{first}"), &params, &Patch::Apply(envelope))
+                            .await
+                    }
+                })
+                .buffer_unordered(concurrency)
+                .try_collect::<Vec<_>>()
+                .await?;
+            requests += envelopes.len();
+        }
         for status in [false, true] {
+            if !status && form == Form::SharedUnpinned && version > 0 {
+                // The members' Works name the envelope only: nothing of theirs changed.
+                continue;
+            }
             stream::iter(works.iter().cloned())
                 .map(|(ns, first, end)| {
                     let (hub, params) = (hub.clone(), params.clone());
@@ -133,7 +192,11 @@ async fn envelopes(
                                     "lastTransitionTime": "2026-12-01T00:00:00Z",
                                 }))
                                 .map(|e| match form {
-                                    Form::Strings | Form::Merge | Form::Update => e.to_string().into(),
+                                    Form::Strings
+                                    | Form::Merge
+                                    | Form::Update
+                                    | Form::Shared
+                                    | Form::SharedUnpinned => e.to_string().into(),
                                     _ => e,
                                 })
                                 .collect::<Vec<serde_json::Value>>();
@@ -168,16 +231,30 @@ async fn envelopes(
                                 Ok(api.patch_status(&name, &params, &Patch::Apply(status)).await?)
                             }
                         } else {
-                            // As the splitter writes them: each manifest as its JSON.
+                            // As the splitter writes them: each manifest as its JSON (or,
+                            // shared, none: the envelope and its version named).
                             let manifests: Vec<_> = (first..end)
+                                .filter(|_| !shared)
                                 .map(|i| versioned_configmap(namespace, i, version))
                                 .map(|m| if form == Form::Objects { m } else { m.to_string().into() })
                                 .collect();
-                            let work = json!({
+                            let mut work = json!({
                                 "apiVersion": "flotilla.dev/v1alpha1", "kind": "Work",
                                 "metadata": {"name": name},
                                 "spec": {"manifests": manifests},
                             });
+                            if shared {
+                                // A Work holds at least one manifest: a small one stands in
+                                // for the reference a shared Work would hold.
+                                work["spec"]["manifests"] = json!([json!({
+                                    "apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "envelope", "namespace": namespace},
+                                }).to_string()]);
+                                work["metadata"]["annotations"] = json!({
+                                    "flotilla.dev/envelope":
+                                        format!("{envelope_ns}/bench-{first}@{version}"),
+                                });
+                            }
                             let key = (ns.clone(), name.clone());
                             let written = match (form, version) {
                                 (Form::Merge | Form::Update, 0) => {
@@ -351,6 +428,10 @@ async fn main() -> Result<()> {
                 (size, Form::Merge)
             } else if let Some(size) = size.strip_prefix("update-") {
                 (size, Form::Update)
+            } else if let Some(size) = size.strip_prefix("shared-unpinned-") {
+                (size, Form::SharedUnpinned)
+            } else if let Some(size) = size.strip_prefix("shared-") {
+                (size, Form::Shared)
             } else {
                 (size, Form::Strings)
             };
@@ -370,7 +451,8 @@ async fn main() -> Result<()> {
         other => bail!(
             "unknown mode {other}: direct, works, hub-only, envelopes-<B>, \
              envelopes-typed-status-<B>, envelopes-objects-<B>, envelopes-bare-<B>, \
-             envelopes-merge-<B> or envelopes-update-<B>"
+             envelopes-merge-<B>, envelopes-update-<B>, envelopes-shared-<B> or \
+             envelopes-shared-unpinned-<B>"
         ),
     }
     let written = started.elapsed();
