@@ -9,7 +9,6 @@
 //! in µs. Run it at two commits to compare them; the machine's other load moves it, so compare
 //! runs made one after the other.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -96,38 +95,17 @@ fn observation(
     objects: Vec<DynamicObject>,
     works: Vec<Arc<Work>>,
 ) -> Result<Observation> {
-    Ok(Observation {
-        neighbours: vec![placement.clone()],
-        placement: placement.clone(),
-        now: NOW.parse()?,
-        clusters: clusters.to_vec(),
-        elsewhere: Default::default(),
+    let types = vec![Listed {
+        resource: resource("", "v1", "ConfigMap", "configmaps"),
+        objects,
+    }];
+    Ok(Observation::of(
+        placement.clone(),
+        NOW.parse()?,
+        clusters.to_vec(),
+        types,
         works,
-        types: vec![Listed {
-            resource: resource("", "v1", "ConfigMap", "configmaps"),
-            objects,
-        }],
-        unsupported: Vec::new(),
-        unreadable: Vec::new(),
-        referenced: BTreeMap::new(),
-        imports: BTreeMap::new(),
-        absent_since: BTreeMap::new(),
-        others: Vec::new(),
-        namespace_labels: None,
-        records: Vec::new(),
-        kinds: flotilla_interpreter::Kinds::default(),
-        pod_security: BTreeMap::new(),
-        bindings: BTreeMap::new(),
-        external_ips: BTreeMap::new(),
-        rest_of_namespace: Vec::new(),
-        rest_unreadable: Vec::new(),
-        held_back: BTreeMap::new(),
-        existing_namespaces_allowed: true,
-        adopt_allowed: false,
-        data_secrets: BTreeMap::new(),
-        copy_limit: None,
-        byte_limit: None,
-    })
+    ))
 }
 
 /// The Works once `p` was carried out and applied: the written ones replaced.

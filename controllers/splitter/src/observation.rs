@@ -93,6 +93,48 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// What a pass of `placement` observes when nothing but its Clusters, the objects of its
+    /// selected types and its Works are there: no neighbour but itself, no import, nothing held
+    /// back, no limit; adopting not allowed, existing member namespaces allowed. The start of
+    /// an observation built by hand (the planner's tests and benchmark).
+    pub fn of(
+        placement: Arc<Placement>,
+        now: Timestamp,
+        clusters: Vec<Arc<Cluster>>,
+        types: Vec<Listed>,
+        works: Vec<Arc<Work>>,
+    ) -> Self {
+        Self {
+            neighbours: vec![placement.clone()],
+            placement,
+            now,
+            clusters,
+            elsewhere: BTreeSet::new(),
+            works,
+            types,
+            unsupported: Vec::new(),
+            unreadable: Vec::new(),
+            referenced: BTreeMap::new(),
+            imports: BTreeMap::new(),
+            absent_since: BTreeMap::new(),
+            others: Vec::new(),
+            namespace_labels: None,
+            records: Vec::new(),
+            kinds: Kinds::default(),
+            pod_security: BTreeMap::new(),
+            bindings: BTreeMap::new(),
+            external_ips: BTreeMap::new(),
+            rest_of_namespace: Vec::new(),
+            rest_unreadable: Vec::new(),
+            held_back: BTreeMap::new(),
+            existing_namespaces_allowed: true,
+            adopt_allowed: false,
+            data_secrets: BTreeMap::new(),
+            copy_limit: None,
+            byte_limit: None,
+        }
+    }
+
     /// The Placements of this one's namespace (this one included), to settle which one places
     /// an object.
     pub fn neighbours_here(&self) -> Vec<&Placement> {

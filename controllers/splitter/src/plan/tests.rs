@@ -207,35 +207,7 @@ fn mk_observation(
     objects: Vec<DynamicObject>,
     works: Vec<Arc<Work>>,
 ) -> Observation {
-    Observation {
-        neighbours: vec![placement.clone()],
-        placement,
-        now: now(),
-        clusters,
-        elsewhere: BTreeSet::new(),
-        works,
-        types: listed(objects),
-        unsupported: Vec::new(),
-        unreadable: Vec::new(),
-        referenced: BTreeMap::new(),
-        imports: BTreeMap::new(),
-        absent_since: BTreeMap::new(),
-        others: Vec::new(),
-        namespace_labels: None,
-        records: Vec::new(),
-        kinds: flotilla_interpreter::Kinds::default(),
-        pod_security: BTreeMap::new(),
-        bindings: BTreeMap::new(),
-        external_ips: BTreeMap::new(),
-        rest_of_namespace: Vec::new(),
-        rest_unreadable: Vec::new(),
-        held_back: BTreeMap::new(),
-        existing_namespaces_allowed: true,
-        adopt_allowed: false,
-        data_secrets: BTreeMap::new(),
-        copy_limit: None,
-        byte_limit: None,
-    }
+    Observation::of(placement, now(), clusters, listed(objects), works)
 }
 
 fn three() -> Vec<Arc<Cluster>> {
