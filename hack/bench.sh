@@ -63,8 +63,8 @@
 #            manifest: what the entries cost at all), and as the first, each Work created and
 #            then written with JSON merge patches instead of server-side apply, or replaced whole
 #            (update); and a stand-in for a shared envelope (each bundle's manifests written once,
-#            as a Work of a namespace of its own, with per member a Work without manifests that
-#            names it and holds the member's status: shared, its members' Works rewritten when the
+#            as a Work of a namespace of its own, with per member a Work of one small manifest
+#            that names it and holds the member's status: shared, its members' Works rewritten when the
 #            envelope changes; shared-unpinned, written once). --bundles and --forms (strings,
 #            typed-status, objects, bare, merge, update, shared, shared-unpinned) choose which run.
 #

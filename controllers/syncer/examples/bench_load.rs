@@ -22,9 +22,9 @@
 //! creates each Work and then replaces its spec and its status whole (PUT, with the
 //! resourceVersion of the last write), into `flotilla-cluster-<member>-u<B>`.
 //! `envelopes-shared-<B>` stands in for a shared envelope: each bundle's manifests written once,
-//! as a Work in `flotilla-cluster-envelopes-e<B>`, and per member a Work without manifests that
-//! names it and its version (rewritten when it changes) with the member's status of every
-//! manifest, into `flotilla-cluster-<member>-e<B>`; `envelopes-shared-unpinned-<B>` writes the
+//! as a Work in `flotilla-cluster-envelopes-e<B>`, and per member a Work of one small manifest
+//! (the reference) that names it and its version (rewritten when it changes) with the member's
+//! status of every manifest, into `flotilla-cluster-<member>-e<B>`; `envelopes-shared-unpinned-<B>` writes the
 //! members' Works once (a change rewrites the envelope and the statuses), into `-f<B>`.
 //!
 //! Usage: bench_load <direct|works|hub-only|envelopes-[typed-status-|objects-|bare-|merge-|update-|shared-|shared-unpinned-]B> <namespace> <count> <concurrency>
@@ -82,9 +82,9 @@ enum Form {
     /// of the Work's last write) instead of merge patches: no patch to read or merge.
     Update,
     /// A stand-in for a shared envelope: the manifests of a bundle written once, as a Work of
-    /// a namespace of its own, and per member a Work without manifests that names it (and the
-    /// version it holds, in an annotation: rewritten whenever the envelope changes), with the
-    /// member's status of every manifest as `Strings` writes it.
+    /// a namespace of its own, and per member a Work of one small manifest (standing in for the
+    /// reference) that names it and the version it holds (in an annotation: rewritten whenever
+    /// the envelope changes), with the member's status of every manifest as `Strings` writes it.
     Shared,
     /// As `Shared`, with the members' Works written once: a change rewrites the envelope and
     /// the statuses only.
